@@ -1,0 +1,92 @@
+#include "trace/import/importer.h"
+
+#include <cstring>
+
+#include "trace/error.h"
+#include "trace/import/input.h"
+
+namespace braid {
+
+std::string_view to_string(TraceFormat f) {
+  switch (f) {
+    case TraceFormat::Kineto: return "kineto";
+    case TraceFormat::Nsys: return "nsys";
+    case TraceFormat::Chakra: return "chakra";
+    default: return "auto";
+  }
+}
+
+TraceFormat trace_format_from_string(std::string_view s) {
+  if (s == "auto") return TraceFormat::Auto;
+  if (s == "kineto" || s == "pytorch" || s == "chrome") return TraceFormat::Kineto;
+  if (s == "nsys") return TraceFormat::Nsys;
+  if (s == "chakra") return TraceFormat::Chakra;
+  throw Error(ErrorCode::Usage, "unknown format '" + std::string(s) +
+                                    "' (expected auto, kineto, nsys or chakra)");
+}
+
+TraceFormat detect_format(const std::string& path) {
+  InputFile in(path);
+  char head[4096];
+  size_t n = 0;
+  try {
+    while (n < sizeof head) {
+      size_t got = in.read(head + n, sizeof head - n);
+      if (got == 0) break;
+      n += got;
+    }
+  } catch (const Error& e) {
+    if (n == 0) throw;  // a gzip too short to give any bytes: report its own error
+  }
+  if (n == 0) throw Error(ErrorCode::Empty, path + ": empty file");
+  std::string_view h(head, n);
+  if (h.rfind("SQLite format 3", 0) == 0) return TraceFormat::Nsys;
+  size_t i = h.find_first_not_of(" \t\r\n");
+  if (i != std::string_view::npos && (h[i] == '{' || h[i] == '[')) {
+    // Chakra's JSON has "workload_graph"/"nodes" near the top; Kineto has traceEvents and
+    // usually schemaVersion/deviceProperties first. A Chrome trace may also be a bare array.
+    if (h.find("\"workload_graph\"") != std::string_view::npos ||
+        h.find("\"nodes\"") != std::string_view::npos && h.find("\"traceEvents\"") == std::string_view::npos &&
+            h.find("\"schema\"") != std::string_view::npos)
+      return TraceFormat::Chakra;
+    return TraceFormat::Kineto;
+  }
+  // A tar archive (ustar magic at offset 257) holding Chakra traces.
+  if (n > 262 && std::memcmp(head + 257, "ustar", 5) == 0) return TraceFormat::Chakra;
+  // Chakra protobuf ET: a length-delimited GlobalMetadata message whose first field is a
+  // string "version" (tag 0x0a).
+  if (n >= 3 && static_cast<unsigned char>(head[0]) < 0x80 && head[1] == 0x0a) return TraceFormat::Chakra;
+  if (n >= 4 && static_cast<unsigned char>(head[0]) >= 0x80 && head[2] == 0x0a) return TraceFormat::Chakra;
+  throw Error(ErrorCode::BadFormat,
+              path + ": unrecognized trace format (expected Kineto/Chrome JSON, an Nsight Systems "
+                     "SQLite export, or a Chakra execution trace)");
+}
+
+int64_t import_traces(TraceWriter& writer, const std::vector<std::string>& files,
+                      TraceFormat format, const ImportOptions& options, ImportStats& stats) {
+  if (files.empty()) throw Error(ErrorCode::Usage, "no input files");
+  std::vector<TraceFormat> formats;
+  for (const auto& f : files) formats.push_back(format == TraceFormat::Auto ? detect_format(f) : format);
+  for (size_t i = 1; i < formats.size(); ++i)
+    if (formats[i] != formats[0])
+      throw Error(ErrorCode::Usage, files[i] + ": is " + std::string(to_string(formats[i])) +
+                                        " but " + files[0] + " is " +
+                                        std::string(to_string(formats[0])) +
+                                        "; one run holds one format");
+  std::string source;
+  for (const auto& f : files) source += (source.empty() ? "" : ";") + f;
+  int64_t run = writer.begin_run(RunKind::Imported, source, std::string(to_string(formats[0])));
+  ImportContext ctx{writer, run, options, stats};
+  for (size_t i = 0; i < files.size(); ++i) {
+    switch (formats[i]) {
+      case TraceFormat::Kineto: import_kineto(ctx, files[i], i); break;
+      case TraceFormat::Nsys: import_nsys(ctx, files[i], i); break;
+      case TraceFormat::Chakra: import_chakra(ctx, files[i], i); break;
+      default: break;
+    }
+    ++stats.files;
+  }
+  return run;
+}
+
+}  // namespace braid

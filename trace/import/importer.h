@@ -1,0 +1,57 @@
+// Importers: one file per format under trace/import/, all writing through TraceWriter.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "trace/writer.h"
+
+namespace braid {
+
+enum class TraceFormat { Auto, Kineto, Nsys, Chakra };
+std::string_view to_string(TraceFormat f);
+TraceFormat trace_format_from_string(std::string_view s);  // throws Usage on unknown names
+
+// Looks at a file's first bytes (through gzip) and says what it is; throws BadFormat when it is
+// none of the supported formats, NotFound when it cannot be opened.
+TraceFormat detect_format(const std::string& path);
+
+struct ImportOptions {
+  // Called now and then with bytes consumed so far and the total (0 if unknown).
+  std::function<void(uint64_t done, uint64_t total)> progress;
+  // Rank to give a file that does not name its own (per-file; empty: the file's index).
+  std::vector<int32_t> ranks;
+};
+
+struct ImportStats {
+  int64_t files = 0;
+  uint64_t bytes = 0;   // uncompressed bytes parsed
+  int64_t events = 0;   // trace events read
+  int64_t rows = 0;     // rows written to the store
+};
+
+// What every format importer gets: the writer, the run all files go into, and the counters.
+struct ImportContext {
+  TraceWriter& writer;
+  int64_t run;
+  const ImportOptions& options;
+  ImportStats& stats;
+  // Rank for the file at `index` when the file does not say.
+  int32_t default_rank(size_t index) const {
+    return index < options.ranks.size() ? options.ranks[index] : static_cast<int32_t>(index);
+  }
+};
+
+// Imports `files` (one per rank, several ranks make one run) into a new run of `writer` and
+// returns its id. Throws braid::Error naming the offending file.
+int64_t import_traces(TraceWriter& writer, const std::vector<std::string>& files,
+                      TraceFormat format, const ImportOptions& options, ImportStats& stats);
+
+// Per-format entry points (one file each).
+void import_kineto(ImportContext& ctx, const std::string& file, size_t index);
+void import_nsys(ImportContext& ctx, const std::string& file, size_t index);
+void import_chakra(ImportContext& ctx, const std::string& file, size_t index);
+
+}  // namespace braid

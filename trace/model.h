@@ -1,0 +1,182 @@
+// The event model shared by importers, the capture agent, the store and the analyses.
+// Records are plain structs of fixed-size fields; names are interned string ids, so a batch
+// of records owns no heap memory per event.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace braid {
+
+using Ns = int64_t;      // nanoseconds in the rank's own clock
+using StrId = uint32_t;  // id in the `strings` table; 0 means "no string"
+
+enum class RunKind : uint8_t { Captured, Imported, Replayed, Simulated };
+std::string_view to_string(RunKind k);
+std::optional<RunKind> run_kind_from_string(std::string_view s);
+
+// Collective operations. The store keeps their names (to_string) as text.
+enum class CollOp : uint8_t {
+  Unknown,
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  Broadcast,
+  Reduce,
+  AllToAll,
+  Send,
+  Recv,
+  SendRecv,  // a point-to-point kernel whose direction the trace does not say
+  Gather,
+  Scatter,
+  Barrier,
+  ManyToMany,  // grouped sends/receives to several peers (fused scatter / multicast)
+};
+inline constexpr int kNumCollOps = 14;
+std::string_view to_string(CollOp op);
+std::optional<CollOp> coll_op_from_string(std::string_view s);
+
+// Kernel categories; stored as their integer code, with a `categories` lookup table.
+// The classification rules live in trace/categories.cc and are pinned by tests.
+enum class Category : uint8_t {
+  Other = 0,
+  Gemm = 1,
+  Attention = 2,
+  Elementwise = 3,  // elementwise, activation, norm, softmax, reductions that are not comm
+  Memory = 4,       // memcpy / memset kernels and copy-like kernels
+  CommAllReduce = 10,
+  CommAllGather = 11,
+  CommReduceScatter = 12,
+  CommBroadcast = 13,
+  CommReduce = 14,
+  CommAllToAll = 15,
+  CommSendRecv = 16,
+  CommOther = 17,
+};
+std::string_view to_string(Category c);
+std::optional<Category> category_from_string(std::string_view s);
+inline bool is_comm(Category c) { return static_cast<uint8_t>(c) >= 10; }
+Category comm_category(CollOp op);
+
+// Normalized element types ("float32", "bfloat16", ...). Unknown names are kept verbatim.
+std::string normalize_dtype(std::string_view name);
+int dtype_size(std::string_view normalized);  // bytes per element, 0 if unknown
+
+enum class ApiKind : uint8_t { CpuOp, Runtime, Driver, Python, Other };
+std::string_view to_string(ApiKind k);
+
+enum class MemKind : uint8_t { HtoD, DtoH, DtoD, HtoH, PtoP, Memset, Unknown };
+std::string_view to_string(MemKind k);
+
+enum class Severity : uint8_t { Info, Warning, Error };
+std::string_view to_string(Severity s);
+
+struct Kernel {
+  int32_t rank = 0;
+  int64_t stream = 0;
+  Ns start = 0, end = 0;
+  StrId name = 0;
+  Category category = Category::Other;
+  int64_t correlation = 0;  // CUPTI correlation id, 0 if unknown
+  int64_t external_id = 0;  // framework (Kineto "External id") correlation, 0 if unknown
+};
+
+struct Memcpy {
+  int32_t rank = 0;
+  int64_t stream = 0;
+  Ns start = 0, end = 0;
+  MemKind kind = MemKind::Unknown;
+  int64_t bytes = 0;
+  StrId name = 0;
+  int64_t correlation = 0;
+};
+
+// CPU-side activity: framework ops, CUDA runtime/driver calls, Python frames.
+struct ApiCall {
+  int32_t rank = 0;
+  int64_t tid = 0;
+  Ns start = 0, end = 0;
+  StrId name = 0;
+  ApiKind kind = ApiKind::Other;
+  int64_t correlation = 0;
+  int64_t external_id = 0;
+};
+
+// Annotation ranges (NVTX, PyTorch user annotations, ProfilerStep#N). `stream` is a thread id
+// for CPU ranges and a CUDA stream for GPU-side ranges (on_gpu).
+struct Range {
+  int32_t rank = 0;
+  int64_t stream = 0;
+  bool on_gpu = false;
+  Ns start = 0, end = 0;
+  StrId name = 0;
+  StrId domain = 0;
+  StrId payload = 0;  // free-form payload text (NVTX payload, JSON args), 0 if none
+};
+
+struct Step {
+  int32_t rank = 0;
+  int64_t step = 0;
+  Ns start = 0, end = 0;
+};
+
+// One collective (or point-to-point) operation as executed by one rank.
+struct Collective {
+  int32_t rank = 0;
+  StrId comm = 0;       // communicator identity shared by all its ranks (e.g. PG name)
+  int64_t seq = -1;     // per-communicator sequence number, -1 if the trace has none
+  CollOp op = CollOp::Unknown;
+  StrId dtype = 0;
+  int64_t in_count = -1, out_count = -1;  // elements, -1 if unknown
+  int64_t bytes = -1;   // nccl-tests "size": the larger of the in/out buffers, -1 if unknown
+  int32_t peer_or_root = -1;
+  int64_t stream = -1;  // -1: no GPU kernel was seen (times are CPU-side)
+  Ns start = 0, end = 0;
+  Ns enqueue = -1;      // host time of the launching call, -1 if unknown
+  StrId algo = 0, proto = 0;
+  int32_t channels = -1;
+  int32_t group_size = -1;
+  StrId name = 0;            // kernel name or CPU op name
+  int64_t kernel_ref = 0;    // correlation id of the kernel that carried it
+};
+
+struct RankInfo {
+  int32_t rank = 0;
+  int32_t world_size = -1;
+  std::string host;
+  int64_t pid = -1;
+  int32_t device = -1;
+  std::string device_name;
+  std::string backend;       // "nccl", "gloo", ...
+  std::string nccl_version;
+  std::string source;        // file the rank came from
+  Ns clock_offset = 0;
+  Ns offset_error = -1;
+};
+
+struct StreamInfo {
+  int32_t rank = 0;
+  int64_t stream = 0;
+  bool gpu = true;
+  std::string label;
+};
+
+struct Communicator {
+  std::string comm;      // identity (matches Collective::comm text)
+  int32_t nranks = -1;
+  std::string ranks;     // JSON array of global ranks, "" if unknown
+  std::string label;     // description, e.g. "default_pg"
+  std::string backend;
+};
+
+struct Diagnostic {
+  int32_t rank = -1;  // -1: the whole run
+  Severity severity = Severity::Info;
+  std::string code;   // stable machine-readable code, e.g. "kineto.unlinked_nccl_kernel"
+  int64_t count = 1;
+  std::string detail;
+};
+
+}  // namespace braid

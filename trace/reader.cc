@@ -1,0 +1,327 @@
+#include "trace/reader.h"
+
+#include <filesystem>
+
+#include "trace/error.h"
+#include "trace/schema.h"
+#include "trace/sqlite_util.h"
+
+namespace braid {
+namespace {
+
+constexpr const char* kKernelCols =
+    "rank, stream, start_ns, end_ns, name_id, category, correlation, external_id";
+constexpr const char* kMemcpyCols =
+    "rank, stream, start_ns, end_ns, kind, bytes, name_id, correlation";
+constexpr const char* kCollCols =
+    "rank, comm_id, seq, op, dtype_id, in_count, out_count, bytes, peer_or_root, stream,"
+    " start_ns, end_ns, enqueue_ns, algo_id, proto_id, channels, group_size, name_id, kernel_ref";
+
+Kernel kernel_of(const sql::Stmt& s) {
+  Kernel k;
+  k.rank = static_cast<int32_t>(s.i64(0));
+  k.stream = s.i64(1);
+  k.start = s.i64(2);
+  k.end = s.i64(3);
+  k.name = static_cast<StrId>(s.i64(4));
+  k.category = static_cast<Category>(s.i64(5));
+  k.correlation = s.i64(6);
+  k.external_id = s.i64(7);
+  return k;
+}
+
+MemKind mem_kind_of(const std::string& t) {
+  for (auto k : {MemKind::HtoD, MemKind::DtoH, MemKind::DtoD, MemKind::HtoH, MemKind::PtoP,
+                 MemKind::Memset})
+    if (to_string(k) == t) return k;
+  return MemKind::Unknown;
+}
+
+Memcpy memcpy_of(const sql::Stmt& s) {
+  Memcpy m;
+  m.rank = static_cast<int32_t>(s.i64(0));
+  m.stream = s.i64(1);
+  m.start = s.i64(2);
+  m.end = s.i64(3);
+  m.kind = mem_kind_of(s.text(4));
+  m.bytes = s.i64(5);
+  m.name = static_cast<StrId>(s.i64(6));
+  m.correlation = s.i64(7);
+  return m;
+}
+
+Collective coll_of(const sql::Stmt& s) {
+  Collective c;
+  c.rank = static_cast<int32_t>(s.i64(0));
+  c.comm = static_cast<StrId>(s.i64(1));
+  c.seq = s.i64(2);
+  c.op = coll_op_from_string(s.text(3)).value_or(CollOp::Unknown);
+  c.dtype = static_cast<StrId>(s.i64(4));
+  c.in_count = s.i64(5);
+  c.out_count = s.i64(6);
+  c.bytes = s.i64(7);
+  c.peer_or_root = static_cast<int32_t>(s.i64(8));
+  c.stream = s.i64(9);
+  c.start = s.i64(10);
+  c.end = s.i64(11);
+  c.enqueue = s.i64(12);
+  c.algo = static_cast<StrId>(s.i64(13));
+  c.proto = static_cast<StrId>(s.i64(14));
+  c.channels = static_cast<int32_t>(s.i64(15));
+  c.group_size = static_cast<int32_t>(s.i64(16));
+  c.name = static_cast<StrId>(s.i64(17));
+  c.kernel_ref = s.i64(18);
+  return c;
+}
+
+}  // namespace
+
+TraceReader::TraceReader(const std::string& path) : path_(path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw Error(ErrorCode::NotFound, path + ": no such file");
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(ErrorCode::BadFormat, path + ": is a directory, not a .braid file");
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw Error(ErrorCode::Io, path + ": cannot open: " + msg);
+  }
+  try {
+    auto v = schema::check(db_, path);
+    if (v.major < schema::kMajor)
+      throw Error(ErrorCode::Unsupported,
+                  path + ": schema version " + std::to_string(v.major) +
+                      " is older than this braid's; run `braid import --append` on it to migrate");
+  } catch (...) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw;
+  }
+}
+
+TraceReader::~TraceReader() {
+  if (db_) sqlite3_close(db_);
+}
+
+std::vector<RunRow> TraceReader::runs() const {
+  std::vector<RunRow> out;
+  sql::Stmt s(db_, "SELECT run_id, kind, schedule_id, backend, source, label, created_at"
+                   " FROM runs ORDER BY run_id");
+  while (s.step()) {
+    RunRow r;
+    r.run_id = s.i64(0);
+    r.kind = run_kind_from_string(s.text(1)).value_or(RunKind::Imported);
+    r.schedule_id = s.is_null(2) ? -1 : s.i64(2);
+    r.backend = s.text(3);
+    r.source = s.text(4);
+    r.label = s.text(5);
+    r.created_at = s.text(6);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<RankInfo> TraceReader::ranks(int64_t run) const {
+  std::vector<RankInfo> out;
+  sql::Stmt s(db_, "SELECT rank, world_size, host, pid, device, device_name, backend,"
+                   " nccl_version, source, clock_offset_ns, offset_error_ns FROM ranks"
+                   " WHERE run_id=? ORDER BY rank");
+  s.bind(1, run);
+  while (s.step()) {
+    RankInfo r;
+    r.rank = static_cast<int32_t>(s.i64(0));
+    r.world_size = s.is_null(1) ? -1 : static_cast<int32_t>(s.i64(1));
+    r.host = s.text(2);
+    r.pid = s.is_null(3) ? -1 : s.i64(3);
+    r.device = s.is_null(4) ? -1 : static_cast<int32_t>(s.i64(4));
+    r.device_name = s.text(5);
+    r.backend = s.text(6);
+    r.nccl_version = s.text(7);
+    r.source = s.text(8);
+    r.clock_offset = s.i64(9);
+    r.offset_error = s.is_null(10) ? -1 : s.i64(10);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<StreamInfo> TraceReader::streams(int64_t run) const {
+  std::vector<StreamInfo> out;
+  sql::Stmt s(db_, "SELECT rank, stream, gpu, label FROM streams WHERE run_id=?"
+                   " ORDER BY rank, gpu DESC, stream");
+  s.bind(1, run);
+  while (s.step())
+    out.push_back({static_cast<int32_t>(s.i64(0)), s.i64(1), s.i64(2) != 0, s.text(3)});
+  return out;
+}
+
+std::vector<Communicator> TraceReader::communicators(int64_t run) const {
+  std::vector<Communicator> out;
+  sql::Stmt s(db_, "SELECT comm, nranks, ranks, label, backend FROM communicators"
+                   " WHERE run_id=? ORDER BY comm");
+  s.bind(1, run);
+  while (s.step())
+    out.push_back({s.text(0), s.is_null(1) ? -1 : static_cast<int32_t>(s.i64(1)), s.text(2),
+                   s.text(3), s.text(4)});
+  return out;
+}
+
+std::vector<Diagnostic> TraceReader::diagnostics(int64_t run) const {
+  std::vector<Diagnostic> out;
+  sql::Stmt s(db_, "SELECT rank, severity, code, count, detail FROM diagnostics WHERE run_id=?"
+                   " ORDER BY severity DESC, code, rank");
+  s.bind(1, run);
+  while (s.step()) {
+    Diagnostic d;
+    d.rank = static_cast<int32_t>(s.i64(0));
+    std::string sev = s.text(1);
+    d.severity = sev == "error" ? Severity::Error
+                 : sev == "warning" ? Severity::Warning
+                                    : Severity::Info;
+    d.code = s.text(2);
+    d.count = s.i64(3);
+    d.detail = s.text(4);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::vector<Step> TraceReader::steps(int64_t run) const {
+  std::vector<Step> out;
+  sql::Stmt s(db_, "SELECT rank, step, start_ns, end_ns FROM steps WHERE run_id=?"
+                   " ORDER BY rank, step");
+  s.bind(1, run);
+  while (s.step()) out.push_back({static_cast<int32_t>(s.i64(0)), s.i64(1), s.i64(2), s.i64(3)});
+  return out;
+}
+
+std::string TraceReader::meta(const std::string& key) const {
+  sql::Stmt s(db_, "SELECT value FROM meta WHERE key=?");
+  s.bind(1, key);
+  return s.step() ? s.text(0) : std::string();
+}
+
+const std::string& TraceReader::str(StrId id) const {
+  if (!strings_loaded_) {
+    sql::Stmt s(db_, "SELECT id, text FROM strings");
+    while (s.step()) {
+      auto i = static_cast<size_t>(s.i64(0));
+      if (i >= strings_.size()) strings_.resize(i + 1);
+      strings_[i] = s.text(1);
+    }
+    strings_loaded_ = true;
+  }
+  static const std::string kEmpty;
+  return id < strings_.size() ? strings_[id] : kEmpty;
+}
+
+Ns TraceReader::max_duration(const char* table, int64_t run) const {
+  std::string key = std::string(table) + "#" + std::to_string(run);
+  auto it = max_dur_.find(key);
+  if (it != max_dur_.end()) return it->second;
+  sql::Stmt s(db_, std::string("SELECT COALESCE(MAX(end_ns - start_ns), 0) FROM ") + table +
+                       " WHERE run_id=?");
+  s.bind(1, run);
+  Ns d = s.step() ? s.i64(0) : 0;
+  max_dur_[key] = d;
+  return d;
+}
+
+// An event overlaps [t0, t1) when start < t1 and end > t0. The index is on start, so the scan
+// starts at t0 - (longest event of the table): nothing that starts earlier can reach t0.
+#define BRAID_WINDOW_QUERY(TABLE, COLS, CONV, FN)                                              \
+  sql::Stmt s(db_, std::string("SELECT ") + COLS + " FROM " TABLE                              \
+                       " WHERE run_id=? AND rank=? AND stream=? AND start_ns>=? AND start_ns<?" \
+                       " AND end_ns>? ORDER BY start_ns");                                     \
+  s.bind(1, run);                                                                              \
+  s.bind(2, rank);                                                                             \
+  s.bind(3, stream);                                                                           \
+  s.bind(4, t0 - max_duration(TABLE, run));                                                    \
+  s.bind(5, t1);                                                                               \
+  s.bind(6, t0);                                                                               \
+  while (s.step())                                                                             \
+    if (!FN(CONV(s))) break;
+
+void TraceReader::kernels(int64_t run, const Fn<Kernel>& fn) const {
+  sql::Stmt s(db_, std::string("SELECT ") + kKernelCols +
+                       " FROM kernels WHERE run_id=? ORDER BY rank, stream, start_ns");
+  s.bind(1, run);
+  while (s.step())
+    if (!fn(kernel_of(s))) break;
+}
+
+void TraceReader::kernels(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
+                          const Fn<Kernel>& fn) const {
+  BRAID_WINDOW_QUERY("kernels", kKernelCols, kernel_of, fn)
+}
+
+void TraceReader::memcpys(int64_t run, const Fn<Memcpy>& fn) const {
+  sql::Stmt s(db_, std::string("SELECT ") + kMemcpyCols +
+                       " FROM memcpys WHERE run_id=? ORDER BY rank, stream, start_ns");
+  s.bind(1, run);
+  while (s.step())
+    if (!fn(memcpy_of(s))) break;
+}
+
+void TraceReader::memcpys(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
+                          const Fn<Memcpy>& fn) const {
+  BRAID_WINDOW_QUERY("memcpys", kMemcpyCols, memcpy_of, fn)
+}
+
+void TraceReader::api_calls(int64_t run, const Fn<ApiCall>& fn) const {
+  sql::Stmt s(db_, "SELECT rank, tid, start_ns, end_ns, name_id, kind, correlation, external_id"
+                   " FROM api_calls WHERE run_id=? ORDER BY rank, tid, start_ns");
+  s.bind(1, run);
+  while (s.step()) {
+    ApiCall a;
+    a.rank = static_cast<int32_t>(s.i64(0));
+    a.tid = s.i64(1);
+    a.start = s.i64(2);
+    a.end = s.i64(3);
+    a.name = static_cast<StrId>(s.i64(4));
+    std::string k = s.text(5);
+    a.kind = k == "cpu_op"    ? ApiKind::CpuOp
+             : k == "runtime" ? ApiKind::Runtime
+             : k == "driver"  ? ApiKind::Driver
+             : k == "python"  ? ApiKind::Python
+                              : ApiKind::Other;
+    a.correlation = s.i64(6);
+    a.external_id = s.i64(7);
+    if (!fn(a)) break;
+  }
+}
+
+void TraceReader::ranges(int64_t run, const Fn<Range>& fn) const {
+  sql::Stmt s(db_, "SELECT rank, stream, on_gpu, start_ns, end_ns, name_id, domain_id,"
+                   " payload_id FROM nvtx_ranges WHERE run_id=? ORDER BY rank, stream, start_ns");
+  s.bind(1, run);
+  while (s.step()) {
+    Range r;
+    r.rank = static_cast<int32_t>(s.i64(0));
+    r.stream = s.i64(1);
+    r.on_gpu = s.i64(2) != 0;
+    r.start = s.i64(3);
+    r.end = s.i64(4);
+    r.name = static_cast<StrId>(s.i64(5));
+    r.domain = static_cast<StrId>(s.i64(6));
+    r.payload = static_cast<StrId>(s.i64(7));
+    if (!fn(r)) break;
+  }
+}
+
+void TraceReader::collectives(int64_t run, const Fn<Collective>& fn) const {
+  sql::Stmt s(db_, std::string("SELECT ") + kCollCols +
+                       " FROM collectives WHERE run_id=? ORDER BY rank, start_ns");
+  s.bind(1, run);
+  while (s.step())
+    if (!fn(coll_of(s))) break;
+}
+
+void TraceReader::collectives(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
+                              const Fn<Collective>& fn) const {
+  BRAID_WINDOW_QUERY("collectives", kCollCols, coll_of, fn)
+}
+
+}  // namespace braid

@@ -1,0 +1,29 @@
+// The `.braid` SQLite schema: DDL, version, and the checks a reader makes before trusting a file.
+// docs/schema.md is the reference for users; keep the two in step.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <string>
+
+namespace braid::schema {
+
+inline constexpr int kMajor = 1;  // a reader refuses files of a newer major version
+inline constexpr int kMinor = 0;  // newer minor versions only add tables/columns a reader ignores
+
+// Creates every table of the current version in an empty database (no indexes: see below).
+void create_tables(sqlite3* db);
+// Indexes for time-window queries; created after a bulk load, which is faster than maintaining
+// them row by row. Idempotent.
+void create_indexes(sqlite3* db);
+
+struct Version {
+  int major = 0, minor = 0;
+};
+// Reads meta.schema_version. Throws braid::Error naming `path` when the file is not SQLite, is
+// not a .braid store, or has a newer major version.
+Version check(sqlite3* db, const std::string& path);
+// Brings a file of an older version up to the current one, in place (inside a transaction).
+void migrate(sqlite3* db, const std::string& path);
+
+}  // namespace braid::schema

@@ -1,0 +1,64 @@
+// Small RAII helpers over the SQLite C API, with errors turned into braid::Error.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "trace/error.h"
+
+namespace braid::sql {
+
+[[noreturn]] void fail(sqlite3* db, std::string_view what);
+void exec(sqlite3* db, const char* sql);
+
+class Stmt {
+ public:
+  Stmt() = default;
+  Stmt(sqlite3* db, std::string_view sql);
+  Stmt(Stmt&& o) noexcept : db_(o.db_), s_(o.s_) { o.s_ = nullptr; }
+  Stmt& operator=(Stmt&& o) noexcept;
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  ~Stmt();
+
+  sqlite3_stmt* get() const { return s_; }
+  explicit operator bool() const { return s_ != nullptr; }
+  // Binding is 1-based as in SQLite.
+  void bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
+  void bind(int i, int v) { sqlite3_bind_int64(s_, i, v); }
+  void bind(int i, double v) { sqlite3_bind_double(s_, i, v); }
+  void bind(int i, std::string_view v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void bind_null(int i) { sqlite3_bind_null(s_, i); }
+  // Returns true while a row is available.
+  bool step();
+  void run() {
+    step();
+    reset();
+  }
+  void reset() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+  int64_t i64(int col) const { return sqlite3_column_int64(s_, col); }
+  double f64(int col) const { return sqlite3_column_double(s_, col); }
+  bool is_null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
+  std::string text(int col) const {
+    auto p = sqlite3_column_text(s_, col);
+    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(s_, col))
+             : std::string();
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+  sqlite3_stmt* s_ = nullptr;
+};
+
+// One query returning a single integer (or `fallback` when there is no row).
+int64_t scalar(sqlite3* db, std::string_view sql, int64_t fallback = 0);
+
+}  // namespace braid::sql
