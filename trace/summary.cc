@@ -1,1 +1,249 @@
-#include "trace/model.h"
+#include "trace/summary.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "trace/sqlite_util.h"
+
+namespace braid {
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+std::string format_ns(Ns ns) {
+  char buf[64];
+  double v = static_cast<double>(ns);
+  if (ns < 0) v = -v;
+  const char* sign = ns < 0 ? "-" : "";
+  if (v < 1e3) std::snprintf(buf, sizeof buf, "%s%.0f ns", sign, v);
+  else if (v < 1e6) std::snprintf(buf, sizeof buf, "%s%.3f us", sign, v / 1e3);
+  else if (v < 1e9) std::snprintf(buf, sizeof buf, "%s%.3f ms", sign, v / 1e6);
+  else std::snprintf(buf, sizeof buf, "%s%.3f s", sign, v / 1e9);
+  return buf;
+}
+
+std::string format_bytes(int64_t b) {
+  char buf[64];
+  double v = static_cast<double>(b);
+  if (b < 1024) std::snprintf(buf, sizeof buf, "%" PRId64 " B", b);
+  else if (v < 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", v / 1024);
+  else if (v < 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", v / 1048576);
+  else std::snprintf(buf, sizeof buf, "%.2f GiB", v / 1073741824.0);
+  return buf;
+}
+
+std::vector<RunSummary> summarize(const TraceReader& reader) {
+  sqlite3* db = reader.db();
+  std::vector<RunSummary> out;
+  for (const auto& run : reader.runs()) {
+    RunSummary s;
+    s.run = run;
+    s.ranks = reader.ranks(run.run_id);
+    auto count = [&](const char* sql) {
+      sql::Stmt q(db, sql);
+      q.bind(1, run.run_id);
+      return q.step() ? q.i64(0) : 0;
+    };
+    s.gpu_streams = count("SELECT COUNT(*) FROM streams WHERE run_id=? AND gpu=1");
+    s.cpu_threads = count("SELECT COUNT(*) FROM streams WHERE run_id=? AND gpu=0");
+    s.kernels = count("SELECT COUNT(*) FROM kernels WHERE run_id=?");
+    s.memcpys = count("SELECT COUNT(*) FROM memcpys WHERE run_id=? AND kind<>'memset'");
+    s.memsets = count("SELECT COUNT(*) FROM memcpys WHERE run_id=? AND kind='memset'");
+    s.api_calls = count("SELECT COUNT(*) FROM api_calls WHERE run_id=?");
+    s.ranges = count("SELECT COUNT(*) FROM nvtx_ranges WHERE run_id=?");
+    s.steps = count("SELECT COUNT(*) FROM steps WHERE run_id=?");
+    s.collectives = count("SELECT COUNT(*) FROM collectives WHERE run_id=?");
+    s.communicators = count("SELECT COUNT(*) FROM communicators WHERE run_id=?");
+
+    // Time span on the job axis: per rank min/max over the event tables, shifted by the offset.
+    {
+      sql::Stmt q(db,
+                  "SELECT MIN(t0 + COALESCE(r.clock_offset_ns, 0)), MAX(t1 + COALESCE(r.clock_offset_ns, 0))"
+                  " FROM (SELECT rank, MIN(start_ns) t0, MAX(end_ns) t1 FROM kernels WHERE run_id=?1 GROUP BY rank"
+                  " UNION ALL SELECT rank, MIN(start_ns), MAX(end_ns) FROM memcpys WHERE run_id=?1 GROUP BY rank"
+                  " UNION ALL SELECT rank, MIN(start_ns), MAX(end_ns) FROM api_calls WHERE run_id=?1 GROUP BY rank"
+                  " UNION ALL SELECT rank, MIN(start_ns), MAX(end_ns) FROM nvtx_ranges WHERE run_id=?1 GROUP BY rank"
+                  " UNION ALL SELECT rank, MIN(start_ns), MAX(end_ns) FROM collectives WHERE run_id=?1 GROUP BY rank) e"
+                  " LEFT JOIN ranks r ON r.run_id=?1 AND r.rank=e.rank");
+      q.bind(1, run.run_id);
+      if (q.step() && !q.is_null(0)) {
+        s.start = q.i64(0);
+        s.end = q.i64(1);
+      }
+    }
+    {
+      sql::Stmt q(db, "SELECT c.name, COUNT(*), SUM(k.end_ns - k.start_ns) FROM kernels k"
+                      " JOIN categories c ON c.id = k.category WHERE k.run_id=? GROUP BY c.name");
+      q.bind(1, run.run_id);
+      while (q.step()) {
+        s.kernels_by_category[q.text(0)] = q.i64(1);
+        s.kernel_time_by_category[q.text(0)] = q.i64(2);
+      }
+    }
+    {
+      sql::Stmt q(db, "SELECT op, COUNT(*), SUM(CASE WHEN bytes >= 0 THEN bytes ELSE 0 END),"
+                      " SUM(bytes >= 0), SUM(end_ns - start_ns) FROM collectives WHERE run_id=?"
+                      " GROUP BY op");
+      q.bind(1, run.run_id);
+      while (q.step()) {
+        CollectiveTotals t;
+        t.count = q.i64(1);
+        t.bytes = q.i64(2);
+        t.sized = q.i64(3);
+        t.time_ns = q.i64(4);
+        s.collectives_by_op[q.text(0)] = t;
+      }
+    }
+    s.diagnostics = reader.diagnostics(run.run_id);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::string summary_json(const std::string& path, const std::vector<RunSummary>& runs) {
+  std::string j = "{\"file\":\"" + json_escape(path) + "\",\"runs\":[";
+  bool first_run = true;
+  for (const auto& s : runs) {
+    if (!first_run) j += ',';
+    first_run = false;
+    auto kv = [&](const char* k, int64_t v) {
+      j += ",\"";
+      j += k;
+      j += "\":" + std::to_string(v);
+    };
+    j += "{\"run_id\":" + std::to_string(s.run.run_id);
+    j += ",\"kind\":\"" + std::string(to_string(s.run.kind)) + "\"";
+    j += ",\"backend\":\"" + json_escape(s.run.backend) + "\"";
+    j += ",\"source\":\"" + json_escape(s.run.source) + "\"";
+    j += ",\"ranks\":[";
+    for (size_t i = 0; i < s.ranks.size(); ++i) {
+      const auto& r = s.ranks[i];
+      if (i) j += ',';
+      j += "{\"rank\":" + std::to_string(r.rank) + ",\"world_size\":" + std::to_string(r.world_size) +
+           ",\"device\":" + std::to_string(r.device) + ",\"device_name\":\"" +
+           json_escape(r.device_name) + "\",\"backend\":\"" + json_escape(r.backend) +
+           "\",\"nccl_version\":\"" + json_escape(r.nccl_version) + "\",\"clock_offset_ns\":" +
+           std::to_string(r.clock_offset) + ",\"source\":\"" + json_escape(r.source) + "\"}";
+    }
+    j += "]";
+    kv("gpu_streams", s.gpu_streams);
+    kv("cpu_threads", s.cpu_threads);
+    kv("start_ns", s.start);
+    kv("end_ns", s.end);
+    kv("duration_ns", s.end - s.start);
+    j += ",\"counts\":{\"kernels\":" + std::to_string(s.kernels) +
+         ",\"memcpys\":" + std::to_string(s.memcpys) + ",\"memsets\":" + std::to_string(s.memsets) +
+         ",\"api_calls\":" + std::to_string(s.api_calls) + ",\"ranges\":" + std::to_string(s.ranges) +
+         ",\"steps\":" + std::to_string(s.steps) + ",\"collectives\":" + std::to_string(s.collectives) +
+         ",\"communicators\":" + std::to_string(s.communicators) + "}";
+    j += ",\"kernels_by_category\":{";
+    bool f = true;
+    for (const auto& [cat, n] : s.kernels_by_category) {
+      j += (f ? "\"" : ",\"") + json_escape(cat) + "\":{\"count\":" + std::to_string(n) +
+           ",\"time_ns\":" + std::to_string(s.kernel_time_by_category.at(cat)) + "}";
+      f = false;
+    }
+    j += "},\"collectives_by_op\":{";
+    f = true;
+    for (const auto& [op, t] : s.collectives_by_op) {
+      j += (f ? "\"" : ",\"") + json_escape(op) + "\":{\"count\":" + std::to_string(t.count) +
+           ",\"bytes\":" + std::to_string(t.bytes) + ",\"sized\":" + std::to_string(t.sized) +
+           ",\"time_ns\":" + std::to_string(t.time_ns) + "}";
+      f = false;
+    }
+    j += "},\"diagnostics\":[";
+    for (size_t i = 0; i < s.diagnostics.size(); ++i) {
+      const auto& d = s.diagnostics[i];
+      if (i) j += ',';
+      j += "{\"rank\":" + std::to_string(d.rank) + ",\"severity\":\"" +
+           std::string(to_string(d.severity)) + "\",\"code\":\"" + json_escape(d.code) +
+           "\",\"count\":" + std::to_string(d.count) + ",\"detail\":\"" + json_escape(d.detail) +
+           "\"}";
+    }
+    j += "]}";
+  }
+  j += "]}\n";
+  return j;
+}
+
+std::string summary_text(const std::string& path, const std::vector<RunSummary>& runs) {
+  std::string o = path + ": " + std::to_string(runs.size()) + (runs.size() == 1 ? " run\n" : " runs\n");
+  char buf[512];
+  for (const auto& s : runs) {
+    std::snprintf(buf, sizeof buf, "\nrun %" PRId64 " (%s, %s)  %s\n", s.run.run_id,
+                  std::string(to_string(s.run.kind)).c_str(), s.run.backend.c_str(),
+                  s.run.source.c_str());
+    o += buf;
+    o += "  ranks:    " + std::to_string(s.ranks.size());
+    if (!s.ranks.empty() && s.ranks[0].world_size > 0)
+      o += " of world size " + std::to_string(s.ranks[0].world_size);
+    o += "\n";
+    for (const auto& r : s.ranks) {
+      std::snprintf(buf, sizeof buf, "    rank %d  device %d %s  %s%s\n", r.rank, r.device,
+                    r.device_name.c_str(), r.backend.c_str(),
+                    r.nccl_version.empty() ? "" : (" NCCL " + r.nccl_version).c_str());
+      o += buf;
+    }
+    o += "  streams:  " + std::to_string(s.gpu_streams) + " GPU, " + std::to_string(s.cpu_threads) +
+         " CPU threads\n";
+    o += "  span:     " + format_ns(s.end - s.start) + "\n";
+    std::snprintf(buf, sizeof buf,
+                  "  events:   %" PRId64 " kernels, %" PRId64 " memcpy, %" PRId64 " memset, %" PRId64
+                  " CPU/API, %" PRId64 " ranges, %" PRId64 " steps\n",
+                  s.kernels, s.memcpys, s.memsets, s.api_calls, s.ranges, s.steps);
+    o += buf;
+    if (!s.kernels_by_category.empty()) {
+      o += "  kernels by category:\n";
+      for (const auto& [cat, n] : s.kernels_by_category) {
+        std::snprintf(buf, sizeof buf, "    %-20s %10" PRId64 "  %s\n", cat.c_str(), n,
+                      format_ns(s.kernel_time_by_category.at(cat)).c_str());
+        o += buf;
+      }
+    }
+    o += "  collectives: " + std::to_string(s.collectives) + " on " +
+         std::to_string(s.communicators) + " communicators\n";
+    if (!s.collectives_by_op.empty()) {
+      std::snprintf(buf, sizeof buf, "    %-16s %8s %14s %14s\n", "op", "count", "bytes", "time");
+      o += buf;
+      for (const auto& [op, t] : s.collectives_by_op) {
+        std::string bytes = t.sized ? format_bytes(t.bytes) : "?";
+        if (t.sized && t.sized < t.count) bytes += " (" + std::to_string(t.sized) + " sized)";
+        std::snprintf(buf, sizeof buf, "    %-16s %8" PRId64 " %14s %14s\n", op.c_str(), t.count,
+                      bytes.c_str(), format_ns(t.time_ns).c_str());
+        o += buf;
+      }
+    }
+    if (!s.diagnostics.empty()) {
+      o += "  diagnostics:\n";
+      for (const auto& d : s.diagnostics) {
+        std::snprintf(buf, sizeof buf, "    %-7s %-36s %8" PRId64 "  %s\n",
+                      std::string(to_string(d.severity)).c_str(), d.code.c_str(), d.count,
+                      d.detail.c_str());
+        o += buf;
+      }
+    }
+  }
+  return o;
+}
+
+}  // namespace braid

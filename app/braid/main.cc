@@ -1,1 +1,37 @@
-int main() { return 0; }
+// `braid`: the command-line front end. One file per verb (cmd_*.cc); this file only dispatches
+// and turns errors into one line on stderr and a non-zero exit status.
+#include <cstdio>
+#include <exception>
+
+#include "app/braid/cli.h"
+#include "trace/error.h"
+#include "trace/writer.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "braid: profiler and schedule explorer for multi-GPU training jobs.\n"
+      "Imports traces (PyTorch/Kineto JSON, Nsight Systems SQLite, Chakra ET) into a .braid file,\n"
+      "reports on them and exports them for Perfetto."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "braid 0.1.0");
+  braid::cli::Action run;
+  braid::cli::register_import(app, run);
+  braid::cli::register_info(app, run);
+  braid::cli::register_export(app, run);
+  braid::cli::register_demo(app, run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);  // prints help or the usage error; 0 for --help, non-zero otherwise
+  }
+  braid::install_temp_cleanup_on_signal();
+  try {
+    return run ? run() : 0;
+  } catch (const braid::Error& e) {
+    std::fprintf(stderr, "braid: error: %s\n", e.what());
+    return e.code() == braid::ErrorCode::Usage ? 2 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "braid: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -62,6 +62,14 @@ TraceFormat detect_format(const std::string& path) {
                      "SQLite export, or a Chakra execution trace)");
 }
 
+void ImportContext::claim_rank(int32_t rank, const std::string& file) {
+  for (auto& [r, f] : claimed)
+    if (r == rank)
+      throw Error(ErrorCode::Usage, file + ": rank " + std::to_string(rank) + " was already imported from " + f +
+                                        "; give each file its rank with --rank");
+  claimed.emplace_back(rank, file);
+}
+
 int64_t import_traces(TraceWriter& writer, const std::vector<std::string>& files,
                       TraceFormat format, const ImportOptions& options, ImportStats& stats) {
   if (files.empty()) throw Error(ErrorCode::Usage, "no input files");

@@ -38,6 +38,9 @@ struct ImportContext {
   int64_t run;
   const ImportOptions& options;
   ImportStats& stats;
+  // Each rank comes from one file only; a second file claiming it is refused.
+  std::vector<std::pair<int32_t, std::string>> claimed;
+  void claim_rank(int32_t rank, const std::string& file);
   // Rank for the file at `index` when the file does not say.
   int32_t default_rank(size_t index) const {
     return index < options.ranks.size() ? options.ranks[index] : static_cast<int32_t>(index);

@@ -1,7 +1,1015 @@
+// PyTorch profiler (Kineto) Chrome-trace JSON importer.
+//
+// The file is streamed: a small structural scanner walks the top-level object; every value but
+// `traceEvents` is captured whole (they are small) and parsed with simdjson's DOM, while the
+// event array is cut into batches of complete events that simdjson's On-Demand API parses in
+// place. Nothing is kept per event for the whole trace except what linking NCCL kernels to their
+// CPU-side ops needs: one (correlation, thread, time) triple per launch call, and the few
+// communication ops.
+//
+// Timestamps: Chrome-trace `ts`/`dur` are microseconds whatever `displayTimeUnit` says (it only
+// sets the viewer's display unit); Kineto writes them with up to 3 decimals (ns) relative to
+// `baseTimeNanoseconds` when present. They are parsed from their decimal text, never through a
+// double, so they land as exact int64 nanoseconds.
+#include <simdjson.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "trace/categories.h"
 #include "trace/error.h"
 #include "trace/import/importer.h"
+#include "trace/import/input.h"
+#include "trace/sqlite_util.h"
+
 namespace braid {
-void import_kineto(ImportContext&, const std::string& file, size_t) {
-  throw Error(ErrorCode::Unsupported, file + ": kineto import is not built yet");
+namespace {
+
+namespace od = simdjson::ondemand;
+
+constexpr size_t kReadChunk = 8 << 20;    // bytes read from the file per refill
+constexpr size_t kBatchBytes = 4 << 20;   // events handed to simdjson per batch
+
+// ---------------------------------------------------------------------------------------------
+// Exact decimal microseconds -> nanoseconds.
+
+// Parses a JSON number given in µs ("1712195495519689.047", "30669.0", "12", "1.5e3") into ns.
+// Digits past the third decimal are rounded half-up. Returns false on anything that is not a
+// number.
+bool us_text_to_ns(std::string_view t, int64_t& out) {
+  while (!t.empty() && (t.back() == ' ' || t.back() == '\n' || t.back() == '\r' ||
+                        t.back() == '\t' || t.back() == ',' || t.back() == '}'))
+    t.remove_suffix(1);
+  if (t.size() >= 2 && t.front() == '"' && t.back() == '"') t = t.substr(1, t.size() - 2);
+  if (t.empty()) return false;
+  bool neg = false;
+  size_t i = 0;
+  if (t[0] == '-') {
+    neg = true;
+    i = 1;
+  }
+  if (t.find_first_of("eE") != std::string_view::npos) {
+    // Rare exponent form: go through long double, which is exact enough for these magnitudes.
+    std::string s(t);
+    char* end = nullptr;
+    long double v = std::strtold(s.c_str(), &end);
+    if (end == s.c_str()) return false;
+    out = static_cast<int64_t>(v * 1000.0L + (v < 0 ? -0.5L : 0.5L));
+    return true;
+  }
+  int64_t whole = 0;
+  size_t start = i;
+  for (; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i) {
+    if (whole > (INT64_MAX - 9) / 10 / 1000) return false;
+    whole = whole * 10 + (t[i] - '0');
+  }
+  if (i == start) return false;
+  int64_t frac = 0;
+  if (i < t.size() && t[i] == '.') {
+    ++i;
+    int digits = 0;
+    for (; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i, ++digits) {
+      if (digits < 3) frac = frac * 10 + (t[i] - '0');
+      else if (digits == 3 && t[i] >= '5') frac += 1;  // round half-up on the 4th decimal
+    }
+    for (int k = std::min(digits, 3); k < 3; ++k) frac *= 10;
+  }
+  if (i != t.size()) return false;
+  out = whole * 1000 + frac;
+  if (neg) out = -out;
+  return true;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Structural scanning of the top level.
+
+// Table of bytes the value scanner must look at; everything else is skipped in a tight loop.
+struct ScanTable {
+  bool special[256] = {};
+  constexpr ScanTable() {
+    special[static_cast<unsigned char>('"')] = true;
+    special[static_cast<unsigned char>('{')] = true;
+    special[static_cast<unsigned char>('}')] = true;
+    special[static_cast<unsigned char>('[')] = true;
+    special[static_cast<unsigned char>(']')] = true;
+    special[static_cast<unsigned char>(',')] = true;
+  }
+};
+constexpr ScanTable kScan;
+
+inline bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+// A refillable window over the (decompressed) input.
+class Source {
+ public:
+  explicit Source(InputFile& in) : in_(in) { buf_.reserve(2 * kReadChunk + 64); }
+
+  // Ensures at least `need` bytes are available from pos (fewer only at end of input), keeping
+  // everything from `keep` (an offset <= pos) in the buffer. Returns the shift applied to
+  // offsets (old offset - shift = new offset).
+  size_t ensure(size_t pos, size_t need, size_t keep) {
+    size_t shift = 0;
+    while (buf_.size() - pos < need && !eof_) {
+      if (keep > 0) {
+        buf_.erase(0, keep);
+        pos -= keep;
+        shift += keep;
+        keep = 0;
+      }
+      size_t old = buf_.size();
+      size_t want = std::max(kReadChunk, need);
+      buf_.resize(old + want);
+      size_t got = in_.read(buf_.data() + old, want);
+      buf_.resize(old + got);
+      bytes_ += got;
+      if (got == 0) eof_ = true;
+    }
+    return shift;
+  }
+  const char* data() const { return buf_.data(); }
+  size_t size() const { return buf_.size(); }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  InputFile& in_;
+  std::string buf_;
+  bool eof_ = false;
+  uint64_t bytes_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The per-file importer.
+
+struct CommOp {  // a CPU-side communication op (record_param_comms, nccl:*, c10d::*)
+  int64_t tid = 0;
+  Ns start = 0, end = 0;
+  int64_t external_id = 0;
+  bool is_record_param = false;
+  CollOp op = CollOp::Unknown;
+  StrId name = 0;
+  // Metadata (record_param_comms and new-style kernels).
+  bool has_meta = false;
+  std::string dtype, pg_name, pg_desc, pg_ranks;
+  int64_t in_nelems = -1, out_nelems = -1, group_size = -1, seq = -1, root = -1;
+  bool used = false;
+};
+
+struct PendingKernel {
+  Collective coll;
+  int64_t correlation = 0, external_id = 0;
+  CollOp name_op = CollOp::Unknown;
+  std::string name_dtype;
+  CommOp meta;  // metadata carried by the kernel itself (has_meta)
+};
+
+struct Launch {
+  int64_t correlation;
+  int64_t tid;
+  Ns ts;
+};
+
+class KinetoFile {
+ public:
+  KinetoFile(ImportContext& ctx, const std::string& path, size_t index)
+      : ctx_(ctx), w_(ctx.writer), run_(ctx.run), path_(path), index_(index) {
+    rank_ = ctx.default_rank(index);
+  }
+
+  void run();
+
+ private:
+  // Top level.
+  void parse_top_level(Source& src);
+  std::string capture_value(Source& src, size_t& pos);
+  void handle_top_value(std::string_view key, std::string& text);
+  void stream_events(Source& src, size_t& pos);
+  void process_batch(const char* p, size_t n);
+  void handle_event(od::object obj);
+  void finish();
+
+  [[noreturn]] void bad(const std::string& what) {
+    throw Error(ErrorCode::BadFormat, path_ + ": " + what);
+  }
+  Ns t(int64_t ns_rel) const { return base_ns_ + ns_rel; }
+  void note(Severity s, const std::string& code, int64_t n = 1, const std::string& detail = "") {
+    Diagnostic d;
+    d.rank = -1;  // rank is fixed up in finish()
+    d.severity = s;
+    d.code = code;
+    d.count = n;
+    d.detail = detail;
+    diags_.push_back(std::move(d));
+  }
+  void on_first_event() {
+    if (events_started_) return;
+    events_started_ = true;
+    base_known_at_events_ = base_ns_;
+    if (!dist_seen_) {
+      // The rank is not known yet: write rows under a provisional rank; finish() renames them.
+      provisional_ = true;
+      rank_ = -1000000 - static_cast<int32_t>(index_);
+    }
+  }
+
+  ImportContext& ctx_;
+  TraceWriter& w_;
+  int64_t run_;
+  std::string path_;
+  size_t index_;
+  int32_t rank_;
+  bool provisional_ = false;
+  bool dist_seen_ = false;
+  bool events_started_ = false;
+  Ns base_ns_ = 0, base_known_at_events_ = 0;
+  int64_t events_ = 0;
+  int64_t stored_ = 0;
+
+  RankInfo info_;
+  int32_t dist_rank_ = -1;
+  std::map<int64_t, std::string> device_names_;
+  std::vector<Communicator> comms_;
+  std::vector<Diagnostic> diags_;
+  std::vector<Step> steps_;
+  std::map<std::pair<int64_t, bool>, std::string> streams_;  // (id, gpu) -> label
+  std::map<std::pair<int64_t, int64_t>, std::string> thread_names_;  // (pid, tid) -> name
+  std::map<int64_t, bool> gpu_pids_;                                  // pid -> is a GPU process
+  std::vector<Launch> launches_;
+  std::vector<CommOp> comm_ops_;
+  std::vector<PendingKernel> nccl_;
+  std::map<std::string, int64_t> skipped_;
+  int64_t bad_events_ = 0, negative_ = 0;
+  int64_t device_seen_ = -1;
+  int64_t cpu_pid_ = -1;
+
+  od::parser parser_;
+  std::string batch_;
+};
+
+void KinetoFile::run() {
+  InputFile in(path_);
+  Source src(in);
+  parse_top_level(src);
+  ctx_.stats.bytes += src.bytes();
+  ctx_.stats.events += events_;
+  finish();
+}
+
+// Skips whitespace, refilling as needed; returns false at end of input.
+bool skip_ws(Source& src, size_t& pos) {
+  for (;;) {
+    if (pos >= src.size()) {
+      pos -= src.ensure(pos, 1, pos);
+      if (pos >= src.size()) return false;
+    }
+    if (!is_ws(src.data()[pos])) return true;
+    ++pos;
+  }
+}
+
+// Scans one JSON value starting at `pos` (which must be available); returns the offset just
+// past it, or npos when the buffer ends first. Strings are skipped with their escapes.
+size_t scan_value_end(const char* p, size_t pos, size_t n) {
+  if (pos >= n) return std::string::npos;
+  char c0 = p[pos];
+  if (c0 == '"') {
+    for (size_t i = pos + 1; i < n; ++i) {
+      if (p[i] == '\\') ++i;
+      else if (p[i] == '"') return i + 1;
+    }
+    return std::string::npos;
+  }
+  if (c0 != '{' && c0 != '[') {
+    // Scalar: runs to the next structural character or whitespace.
+    for (size_t i = pos; i < n; ++i)
+      if (p[i] == ',' || p[i] == '}' || p[i] == ']' || is_ws(p[i])) return i;
+    return std::string::npos;
+  }
+  int depth = 0;
+  for (size_t i = pos; i < n; ++i) {
+    unsigned char c = static_cast<unsigned char>(p[i]);
+    if (!kScan.special[c]) continue;
+    if (c == '"') {
+      for (++i; i < n; ++i) {
+        if (p[i] == '\\') ++i;
+        else if (p[i] == '"') break;
+      }
+      if (i >= n) return std::string::npos;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string::npos;
+}
+
+std::string KinetoFile::capture_value(Source& src, size_t& pos) {
+  for (size_t need = 4096;; need *= 2) {
+    size_t end = scan_value_end(src.data(), pos, src.size());
+    if (end != std::string::npos) {
+      std::string v(src.data() + pos, end - pos);
+      pos = end;
+      return v;
+    }
+    size_t before = src.size() - pos;
+    pos -= src.ensure(pos, before + need, pos);
+    if (src.size() - pos == before) bad("truncated JSON (ends inside a top-level value)");
+  }
+}
+
+void KinetoFile::parse_top_level(Source& src) {
+  size_t pos = 0;
+  if (!skip_ws(src, pos)) throw Error(ErrorCode::Empty, path_ + ": empty file");
+  char c = src.data()[pos];
+  if (c == '[') {  // bare array form of the Chrome trace format
+    stream_events(src, pos);
+    if (skip_ws(src, pos)) bad("unexpected data after the event array");
+    return;
+  }
+  if (c != '{') bad("not JSON (expected '{' or '[' at the start)");
+  ++pos;
+  bool saw_events = false;
+  for (;;) {
+    if (!skip_ws(src, pos)) bad("truncated JSON (top-level object not closed)");
+    c = src.data()[pos];
+    if (c == '}') {
+      ++pos;
+      break;
+    }
+    if (c == ',') {
+      ++pos;
+      continue;
+    }
+    if (c != '"') bad("malformed JSON at top level (expected a key at byte " +
+                      std::to_string(src.bytes() - (src.size() - pos)) + ")");
+    std::string key_text = capture_value(src, pos);
+    std::string key = key_text.substr(1, key_text.size() - 2);
+    if (!skip_ws(src, pos) || src.data()[pos] != ':') bad("malformed JSON (expected ':' after \"" + key + "\")");
+    ++pos;
+    if (!skip_ws(src, pos)) bad("truncated JSON (no value for \"" + key + "\")");
+    if (key == "traceEvents") {
+      if (src.data()[pos] != '[') bad("\"traceEvents\" is not an array");
+      stream_events(src, pos);
+      saw_events = true;
+    } else {
+      std::string v = capture_value(src, pos);
+      handle_top_value(key, v);
+    }
+  }
+  if (skip_ws(src, pos)) bad("unexpected data after the top-level object");
+  if (!saw_events) bad("no \"traceEvents\" array (not a Chrome/Kineto trace)");
+}
+
+std::optional<int64_t> dom_int(simdjson::dom::element e) {
+  int64_t i;
+  if (e.get_int64().get(i) == simdjson::SUCCESS) return i;
+  uint64_t u;
+  if (e.get_uint64().get(u) == simdjson::SUCCESS) return static_cast<int64_t>(u);
+  double d;
+  if (e.get_double().get(d) == simdjson::SUCCESS) return static_cast<int64_t>(d);
+  std::string_view s;
+  if (e.get_string().get(s) == simdjson::SUCCESS) {
+    int64_t v = 0;
+    auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (r.ec == std::errc()) return v;
+  }
+  return std::nullopt;
+}
+
+std::string dom_str(simdjson::dom::element e) {
+  std::string_view s;
+  if (e.get_string().get(s) == simdjson::SUCCESS) return std::string(s);
+  return simdjson::minify(e);
+}
+
+// pg_config is a JSON list in some versions and the text of a Python list of dicts in others:
+// "[{'pg_name': '0', 'ranks': [0, 1]}]". Turn the latter into JSON.
+std::string python_literal_to_json(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  bool in_str = false;
+  char quote = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (in_str) {
+      if (c == '\\' && i + 1 < s.size()) {
+        out += c;
+        out += s[++i];
+      } else if (c == quote) {
+        out += '"';
+        in_str = false;
+      } else if (c == '"') {
+        out += "\\\"";
+      } else {
+        out += c;
+      }
+    } else if (c == '\'' || c == '"') {
+      in_str = true;
+      quote = c;
+      out += '"';
+    } else if (s.substr(i, 4) == "True") {
+      out += "true";
+      i += 3;
+    } else if (s.substr(i, 5) == "False") {
+      out += "false";
+      i += 4;
+    } else if (s.substr(i, 4) == "None") {
+      out += "null";
+      i += 3;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void KinetoFile::handle_top_value(std::string_view key, std::string& text) {
+  if (key != "baseTimeNanoseconds" && key != "distributedInfo" && key != "deviceProperties")
+    return;
+  simdjson::dom::parser p;
+  simdjson::dom::element e;
+  if (p.parse(text).get(e) != simdjson::SUCCESS) bad("malformed JSON in \"" + std::string(key) + "\"");
+  if (key == "baseTimeNanoseconds") {
+    auto v = dom_int(e);
+    if (!v) bad("\"baseTimeNanoseconds\" is not an integer");
+    base_ns_ = *v;
+    if (events_started_) note(Severity::Info, "kineto.late_time_base");
+    return;
+  }
+  if (key == "deviceProperties") {
+    simdjson::dom::array arr;
+    if (e.get_array().get(arr) != simdjson::SUCCESS) return;
+    for (auto d : arr) {
+      auto id = dom_int(d["id"]);
+      std::string_view name;
+      if (id && d["name"].get_string().get(name) == simdjson::SUCCESS)
+        device_names_[*id] = std::string(name);
+    }
+    return;
+  }
+  // distributedInfo
+  dist_seen_ = true;
+  if (auto r = dom_int(e["rank"]); r) dist_rank_ = static_cast<int32_t>(*r);
+  if (auto ws = dom_int(e["world_size"]); ws) info_.world_size = static_cast<int32_t>(*ws);
+  std::string_view s;
+  if (e["backend"].get_string().get(s) == simdjson::SUCCESS) info_.backend = std::string(s);
+  if (e["nccl_version"].get_string().get(s) == simdjson::SUCCESS) info_.nccl_version = std::string(s);
+  if (!provisional_ && dist_rank_ >= 0 && !ctx_.options.ranks.size()) rank_ = dist_rank_;
+  if (!provisional_ && index_ < ctx_.options.ranks.size()) rank_ = ctx_.options.ranks[index_];
+  simdjson::dom::element pgc;
+  if (e["pg_config"].get(pgc) == simdjson::SUCCESS) {
+    std::string json = pgc.is_string() ? python_literal_to_json(dom_str(pgc)) : simdjson::minify(pgc);
+    simdjson::dom::parser pp;
+    simdjson::dom::element groups;
+    if (pp.parse(json).get(groups) != simdjson::SUCCESS || !groups.is_array()) {
+      note(Severity::Warning, "kineto.bad_pg_config", 1, "pg_config could not be parsed");
+    } else {
+      for (auto g : groups.get_array()) {
+        Communicator c;
+        std::string_view v;
+        if (g["pg_name"].get_string().get(v) == simdjson::SUCCESS) c.comm = std::string(v);
+        else if (auto n = dom_int(g["pg_name"]); n) c.comm = std::to_string(*n);
+        if (g["pg_desc"].get_string().get(v) == simdjson::SUCCESS) c.label = std::string(v);
+        if (g["backend_config"].get_string().get(v) == simdjson::SUCCESS) c.backend = std::string(v);
+        if (auto n = dom_int(g["pg_size"]); n) c.nranks = static_cast<int32_t>(*n);
+        simdjson::dom::element ranks;
+        if (g["ranks"].get(ranks) == simdjson::SUCCESS) c.ranks = simdjson::minify(ranks);
+        if (!c.comm.empty()) comms_.push_back(std::move(c));
+      }
+    }
+  }
+}
+
+void KinetoFile::stream_events(Source& src, size_t& pos) {
+  ++pos;  // '['
+  size_t batch_start = std::string::npos;  // offset of the first event of the pending batch
+  size_t batch_end = 0;                    // offset just past its last complete event
+  auto flush = [&] {
+    if (batch_start != std::string::npos && batch_end > batch_start)
+      process_batch(src.data() + batch_start, batch_end - batch_start);
+    batch_start = std::string::npos;
+  };
+  for (;;) {
+    // Skip whitespace and commas between events.
+    for (;;) {
+      if (pos >= src.size()) {
+        size_t keep = batch_start == std::string::npos ? pos : batch_start;
+        size_t shift = src.ensure(pos, 1, keep);
+        pos -= shift;
+        if (batch_start != std::string::npos) {
+          batch_start -= shift;
+          batch_end -= shift;
+        }
+        if (pos >= src.size()) bad("truncated JSON (the traceEvents array is not closed)");
+      }
+      char c = src.data()[pos];
+      if (is_ws(c) || c == ',') {
+        ++pos;
+        continue;
+      }
+      break;
+    }
+    if (src.data()[pos] == ']') {
+      flush();
+      ++pos;
+      return;
+    }
+    size_t end;
+    for (size_t need = 1 << 16;; need *= 2) {
+      end = scan_value_end(src.data(), pos, src.size());
+      if (end != std::string::npos) break;
+      size_t avail = src.size() - pos;
+      size_t keep = batch_start == std::string::npos ? pos : batch_start;
+      size_t shift = src.ensure(pos, avail + need, keep);
+      pos -= shift;
+      if (batch_start != std::string::npos) {
+        batch_start -= shift;
+        batch_end -= shift;
+      }
+      if (src.size() - pos == avail) bad("truncated JSON (ends inside an event)");
+    }
+    if (batch_start == std::string::npos) batch_start = pos;
+    batch_end = end;
+    pos = end;
+    if (batch_end - batch_start >= kBatchBytes) {
+      flush();
+      if (ctx_.options.progress) ctx_.options.progress(src.bytes(), 0);
+    }
+  }
+}
+
+void KinetoFile::process_batch(const char* p, size_t n) {
+  batch_.clear();
+  batch_.reserve(n + 2 + simdjson::SIMDJSON_PADDING);
+  batch_ += '[';
+  batch_.append(p, n);
+  batch_ += ']';
+  od::document doc;
+  auto err = parser_.iterate(simdjson::padded_string_view(batch_.data(), batch_.size(), batch_.capacity())).get(doc);
+  if (err) bad(std::string("malformed JSON in traceEvents: ") + simdjson::error_message(err));
+  od::array arr;
+  if (doc.get_array().get(arr)) bad("malformed JSON in traceEvents");
+  for (auto item : arr) {
+    od::object obj;
+    if (item.get_object().get(obj)) {
+      ++bad_events_;
+      continue;
+    }
+    try {
+      handle_event(obj);
+    } catch (const simdjson::simdjson_error& e) {
+      bad(std::string("malformed event in traceEvents: ") + e.what());
+    }
+    ++events_;
+  }
+}
+
+// Integer from a JSON number or a numeric string (Kineto writes some ids as strings).
+int64_t od_int(od::value v) {
+  int64_t i;
+  if (v.get_int64().get(i) == simdjson::SUCCESS) return i;
+  double d;
+  if (v.get_double().get(d) == simdjson::SUCCESS) return static_cast<int64_t>(d);
+  std::string_view s;
+  if (v.get_string().get(s) == simdjson::SUCCESS) {
+    // "stream 7", "7": take the last run of digits.
+    size_t e = s.find_last_of("0123456789");
+    if (e == std::string_view::npos) return 0;
+    size_t b = e;
+    while (b > 0 && s[b - 1] >= '0' && s[b - 1] <= '9') --b;
+    int64_t out = 0;
+    std::from_chars(s.data() + b, s.data() + e + 1, out);
+    return out;
+  }
+  return 0;
+}
+
+std::string_view od_text(od::value v) {
+  std::string_view s;
+  if (v.get_string().get(s) == simdjson::SUCCESS) return s;
+  return v.raw_json_token();
+}
+
+MemKind memkind_from_name(std::string_view name) {
+  if (name.find("HtoD") != std::string_view::npos) return MemKind::HtoD;
+  if (name.find("DtoH") != std::string_view::npos) return MemKind::DtoH;
+  if (name.find("DtoD") != std::string_view::npos) return MemKind::DtoD;
+  if (name.find("HtoH") != std::string_view::npos) return MemKind::HtoH;
+  if (name.find("PtoP") != std::string_view::npos) return MemKind::PtoP;
+  return MemKind::Unknown;
+}
+
+bool is_comm_cpu_name(std::string_view n) {
+  return n == "record_param_comms" || n.rfind("nccl:", 0) == 0 || n.rfind("c10d::", 0) == 0 ||
+         n.rfind("gloo:", 0) == 0;
+}
+
+void KinetoFile::handle_event(od::object obj) {
+  std::string_view ph, cat, name;
+  int64_t pid = 0, tid = 0;
+  int64_t ts = 0, dur = 0;
+  bool has_ts = false;
+  // args of interest
+  int64_t a_ext = 0, a_corr = 0, a_stream = -1, a_device = -1, a_bytes = -1;
+  CommOp meta;
+  std::string_view a_name, a_labels;
+
+  for (auto field : obj) {
+    std::string_view key;
+    if (field.unescaped_key().get(key)) continue;
+    od::value v = field.value();
+    if (key.size() == 2 && key == "ph") {
+      ph = od_text(v);
+    } else if (key == "cat") {
+      cat = od_text(v);
+    } else if (key == "name") {
+      name = od_text(v);
+    } else if (key == "pid") {
+      pid = od_int(v);
+    } else if (key == "tid") {
+      tid = od_int(v);
+    } else if (key == "ts" || key == "dur") {
+      std::string_view raw = v.raw_json_token();
+      int64_t ns;
+      if (!us_text_to_ns(raw, ns)) {
+        ++bad_events_;
+        return;
+      }
+      if (key == "ts") {
+        ts = ns;
+        has_ts = true;
+      } else {
+        dur = ns;
+      }
+    } else if (key == "args") {
+      od::object args;
+      if (v.get_object().get(args)) continue;
+      for (auto af : args) {
+        std::string_view k;
+        if (af.unescaped_key().get(k)) continue;
+        od::value av = af.value();
+        if (k == "External id") a_ext = od_int(av);
+        else if (k == "correlation") a_corr = od_int(av);
+        else if (k == "stream") a_stream = od_int(av);
+        else if (k == "device") a_device = od_int(av);
+        else if (k == "bytes") a_bytes = od_int(av);
+        else if (k == "name") a_name = od_text(av);
+        else if (k == "labels") a_labels = od_text(av);
+        else if (k == "Collective name") {
+          meta.has_meta = true;
+          meta.op = coll_op_from_framework_name(od_text(av));
+        } else if (k == "In msg nelems") meta.in_nelems = od_int(av);
+        else if (k == "Out msg nelems") meta.out_nelems = od_int(av);
+        else if (k == "Group size") meta.group_size = od_int(av);
+        else if (k == "dtype") meta.dtype = normalize_dtype(od_text(av));
+        else if (k == "Process Group Name") meta.pg_name = std::string(od_text(av));
+        else if (k == "Process Group Description") meta.pg_desc = std::string(od_text(av));
+        else if (k == "Process Group Ranks") meta.pg_ranks = std::string(od_text(av));
+        else if (k == "Seq" || k == "seq") meta.seq = od_int(av);
+        else if (k == "Root" || k == "root") meta.root = od_int(av);
+      }
+    }
+  }
+
+  if (ph.size() != 1) {
+    ++bad_events_;
+    return;
+  }
+  char p = ph[0];
+  if (p == 'M') {
+    if (name == "thread_name" && !a_name.empty()) thread_names_[{pid, tid}] = std::string(a_name);
+    if (name == "process_labels" && !a_labels.empty())
+      gpu_pids_[pid] = a_labels.rfind("GPU", 0) == 0;
+    return;
+  }
+  if (p != 'X') {
+    ++skipped_[std::string("ph '") + std::string(ph) + "'"];
+    return;
+  }
+  if (!has_ts) {
+    ++bad_events_;
+    return;
+  }
+  on_first_event();
+  Ns start = t(ts);
+  if (dur < 0) {
+    ++negative_;
+    dur = 0;
+  }
+  Ns end = start + dur;
+
+  if (cat == "kernel") {
+    int64_t stream = a_stream >= 0 ? a_stream : tid;
+    if (a_device >= 0 && device_seen_ < 0) device_seen_ = a_device;
+    streams_.try_emplace({stream, true}, "");
+    Kernel k;
+    k.rank = rank_;
+    k.stream = stream;
+    k.start = start;
+    k.end = end;
+    k.name = w_.intern(name);
+    k.category = classify_kernel(name);
+    k.correlation = a_corr;
+    k.external_id = a_ext;
+    if (auto nccl = parse_nccl_kernel_name(name)) {
+      PendingKernel pk;
+      pk.coll.stream = stream;
+      pk.coll.start = start;
+      pk.coll.end = end;
+      pk.coll.name = k.name;
+      pk.coll.kernel_ref = a_corr;
+      pk.coll.algo = w_.intern(nccl->algo);
+      pk.coll.proto = w_.intern(nccl->proto);
+      pk.correlation = a_corr;
+      pk.external_id = a_ext;
+      pk.name_op = nccl->op;
+      pk.name_dtype = nccl->dtype;
+      pk.meta = std::move(meta);
+      nccl_.push_back(std::move(pk));
+    } else if (is_comm(k.category)) {
+      note(Severity::Info, "kineto.nccl_kernel_unparsed", 1, std::string(name));
+    }
+    w_.add(run_, k);
+    ++stored_;
+  } else if (cat == "gpu_memcpy" || cat == "gpu_memset") {
+    int64_t stream = a_stream >= 0 ? a_stream : tid;
+    streams_.try_emplace({stream, true}, "");
+    Memcpy m;
+    m.rank = rank_;
+    m.stream = stream;
+    m.start = start;
+    m.end = end;
+    m.kind = cat == "gpu_memset" ? MemKind::Memset : memkind_from_name(name);
+    m.bytes = a_bytes;
+    m.name = w_.intern(name);
+    m.correlation = a_corr;
+    w_.add(run_, m);
+    ++stored_;
+  } else if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "cpu_op" ||
+             cat == "python_function" || cat == "user_annotation" ||
+             cat == "gpu_user_annotation") {
+    if (cpu_pid_ < 0 && cat != "gpu_user_annotation") cpu_pid_ = pid;
+    if (cat == "user_annotation" || cat == "gpu_user_annotation") {
+      bool gpu = cat == "gpu_user_annotation";
+      Range r;
+      r.rank = rank_;
+      r.stream = gpu && a_stream >= 0 ? a_stream : tid;
+      r.on_gpu = gpu;
+      r.start = start;
+      r.end = end;
+      r.name = w_.intern(name);
+      w_.add(run_, r);
+      streams_.try_emplace({r.stream, gpu}, "");
+    } else {
+      ApiCall a;
+      a.rank = rank_;
+      a.tid = tid;
+      a.start = start;
+      a.end = end;
+      a.name = w_.intern(name);
+      a.kind = cat == "cpu_op"            ? ApiKind::CpuOp
+               : cat == "cuda_runtime"    ? ApiKind::Runtime
+               : cat == "cuda_driver"     ? ApiKind::Driver
+                                          : ApiKind::Python;
+      a.correlation = a_corr;
+      a.external_id = a_ext;
+      w_.add(run_, a);
+      streams_.try_emplace({tid, false}, "");
+      if ((a.kind == ApiKind::Runtime || a.kind == ApiKind::Driver) && a_corr != 0 &&
+          name.find("aunch") != std::string_view::npos)
+        launches_.push_back({a_corr, tid, start});
+    }
+    ++stored_;
+    if (name.rfind("ProfilerStep#", 0) == 0 && cat != "gpu_user_annotation") {
+      int64_t n = 0;
+      auto num = name.substr(13);
+      if (std::from_chars(num.data(), num.data() + num.size(), n).ec == std::errc())
+        steps_.push_back({rank_, n, start, end});
+    }
+    if (cat != "gpu_user_annotation" && is_comm_cpu_name(name)) {
+      meta.tid = tid;
+      meta.start = start;
+      meta.end = end;
+      meta.external_id = a_ext;
+      meta.is_record_param = name == "record_param_comms";
+      if (!meta.is_record_param) meta.op = coll_op_from_framework_name(name);
+      meta.name = w_.intern(name);
+      comm_ops_.push_back(std::move(meta));
+    }
+  } else {
+    ++skipped_[std::string(cat.empty() ? "(no category)" : cat)];
+  }
+}
+
+void KinetoFile::finish() {
+  if (events_ == 0 && stored_ == 0) throw Error(ErrorCode::Empty, path_ + ": no trace events");
+  if (dist_rank_ >= 0 && index_ >= ctx_.options.ranks.size()) info_.rank = dist_rank_;
+  else info_.rank = ctx_.default_rank(index_);
+  int32_t final_rank = info_.rank;
+  ctx_.claim_rank(final_rank, path_);
+
+  // Rows written before the rank or the time base were known get fixed in SQL.
+  Ns late_base = base_ns_ - base_known_at_events_;
+  if (provisional_ || late_base != 0) {
+    int32_t from = rank_;
+    w_.submit([from, final_rank, late_base, run = run_](sqlite3* db) {
+      for (const char* table : {"kernels", "memcpys", "api_calls", "nvtx_ranges"}) {
+        sql::Stmt s(db, std::string("UPDATE ") + table +
+                            " SET rank=?, start_ns=start_ns+?, end_ns=end_ns+?"
+                            " WHERE run_id=? AND rank=?");
+        s.bind(1, final_rank);
+        s.bind(2, late_base);
+        s.bind(3, late_base);
+        s.bind(4, run);
+        s.bind(5, from);
+        s.run();
+      }
+    });
+  }
+  auto fix = [&](Ns v) { return v + late_base; };
+
+  // ---- link NCCL kernels to their CPU-side communication ops ----
+  std::sort(launches_.begin(), launches_.end(),
+            [](const Launch& a, const Launch& b) { return a.correlation < b.correlation; });
+  std::sort(comm_ops_.begin(), comm_ops_.end(), [](const CommOp& a, const CommOp& b) {
+    return a.tid != b.tid ? a.tid < b.tid : a.start < b.start;
+  });
+  std::unordered_map<int64_t, size_t> by_ext;
+  for (size_t i = 0; i < comm_ops_.size(); ++i)
+    if (comm_ops_[i].external_id) by_ext.emplace(comm_ops_[i].external_id, i);
+
+  int64_t unlinked = 0, no_meta = 0;
+  std::map<std::string, int64_t> seq_by_comm;
+  std::sort(nccl_.begin(), nccl_.end(), [](const PendingKernel& a, const PendingKernel& b) {
+    return a.coll.start < b.coll.start;
+  });
+  std::vector<Collective> colls;
+  for (auto& pk : nccl_) {
+    // The comm ops enclosing the launch call, innermost last.
+    std::vector<CommOp*> chain;
+    auto it = std::lower_bound(launches_.begin(), launches_.end(), pk.correlation,
+                               [](const Launch& l, int64_t c) { return l.correlation < c; });
+    if (pk.correlation && it != launches_.end() && it->correlation == pk.correlation) {
+      auto lo = std::lower_bound(comm_ops_.begin(), comm_ops_.end(), it->tid,
+                                 [](const CommOp& o, int64_t t) { return o.tid < t; });
+      for (auto o = lo; o != comm_ops_.end() && o->tid == it->tid && o->start <= it->ts; ++o)
+        if (o->end >= it->ts) chain.push_back(&*o);
+    }
+    if (chain.empty() && pk.external_id) {
+      auto e = by_ext.find(pk.external_id);
+      if (e != by_ext.end()) chain.push_back(&comm_ops_[e->second]);
+    }
+    if (chain.empty()) ++unlinked;
+
+    const CommOp* meta = pk.meta.has_meta ? &pk.meta : nullptr;
+    CollOp cpu_op = CollOp::Unknown;
+    for (auto* o : chain) {
+      o->used = true;
+      if (o->is_record_param && o->has_meta && !meta) meta = o;
+      if (o->op != CollOp::Unknown) cpu_op = o->op;  // innermost wins
+    }
+    if (meta && meta->op != CollOp::Unknown && pk.name_op == CollOp::SendRecv) cpu_op = meta->op;
+    Collective c = pk.coll;
+    c.rank = final_rank;
+    c.start = fix(c.start);
+    c.end = fix(c.end);
+    // The kernel name decides, except for SendRecv kernels, whose operation is the CPU op's.
+    c.op = pk.name_op != CollOp::SendRecv && pk.name_op != CollOp::Unknown ? pk.name_op
+           : cpu_op != CollOp::Unknown ? cpu_op
+           : meta && meta->op != CollOp::Unknown ? meta->op
+                                                 : pk.name_op;
+    if (it != launches_.end() && it->correlation == pk.correlation && pk.correlation)
+      c.enqueue = fix(it->ts);
+    std::string dtype;
+    if (meta) {
+      dtype = meta->dtype;
+      c.in_count = meta->in_nelems;
+      c.out_count = meta->out_nelems;
+      c.group_size = static_cast<int32_t>(meta->group_size);
+      c.seq = meta->seq;
+      if (meta->root >= 0) c.peer_or_root = static_cast<int32_t>(meta->root);
+      c.comm = w_.intern(meta->pg_name);
+      if (!meta->pg_name.empty() &&
+          std::none_of(comms_.begin(), comms_.end(),
+                       [&](const Communicator& x) { return x.comm == meta->pg_name; })) {
+        Communicator cm;
+        cm.comm = meta->pg_name;
+        cm.label = meta->pg_desc;
+        cm.nranks = static_cast<int32_t>(meta->group_size);
+        cm.ranks = meta->pg_ranks;
+        comms_.push_back(cm);
+      }
+    } else {
+      ++no_meta;
+      if (pk.name_op != CollOp::SendRecv) dtype = pk.name_dtype;
+    }
+    c.dtype = w_.intern(dtype);
+    int sz = dtype_size(dtype);
+    int64_t n = std::max(c.in_count, c.out_count);
+    if (sz > 0 && n >= 0) c.bytes = n * sz;
+    colls.push_back(c);
+  }
+  // Collectives recorded on the CPU side with full metadata but no GPU kernel (e.g. world size 1,
+  // where NCCL launches nothing): kept with CPU timing and stream -1.
+  int64_t cpu_only = 0;
+  int64_t not_collective = 0;
+  for (auto& o : comm_ops_) {
+    if (!o.is_record_param || !o.has_meta || o.used) continue;
+    if (o.op == CollOp::Unknown) {  // "wait", "coalesced" and other bookkeeping records
+      ++not_collective;
+      continue;
+    }
+    Collective c;
+    c.rank = final_rank;
+    c.op = o.op;
+    c.start = fix(o.start);
+    c.end = fix(o.end);
+    c.in_count = o.in_nelems;
+    c.out_count = o.out_nelems;
+    c.group_size = static_cast<int32_t>(o.group_size);
+    c.seq = o.seq;
+    c.comm = w_.intern(o.pg_name);
+    c.dtype = w_.intern(o.dtype);
+    c.name = o.name;
+    int sz = dtype_size(o.dtype);
+    int64_t n = std::max(c.in_count, c.out_count);
+    if (sz > 0 && n >= 0) c.bytes = n * sz;
+    colls.push_back(c);
+    ++cpu_only;
+  }
+  std::sort(colls.begin(), colls.end(),
+            [](const Collective& a, const Collective& b) { return a.start < b.start; });
+  for (auto& c : colls) w_.add(run_, c);
+
+  // ---- small tables ----
+  info_.source = path_;
+  info_.pid = cpu_pid_;
+  info_.device = static_cast<int32_t>(device_seen_);
+  if (auto d = device_names_.find(device_seen_); d != device_names_.end())
+    info_.device_name = d->second;
+  w_.add_rank(run_, info_);
+  for (auto& [key, label] : streams_) {
+    StreamInfo s;
+    s.rank = final_rank;
+    s.stream = key.first;
+    s.gpu = key.second;
+    for (auto& [pt, tn] : thread_names_) {
+      bool pid_is_gpu = gpu_pids_.count(pt.first) ? gpu_pids_[pt.first] : false;
+      if (pt.second == key.first && pid_is_gpu == key.second) s.label = tn;
+    }
+    w_.add_stream(run_, s);
+  }
+  for (auto& s : steps_) {
+    s.rank = final_rank;
+    s.start = fix(s.start);
+    s.end = fix(s.end);
+    w_.add_step(run_, s);
+  }
+  for (auto& c : comms_) w_.add_communicator(run_, c);
+  auto diag = [&](Severity sev, const std::string& code, int64_t n, const std::string& detail) {
+    if (n <= 0) return;
+    Diagnostic d;
+    d.rank = final_rank;
+    d.severity = sev;
+    d.code = code;
+    d.count = n;
+    d.detail = detail;
+    w_.add_diagnostic(run_, d);
+  };
+  for (auto& d : diags_) diag(d.severity, d.code, d.count, d.detail);
+  diag(Severity::Warning, "kineto.unlinked_nccl_kernel", unlinked,
+       "NCCL kernels with no CPU-side communication op found through correlation/External id");
+  diag(Severity::Info, "kineto.collective_without_metadata", no_meta,
+       "collectives without message sizes in the trace (profiler run without record_shapes or an "
+       "older PyTorch)");
+  diag(Severity::Info, "kineto.cpu_only_collective", cpu_only,
+       "record_param_comms ops with no NCCL kernel; stored with CPU timing and stream -1");
+  diag(Severity::Info, "kineto.non_collective_comm_record", not_collective,
+       "record_param_comms entries that are not collectives (e.g. wait), not stored as such");
+  diag(Severity::Warning, "kineto.malformed_event", bad_events_,
+       "events without ph/ts or with unparseable timestamps, skipped");
+  diag(Severity::Warning, "kineto.negative_duration", negative_, "negative durations set to 0");
+  int64_t skipped = 0;
+  std::string what;
+  for (auto& [kind, n] : skipped_) {
+    skipped += n;
+    what += (what.empty() ? "" : ", ") + kind + ": " + std::to_string(n);
+  }
+  diag(Severity::Info, "kineto.skipped_events", skipped,
+       "events not stored (flow arrows, instants, other categories): " + what);
+  ctx_.stats.rows += stored_ + static_cast<int64_t>(colls.size());
+}
+
+}  // namespace
+
+void import_kineto(ImportContext& ctx, const std::string& file, size_t index) {
+  KinetoFile f(ctx, file, index);
+  f.run();
+}
+
 }  // namespace braid

@@ -1,0 +1,56 @@
+#include "app/braid/cli.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+namespace braid::cli {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Progress::Progress(std::string label, bool enabled)
+    : label_(std::move(label)), enabled_(enabled && isatty(STDERR_FILENO)), start_(now_seconds()) {}
+
+Progress::~Progress() { done(); }
+
+void Progress::update(uint64_t done, uint64_t total) {
+  if (!enabled_) return;
+  double t = now_seconds();
+  if (t - last_ < 0.2) return;
+  last_ = t;
+  double mb = static_cast<double>(done) / 1e6;
+  double rate = t > start_ ? mb / (t - start_) : 0;
+  if (total > 0)
+    std::fprintf(stderr, "\r%s: %5.1f%%  %8.1f MB  %6.1f MB/s ", label_.c_str(),
+                 100.0 * static_cast<double>(done) / static_cast<double>(total), mb, rate);
+  else
+    std::fprintf(stderr, "\r%s: %8.1f MB  %6.1f MB/s ", label_.c_str(), mb, rate);
+  std::fflush(stderr);
+  shown_ = true;
+}
+
+void Progress::done() {
+  if (shown_) {
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+    shown_ = false;
+  }
+}
+
+std::string assets_dir() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (const char* env = std::getenv("BRAID_ASSETS_DIR"); env && fs::is_directory(env, ec))
+    return env;
+#ifdef BRAID_ASSETS_DIR
+  if (fs::is_directory(BRAID_ASSETS_DIR, ec)) return BRAID_ASSETS_DIR;
+#endif
+  return "assets";
+}
+
+}  // namespace braid::cli

@@ -1,0 +1,76 @@
+// braid import: traces -> .braid
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "app/braid/cli.h"
+#include "trace/error.h"
+#include "trace/import/importer.h"
+
+namespace braid::cli {
+
+void register_import(CLI::App& app, Action& run) {
+  struct Opts {
+    std::vector<std::string> files;
+    std::string out, format = "auto";
+    std::vector<int32_t> ranks;
+    bool append = false, force = false, quiet = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "import",
+      "Import trace files into a .braid file. Several files (one per rank) make one run.\n"
+      "Formats: PyTorch profiler / Kineto Chrome-trace JSON (plain or .gz), Nsight Systems\n"
+      "SQLite export (nsys export --type sqlite), Chakra execution traces (.et protobuf, JSON,\n"
+      "or a tar(.gz) of them). The output is written to a temporary file and renamed at the\n"
+      "end: an interrupted or failed import leaves any existing output untouched.");
+  cmd->add_option("files", o->files, "Trace files, one per rank")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-o,--output", o->out, "Output .braid file (default: <first input>.braid)");
+  cmd->add_option("-f,--format", o->format, "Input format: auto, kineto, nsys, chakra")
+      ->capture_default_str();
+  cmd->add_option("--rank", o->ranks,
+                  "Rank of each file, in order (default: the rank the file names, else its "
+                  "position)");
+  cmd->add_flag("-a,--append", o->append, "Add a new run to an existing .braid file");
+  cmd->add_flag("--force", o->force, "Replace an existing output file");
+  cmd->add_flag("-q,--quiet", o->quiet, "No progress or summary output");
+  cmd->callback([o, &run] {
+    run = [o] {
+      if (o->append && o->force) throw Error(ErrorCode::Usage, "--append and --force exclude each other");
+      if (o->out.empty()) {
+        std::string stem = std::filesystem::path(o->files[0]).filename().string();
+        for (const char* ext : {".gz", ".json", ".sqlite", ".et", ".tar", ".pt.trace"})
+          if (stem.size() > std::strlen(ext) && stem.ends_with(ext)) stem.resize(stem.size() - std::strlen(ext));
+        o->out = stem + ".braid";
+      }
+      auto mode = o->append ? TraceWriter::Mode::Append
+                  : o->force ? TraceWriter::Mode::Overwrite
+                             : TraceWriter::Mode::Create;
+      TraceFormat fmt = trace_format_from_string(o->format);
+      double t0 = now_seconds();
+      uint64_t total = 0;
+      for (auto& f : o->files) total += std::filesystem::file_size(f);
+      Progress progress("importing", !o->quiet);
+      ImportOptions opts;
+      opts.ranks = o->ranks;
+      opts.progress = [&](uint64_t done, uint64_t) { progress.update(done, 0); };
+      ImportStats stats;
+      TraceWriter w(o->out, mode);
+      int64_t run_id = import_traces(w, o->files, fmt, opts, stats);
+      w.commit();
+      progress.done();
+      double dt = now_seconds() - t0;
+      if (!o->quiet)
+        std::printf("imported %lld file%s (%.1f MB, %lld events) as run %lld of %s in %.2f s "
+                    "(%.1f MB/s)\n",
+                    static_cast<long long>(stats.files), stats.files == 1 ? "" : "s",
+                    static_cast<double>(stats.bytes) / 1e6, static_cast<long long>(stats.events),
+                    static_cast<long long>(run_id), o->out.c_str(), dt,
+                    dt > 0 ? static_cast<double>(stats.bytes) / 1e6 / dt : 0.0);
+      (void)total;
+      return 0;
+    };
+  });
+}
+
+}  // namespace braid::cli

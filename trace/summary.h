@@ -1,0 +1,44 @@
+// What `braid info` reports about a .braid file: per run, ranks, streams, time span, event
+// counts, kernel categories, per-collective totals and diagnostics.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "trace/reader.h"
+
+namespace braid {
+
+struct CollectiveTotals {
+  int64_t count = 0;
+  int64_t bytes = 0;        // sum over collectives with a known size
+  int64_t sized = 0;        // how many had a known size
+  int64_t time_ns = 0;      // sum of (end - start)
+};
+
+struct RunSummary {
+  RunRow run;
+  std::vector<RankInfo> ranks;
+  int64_t gpu_streams = 0, cpu_threads = 0;
+  Ns start = 0, end = 0;  // on the job axis (clock offsets applied); 0/0 if empty
+  int64_t kernels = 0, memcpys = 0, memsets = 0, api_calls = 0, ranges = 0, steps = 0;
+  int64_t collectives = 0, communicators = 0;
+  std::map<std::string, int64_t> kernels_by_category;       // category name -> count
+  std::map<std::string, int64_t> kernel_time_by_category;   // category name -> ns
+  std::map<std::string, CollectiveTotals> collectives_by_op;
+  std::vector<Diagnostic> diagnostics;
+};
+
+std::vector<RunSummary> summarize(const TraceReader& reader);
+
+std::string summary_json(const std::string& path, const std::vector<RunSummary>& runs);
+std::string summary_text(const std::string& path, const std::vector<RunSummary>& runs);
+
+// Small helpers for the text report.
+std::string format_ns(Ns ns);          // "1.234 ms"
+std::string format_bytes(int64_t b);   // "12.5 MiB"
+std::string json_escape(std::string_view s);
+
+}  // namespace braid
