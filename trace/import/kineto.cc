@@ -563,7 +563,8 @@ void KinetoFile::process_batch(const char* p, size_t n) {
     try {
       handle_event(obj);
     } catch (const simdjson::simdjson_error& e) {
-      bad(std::string("malformed event in traceEvents: ") + e.what());
+      bad("malformed JSON in event " + std::to_string(events_ + 1) + " of traceEvents (" +
+          e.what() + ")");
     }
     ++events_;
   }
@@ -621,7 +622,8 @@ void KinetoFile::handle_event(od::object obj) {
 
   for (auto field : obj) {
     std::string_view key;
-    if (field.unescaped_key().get(key)) continue;
+    if (auto err = field.unescaped_key().get(key))
+      throw simdjson::simdjson_error(err);
     od::value v = field.value();
     if (key.size() == 2 && key == "ph") {
       ph = od_text(v);
@@ -651,7 +653,7 @@ void KinetoFile::handle_event(od::object obj) {
       if (v.get_object().get(args)) continue;
       for (auto af : args) {
         std::string_view k;
-        if (af.unescaped_key().get(k)) continue;
+        if (auto err = af.unescaped_key().get(k)) throw simdjson::simdjson_error(err);
         od::value av = af.value();
         if (k == "External id") a_ext = od_int(av);
         else if (k == "correlation") a_corr = od_int(av);
