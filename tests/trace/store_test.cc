@@ -1,1 +1,236 @@
+// The .braid store: writer/reader round trip, time-window queries, append, atomic output,
+// schema version checks.
 #include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "trace/error.h"
+#include "trace/reader.h"
+#include "trace/schema.h"
+#include "trace/sqlite_util.h"
+#include "trace/test_util.h"
+#include "trace/writer.h"
+
+namespace braid {
+namespace {
+
+using test::TempDir;
+
+Kernel kernel(int32_t rank, int64_t stream, Ns start, Ns end, StrId name) {
+  Kernel k;
+  k.rank = rank;
+  k.stream = stream;
+  k.start = start;
+  k.end = end;
+  k.name = name;
+  k.category = Category::Gemm;
+  return k;
+}
+
+TEST(Store, RoundTripOfEveryTable) {
+  TempDir tmp;
+  std::string path = tmp.file("a.braid");
+  {
+    TraceWriter w(path, TraceWriter::Mode::Create);
+    int64_t run = w.begin_run(RunKind::Captured, "unit", "cupti", "label");
+    EXPECT_EQ(run, 1);
+    StrId gemm = w.intern("gemm");
+    EXPECT_EQ(w.intern("gemm"), gemm);  // interned once
+    EXPECT_EQ(w.intern(""), 0u);
+    RankInfo ri;
+    ri.rank = 1;
+    ri.world_size = 2;
+    ri.device_name = "H100";
+    ri.clock_offset = 42;
+    w.add_rank(run, ri);
+    w.add_stream(run, {1, 7, true, "compute"});
+    w.add_communicator(run, {"pg0", 2, "[0,1]", "default_pg", "nccl"});
+    Diagnostic d;
+    d.code = "x.dropped";
+    d.count = 3;
+    w.add_diagnostic(run, d);
+    w.add_diagnostic(run, d);  // same code adds up
+    w.add_step(run, {1, 4, 100, 200});
+    for (int i = 0; i < 20000; ++i) w.add(run, kernel(1, 7, i * 10, i * 10 + 5, gemm));
+    Memcpy m;
+    m.rank = 1;
+    m.kind = MemKind::HtoD;
+    m.bytes = 4096;
+    w.add(run, m);
+    Collective c;
+    c.rank = 1;
+    c.comm = w.intern("pg0");
+    c.op = CollOp::ReduceScatter;
+    c.bytes = 1 << 20;
+    c.seq = 9;
+    c.stream = 7;
+    c.start = 5;
+    c.end = 15;
+    w.add(run, c);
+    w.commit();
+  }
+  TraceReader r(path);
+  auto runs = r.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].kind, RunKind::Captured);
+  EXPECT_EQ(runs[0].backend, "cupti");
+  auto ranks = r.ranks(1);
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].device_name, "H100");
+  EXPECT_EQ(ranks[0].clock_offset, 42);
+  EXPECT_EQ(r.streams(1)[0].label, "compute");
+  EXPECT_EQ(r.communicators(1)[0].ranks, "[0,1]");
+  ASSERT_EQ(r.diagnostics(1).size(), 1u);
+  EXPECT_EQ(r.diagnostics(1)[0].count, 6);
+  EXPECT_EQ(r.steps(1)[0].step, 4);
+  int64_t n = 0;
+  r.kernels(1, [&](const Kernel& k) {
+    EXPECT_EQ(r.str(k.name), "gemm");
+    ++n;
+    return true;
+  });
+  EXPECT_EQ(n, 20000);
+  std::vector<Collective> cs;
+  r.collectives(1, [&](const Collective& c) {
+    cs.push_back(c);
+    return true;
+  });
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].op, CollOp::ReduceScatter);
+  EXPECT_EQ(r.str(cs[0].comm), "pg0");
+  EXPECT_EQ(cs[0].seq, 9);
+  EXPECT_EQ(r.meta("schema_version"), "1.0");
+  // The file is left in WAL mode for readers and later appends.
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM sqlite_master WHERE type='index'") >= 6, true);
+}
+
+TEST(Store, TimeWindowQueryReturnsOverlappingEventsInOrder) {
+  TempDir tmp;
+  std::string path = tmp.file("w.braid");
+  {
+    TraceWriter w(path, TraceWriter::Mode::Create);
+    int64_t run = w.begin_run(RunKind::Imported, "unit");
+    StrId n = w.intern("k");
+    w.add(run, kernel(0, 1, 0, 1000, n));      // long: overlaps everything up to 1000
+    w.add(run, kernel(0, 1, 100, 150, n));
+    w.add(run, kernel(0, 1, 400, 500, n));
+    w.add(run, kernel(0, 1, 600, 700, n));
+    w.add(run, kernel(0, 2, 420, 430, n));     // other stream
+    w.add(run, kernel(1, 1, 420, 430, n));     // other rank
+    w.commit();
+  }
+  TraceReader r(path);
+  std::vector<std::pair<Ns, Ns>> got;
+  r.kernels(1, 0, 1, 450, 650, [&](const Kernel& k) {
+    got.emplace_back(k.start, k.end);
+    return true;
+  });
+  EXPECT_EQ(got, (std::vector<std::pair<Ns, Ns>>{{0, 1000}, {400, 500}, {600, 700}}));
+  got.clear();
+  r.kernels(1, 0, 1, 150, 400, [&](const Kernel& k) {  // touching ends do not overlap
+    got.emplace_back(k.start, k.end);
+    return true;
+  });
+  EXPECT_EQ(got, (std::vector<std::pair<Ns, Ns>>{{0, 1000}}));
+  // Early stop.
+  int calls = 0;
+  r.kernels(1, 0, 1, 0, 1000, [&](const Kernel&) { return ++calls < 2; });
+  EXPECT_EQ(calls, 2);
+}
+
+TEST(Store, AppendAddsARunAndKeepsStrings) {
+  TempDir tmp;
+  std::string path = tmp.file("a.braid");
+  for (int i = 0; i < 2; ++i) {
+    TraceWriter w(path, TraceWriter::Mode::Append);
+    int64_t run = w.begin_run(RunKind::Imported, "unit");
+    EXPECT_EQ(run, i + 1);
+    w.add(run, kernel(0, 1, 0, 10, w.intern(i == 0 ? "first" : "second")));
+    w.add(run, kernel(0, 1, 10, 20, w.intern("shared")));
+    w.commit();
+  }
+  TraceReader r(path);
+  EXPECT_EQ(r.runs().size(), 2u);
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM strings WHERE text='shared'"), 1);
+  std::vector<std::string> names;
+  r.kernels(2, [&](const Kernel& k) {
+    names.push_back(r.str(k.name));
+    return true;
+  });
+  EXPECT_EQ(names, (std::vector<std::string>{"second", "shared"}));
+}
+
+TEST(Store, AbortOrFailureLeavesTheTargetUntouched) {
+  TempDir tmp;
+  std::string path = tmp.file("keep.braid");
+  {
+    TraceWriter w(path, TraceWriter::Mode::Create);
+    w.add(w.begin_run(RunKind::Imported, "v1"), kernel(0, 1, 0, 10, w.intern("k")));
+    w.commit();
+  }
+  auto size_before = std::filesystem::file_size(path);
+  {
+    TraceWriter w(path, TraceWriter::Mode::Overwrite);
+    w.add(w.begin_run(RunKind::Imported, "v2"), kernel(0, 1, 0, 10, w.intern("k")));
+    // destroyed without commit: an interrupted import
+  }
+  {
+    TraceWriter w(path, TraceWriter::Mode::Append);
+    w.begin_run(RunKind::Imported, "v3");
+    w.abort();
+  }
+  EXPECT_EQ(std::filesystem::file_size(path), size_before);
+  TraceReader r(path);
+  ASSERT_EQ(r.runs().size(), 1u);
+  EXPECT_EQ(r.runs()[0].source, "v1");
+  // No temporary files left behind.
+  for (auto& e : std::filesystem::directory_iterator(tmp.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  // Create refuses to replace.
+  EXPECT_THROW(TraceWriter(path, TraceWriter::Mode::Create), Error);
+}
+
+TEST(Store, NewerSchemaAndForeignFilesAreRefused) {
+  TempDir tmp;
+  std::string path = tmp.file("new.braid");
+  {
+    TraceWriter w(path, TraceWriter::Mode::Create);
+    w.begin_run(RunKind::Imported, "x");
+    w.commit();
+  }
+  {
+    sqlite3* db = nullptr;
+    sqlite3_open(path.c_str(), &db);
+    sql::exec(db, "UPDATE meta SET value='2.0' WHERE key='schema_version'");
+    sqlite3_close(db);
+  }
+  try {
+    TraceReader r(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos);
+  }
+  // Appending to it is refused too, and the file is not modified.
+  EXPECT_THROW(TraceWriter(path, TraceWriter::Mode::Append), Error);
+
+  test::write_file(tmp.file("text.braid"), "this is not sqlite at all, just some text bytes......");
+  try {
+    TraceReader r(tmp.file("text.braid"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::BadFormat);
+    EXPECT_NE(std::string(e.what()).find("not a .braid file"), std::string::npos) << e.what();
+  }
+  {
+    sqlite3* db = nullptr;
+    sqlite3_open(tmp.file("other.sqlite").c_str(), &db);
+    sql::exec(db, "CREATE TABLE t(x)");
+    sqlite3_close(db);
+  }
+  EXPECT_THROW(TraceReader(tmp.file("other.sqlite")), Error);
+  EXPECT_THROW(TraceReader(tmp.file("missing.braid")), Error);
+}
+
+}  // namespace
+}  // namespace braid
