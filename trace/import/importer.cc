@@ -1,5 +1,6 @@
 #include "trace/import/importer.h"
 
+#include <cctype>
 #include <cstring>
 
 #include "trace/error.h"
@@ -25,6 +26,26 @@ TraceFormat trace_format_from_string(std::string_view s) {
                                     "' (expected auto, kineto, nsys or chakra)");
 }
 
+// Chakra protobuf ET: a varint length prefix, then the GlobalMetadata message, whose first field
+// is `version` (tag 0x0a) or, from writers that leave version empty, `attr` (tag 0x12); the
+// field's own length must fit in the message.
+static bool looks_like_chakra_et(std::string_view h) {
+  uint64_t len = 0;
+  size_t i = 0;
+  for (;; ++i) {
+    if (i >= h.size() || i >= 5) return false;
+    auto c = static_cast<unsigned char>(h[i]);
+    len |= uint64_t(c & 0x7f) << (7 * i);
+    if (c < 0x80) break;
+  }
+  ++i;
+  if (len < 2 || i + 1 >= h.size()) return false;
+  auto tag = static_cast<unsigned char>(h[i]);
+  auto field_len = static_cast<unsigned char>(h[i + 1]);
+  if (tag != 0x0a && tag != 0x12) return false;
+  return field_len >= 0x80 || field_len + 2u <= len;
+}
+
 TraceFormat detect_format(const std::string& path) {
   InputFile in(path);
   char head[4096];
@@ -46,17 +67,23 @@ TraceFormat detect_format(const std::string& path) {
     // Chakra's JSON has "workload_graph"/"nodes" near the top; Kineto has traceEvents and
     // usually schemaVersion/deviceProperties first. A Chrome trace may also be a bare array.
     if (h.find("\"workload_graph\"") != std::string_view::npos ||
-        h.find("\"nodes\"") != std::string_view::npos && h.find("\"traceEvents\"") == std::string_view::npos &&
-            h.find("\"schema\"") != std::string_view::npos)
+        (h.find("\"nodes\"") != std::string_view::npos &&
+         h.find("\"traceEvents\"") == std::string_view::npos &&
+         h.find("\"schema\"") != std::string_view::npos))
       return TraceFormat::Chakra;
     return TraceFormat::Kineto;
   }
   // A tar archive (ustar magic at offset 257) holding Chakra traces.
   if (n > 262 && std::memcmp(head + 257, "ustar", 5) == 0) return TraceFormat::Chakra;
-  // Chakra protobuf ET: a length-delimited GlobalMetadata message whose first field is a
-  // string "version" (tag 0x0a).
-  if (n >= 3 && static_cast<unsigned char>(head[0]) < 0x80 && head[1] == 0x0a) return TraceFormat::Chakra;
-  if (n >= 4 && static_cast<unsigned char>(head[0]) >= 0x80 && head[2] == 0x0a) return TraceFormat::Chakra;
+  if (looks_like_chakra_et(h)) return TraceFormat::Chakra;
+  // By name: archives only the Chakra importer reads (bzip2/xz ones are not seen through
+  // here), and .et files, so that a damaged one gets the Chakra importer's precise error.
+  std::string lower_path;
+  for (char c : path) lower_path += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* ext : {".et", ".et.gz", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz"})
+    if (lower_path.size() >= std::strlen(ext) &&
+        lower_path.compare(lower_path.size() - std::strlen(ext), std::string::npos, ext) == 0)
+      return TraceFormat::Chakra;
   throw Error(ErrorCode::BadFormat,
               path + ": unrecognized trace format (expected Kineto/Chrome JSON, an Nsight Systems "
                      "SQLite export, or a Chakra execution trace)");
