@@ -629,6 +629,20 @@ TEST(ChakraImport, RunningTimelineFollowsStreamsAndDataDeps) {
   EXPECT_EQ(r.ranks[0].rank, 0);  // no rank in the name: the file's index
 }
 
+TEST(ChakraImport, EtStartingWithABraceIsNotJson) {
+  TempDir dir;
+  // A 123-byte GlobalMetadata: its length prefix is '{' and its version tag '\n'.
+  std::string meta = Pb().b(1, std::string(121, 'v')).s;
+  ASSERT_EQ(meta.size(), 123u);
+  std::string data = stream_of({meta, node(1, "k", 4, std::nullopt, 3, {})});
+  ASSERT_EQ(data.substr(0, 2), "{\n");
+  write_file(dir.file("trace"), data);
+  EXPECT_EQ(detect_format(dir.file("trace")), TraceFormat::Chakra);
+  Imported r = import_one(dir, dir.file("trace"), TraceFormat::Auto);
+  ASSERT_EQ(r.kernels.size(), 1u);
+  EXPECT_EQ(r.kernels[0].end, 3000);
+}
+
 // ---- bad input ------------------------------------------------------------------------------
 
 TEST(ChakraImport, TruncatedEtIsBadFormat) {

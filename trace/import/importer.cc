@@ -46,6 +46,16 @@ static bool looks_like_chakra_et(std::string_view h) {
   return field_len >= 0x80 || field_len + 2u <= len;
 }
 
+// '{' or '[' then, after blanks, what a JSON value holds next. The second test keeps a Chakra ET
+// whose first length prefix is 0x7b ('{', a 123-byte GlobalMetadata) from passing for JSON.
+static bool looks_like_json(std::string_view h) {
+  size_t i = h.find_first_not_of(" \t\r\n");
+  if (i == std::string_view::npos || (h[i] != '{' && h[i] != '[')) return false;
+  size_t j = h.find_first_not_of(" \t\r\n", i + 1);
+  if (j == std::string_view::npos) return true;
+  return h[j] == '"' || h[j] == '}' || h[j] == ']' || (h[i] == '[' && h[j] == '{');
+}
+
 TraceFormat detect_format(const std::string& path) {
   InputFile in(path);
   char head[4096];
@@ -62,8 +72,7 @@ TraceFormat detect_format(const std::string& path) {
   if (n == 0) throw Error(ErrorCode::Empty, path + ": empty file");
   std::string_view h(head, n);
   if (h.rfind("SQLite format 3", 0) == 0) return TraceFormat::Nsys;
-  size_t i = h.find_first_not_of(" \t\r\n");
-  if (i != std::string_view::npos && (h[i] == '{' || h[i] == '[')) {
+  if (looks_like_json(h)) {
     // Chakra's JSON has "workload_graph"/"nodes" near the top; Kineto has traceEvents and
     // usually schemaVersion/deviceProperties first. A Chrome trace may also be a bare array.
     if (h.find("\"workload_graph\"") != std::string_view::npos ||
