@@ -1,0 +1,288 @@
+#include "fusion/interpreter.h"
+
+#include <set>
+
+#include "fusion/validate.h"
+#include "trace/error.h"
+
+namespace braid::fusion {
+
+namespace {
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t mix(uint64_t h, uint64_t v) { return splitmix(h ^ splitmix(v)); }
+
+uint64_t hash_str(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return h;
+}
+
+class Machine {
+ public:
+  Machine(const Schedule& s, const Matching& m, const InterpreterOptions& opt) : s_(s), m_(m) {
+    const size_t n = s.ranks.size();
+    result_.buffers.resize(n);
+    pc_.resize(n);
+    arrived_at_pc_.resize(n);
+    recorded_.resize(n);
+    arrived_.assign(m.groups.size(), 0);
+    for (size_t r = 0; r < n; ++r) {
+      for (const Buffer& b : s.ranks[r].buffers) {
+        auto& v = result_.buffers[r][b.name];
+        v.resize(static_cast<size_t>(b.size));
+        for (int64_t i = 0; i < b.size; ++i)
+          v[i] = opt.init ? opt.init(static_cast<int32_t>(r), b.name, i)
+                          : initial_value(static_cast<int32_t>(r), b.name, i);
+      }
+      pc_[r].assign(s.ranks[r].streams.size(), 0);
+      arrived_at_pc_[r].assign(s.ranks[r].streams.size(), false);
+    }
+  }
+
+  Interpretation run() {
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int32_t r = 0; r < static_cast<int32_t>(s_.ranks.size()); ++r)
+        for (int32_t st = 0; st < static_cast<int32_t>(s_.ranks[r].streams.size()); ++st)
+          progress |= advance(r, st);
+    }
+    for (int32_t r = 0; r < static_cast<int32_t>(s_.ranks.size()); ++r)
+      for (int32_t st = 0; st < static_cast<int32_t>(s_.ranks[r].streams.size()); ++st)
+        if (pc_[r][st] < static_cast<int32_t>(s_.ranks[r].streams[st].ops.size())) {
+          result_.deadlocked = true;
+          OpRef ref{r, st, pc_[r][st]};
+          result_.stuck.push_back({ref, describe(s_, ref), why_stuck(ref)});
+        }
+    return std::move(result_);
+  }
+
+ private:
+  // Runs stream (r, st) as far as it can; true when anything executed.
+  bool advance(int32_t r, int32_t st) {
+    const auto& ops = s_.ranks[r].streams[st].ops;
+    bool progress = false;
+    while (pc_[r][st] < static_cast<int32_t>(ops.size())) {
+      OpRef ref{r, st, pc_[r][st]};
+      const Op& op = ops[ref.index];
+      if (const Compute* c = op.compute()) {
+        if (!c->opaque) compute(r, *c);
+      } else if (const Record* e = op.record()) {
+        recorded_[r].insert(e->event);
+      } else if (const Wait* w = op.wait()) {
+        if (!recorded_[r].count(w->event)) break;
+      } else if (op.collective()) {
+        int g = m_.group_of(ref);
+        if (g < 0) break;
+        if (!arrived_at_pc_[r][st]) {
+          arrived_at_pc_[r][st] = true;
+          ++arrived_[g];
+        }
+        const MatchGroup& grp = m_.groups[g];
+        if (arrived_[g] < static_cast<int>(grp.members.size())) break;
+        collective(grp);
+        for (const OpRef& mem : grp.members) {
+          ++pc_[mem.rank][mem.stream];
+          arrived_at_pc_[mem.rank][mem.stream] = false;
+        }
+        result_.executed += static_cast<int64_t>(grp.members.size());
+        progress = true;
+        continue;
+      }
+      ++pc_[r][st];
+      ++result_.executed;
+      progress = true;
+    }
+    return progress;
+  }
+
+  std::vector<int64_t> read(int32_t r, const Slice& sl) const {
+    const auto& v = result_.buffers[r].at(sl.buffer);
+    return std::vector<int64_t>(v.begin() + sl.offset, v.begin() + sl.offset + sl.count);
+  }
+  void write(int32_t r, const Slice& sl, const int64_t* data) {
+    auto& v = result_.buffers[r].at(sl.buffer);
+    std::copy(data, data + sl.count, v.begin() + sl.offset);
+  }
+
+  void compute(int32_t r, const Compute& c) {
+    std::vector<std::vector<int64_t>> in;
+    for (const Slice& sl : c.reads) in.push_back(read(r, sl));
+    std::vector<std::vector<int64_t>> out;
+    std::vector<int64_t> args(in.size());
+    for (const Slice& w : c.writes) {
+      std::vector<int64_t> v(static_cast<size_t>(w.count));
+      for (int64_t j = 0; j < w.count; ++j) {
+        for (size_t k = 0; k < in.size(); ++k)
+          args[k] = in[k].empty() ? 0 : in[k][static_cast<size_t>(j) % in[k].size()];
+        v[j] = compute_value(c.label, r, w.buffer, w.offset + j, args);
+      }
+      out.push_back(std::move(v));
+    }
+    for (size_t k = 0; k < c.writes.size(); ++k) write(r, c.writes[k], out[k].data());
+  }
+
+  static std::vector<int64_t> sum(const std::vector<std::vector<int64_t>>& xs) {
+    std::vector<uint64_t> acc(xs.empty() ? 0 : xs[0].size(), 0);
+    for (const auto& x : xs)
+      for (size_t i = 0; i < acc.size(); ++i) acc[i] += static_cast<uint64_t>(x[i]);
+    return std::vector<int64_t>(acc.begin(), acc.end());
+  }
+
+  void collective(const MatchGroup& g) {
+    std::vector<const Collective*> cs;
+    for (const OpRef& r : g.members) cs.push_back(s_.op(r).collective());
+    const Collective& c0 = *cs[0];
+    const size_t n = cs.size();
+    const int64_t k = c0.count;
+    // Inputs first: a collective may run in place.
+    std::vector<std::vector<int64_t>> in(n);
+    for (size_t i = 0; i < n; ++i)
+      if (!cs[i]->in.empty()) in[i] = read(g.members[i].rank, cs[i]->in);
+    auto rank = [&](size_t i) { return g.members[i].rank; };
+    switch (g.op) {
+      case CollOp::AllReduce: {
+        auto total = sum(in);
+        for (size_t i = 0; i < n; ++i) write(rank(i), cs[i]->out, total.data());
+        break;
+      }
+      case CollOp::AllGather: {
+        std::vector<int64_t> all;
+        for (const auto& x : in) all.insert(all.end(), x.begin(), x.end());
+        for (size_t i = 0; i < n; ++i) write(rank(i), cs[i]->out, all.data());
+        break;
+      }
+      case CollOp::ReduceScatter: {
+        auto total = sum(in);
+        for (size_t i = 0; i < n; ++i) write(rank(i), cs[i]->out, total.data() + i * k);
+        break;
+      }
+      case CollOp::Broadcast: {
+        const std::vector<int64_t>* src = nullptr;
+        for (size_t i = 0; i < n; ++i)
+          if (rank(i) == c0.root) src = &in[i];
+        for (size_t i = 0; i < n; ++i) write(rank(i), cs[i]->out, src->data());
+        break;
+      }
+      case CollOp::Reduce: {
+        auto total = sum(in);
+        for (size_t i = 0; i < n; ++i)
+          if (rank(i) == c0.root) write(rank(i), cs[i]->out, total.data());
+        break;
+      }
+      case CollOp::AllToAll: {
+        // Block j of member i's output is block i of member j's input.
+        for (size_t i = 0; i < n; ++i) {
+          std::vector<int64_t> v(n * k);
+          for (size_t j = 0; j < n; ++j)
+            std::copy(in[j].begin() + i * k, in[j].begin() + (i + 1) * k, v.begin() + j * k);
+          write(rank(i), cs[i]->out, v.data());
+        }
+        break;
+      }
+      case CollOp::Send:  // {send, recv}
+        write(rank(1), cs[1]->out, in[0].data());
+        break;
+      case CollOp::ManyToMany: {
+        std::vector<std::pair<int32_t, std::vector<int64_t>>> writes;
+        for (size_t b = 0; b < n; ++b) {
+          std::map<int32_t, int> seen;  // recv chunks already taken per sender
+          for (const PeerChunk& rc : cs[b]->recvs) {
+            int nth = seen[rc.peer]++;
+            for (size_t a = 0; a < n; ++a) {
+              if (rank(a) != rc.peer) continue;
+              for (const PeerChunk& sc : cs[a]->sends)
+                if (sc.peer == rank(b) && nth-- == 0) {
+                  write_chunk(rank(b), cs[b]->out.sub(rc.offset, rc.count),
+                              in[a].data() + sc.offset);
+                  break;
+                }
+            }
+          }
+        }
+        break;
+      }
+      default:
+        break;  // validation rejects other ops
+    }
+  }
+  // Writes of manytomany chunks; inputs were all read before the first write.
+  void write_chunk(int32_t r, const Slice& sl, const int64_t* data) { write(r, sl, data); }
+
+  std::string why_stuck(OpRef ref) const {
+    const Op& op = s_.op(ref);
+    if (const Wait* w = op.wait()) {
+      for (int32_t st = 0; st < static_cast<int32_t>(s_.ranks[ref.rank].streams.size()); ++st) {
+        const auto& ops = s_.ranks[ref.rank].streams[st].ops;
+        for (int32_t i = 0; i < static_cast<int32_t>(ops.size()); ++i)
+          if (const Record* e = ops[i].record(); e && e->event == w->event)
+            return "waits for event '" + w->event + "', recorded by " +
+                   describe(s_, {ref.rank, st, i}) + ", which has not run";
+      }
+      return "waits for event '" + w->event + "', which is never recorded";
+    }
+    int g = m_.group_of(ref);
+    if (g < 0) return "has no matching partner";
+    std::string t = "waits for";
+    for (const OpRef& mem : m_.groups[g].members) {
+      if (pc_[mem.rank][mem.stream] == mem.index && arrived_at_pc_[mem.rank][mem.stream])
+        continue;
+      OpRef at{mem.rank, mem.stream, pc_[mem.rank][mem.stream]};
+      t += " rank " + std::to_string(mem.rank) + " (blocked at " + describe(s_, at) + ")";
+    }
+    return t;
+  }
+
+  const Schedule& s_;
+  const Matching& m_;
+  Interpretation result_;
+  std::vector<std::vector<int32_t>> pc_;
+  std::vector<std::vector<bool>> arrived_at_pc_;
+  std::vector<std::set<std::string>> recorded_;
+  std::vector<int> arrived_;
+};
+
+}  // namespace
+
+int64_t initial_value(int32_t rank, std::string_view buffer, int64_t index) {
+  uint64_t h = mix(mix(hash_str(buffer), static_cast<uint64_t>(rank)), static_cast<uint64_t>(index));
+  return static_cast<int64_t>(h % 1000000);
+}
+
+int64_t compute_value(std::string_view label, int32_t rank, std::string_view buffer,
+                      int64_t index, const std::vector<int64_t>& inputs) {
+  uint64_t h = mix(mix(mix(hash_str(label), static_cast<uint64_t>(rank)), hash_str(buffer)),
+                   static_cast<uint64_t>(index));
+  for (int64_t x : inputs) h = mix(h, static_cast<uint64_t>(x));
+  return static_cast<int64_t>(h % 1000000);
+}
+
+std::string Interpretation::deadlock_message() const {
+  if (!deadlocked) return "";
+  std::string t = "deadlock:";
+  for (size_t i = 0; i < stuck.size(); ++i)
+    t += (i ? "; " : " ") + stuck[i].op + " " + stuck[i].reason;
+  return t;
+}
+
+Interpretation interpret(const Schedule& s, const InterpreterOptions& opt) {
+  ValidateOptions vo;
+  vo.check_deadlock = false;
+  std::vector<std::string> problems = validate(s, vo);
+  if (!problems.empty()) {
+    std::string msg = "schedule '" + s.name + "' is not valid: " + problems[0];
+    if (problems.size() > 1) msg += " (and " + std::to_string(problems.size() - 1) + " more)";
+    throw Error(ErrorCode::BadFormat, msg);
+  }
+  Matching m = match_collectives(s);
+  return Machine(s, m, opt).run();
+}
+
+}  // namespace braid::fusion

@@ -1,0 +1,173 @@
+#include "fusion/ir.h"
+
+#include <algorithm>
+
+namespace braid::fusion {
+
+std::string_view to_string(OpKind k) {
+  switch (k) {
+    case OpKind::Compute: return "compute";
+    case OpKind::Collective: return "collective";
+    case OpKind::Delay: return "delay";
+    case OpKind::Record: return "record";
+    case OpKind::Wait: return "wait";
+  }
+  return "unknown";
+}
+
+bool Slice::overlaps(const Slice& o) const {
+  return !empty() && buffer == o.buffer && count > 0 && o.count > 0 && offset < o.end() &&
+         o.offset < end();
+}
+
+const Buffer* RankSchedule::find_buffer(std::string_view name) const {
+  for (const Buffer& b : buffers)
+    if (b.name == name) return &b;
+  return nullptr;
+}
+
+int Comm::index_of(int32_t rank) const {
+  auto it = std::find(ranks.begin(), ranks.end(), rank);
+  return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+}
+
+const Comm* Schedule::find_comm(std::string_view id) const {
+  for (const Comm& c : comms)
+    if (c.id == id) return &c;
+  return nullptr;
+}
+
+std::optional<OpRef> Schedule::find_op(int64_t id) const {
+  for (size_t r = 0; r < ranks.size(); ++r)
+    for (size_t s = 0; s < ranks[r].streams.size(); ++s) {
+      const auto& ops = ranks[r].streams[s].ops;
+      for (size_t i = 0; i < ops.size(); ++i)
+        if (ops[i].id == id)
+          return OpRef{static_cast<int32_t>(r), static_cast<int32_t>(s), static_cast<int32_t>(i)};
+    }
+  return std::nullopt;
+}
+
+int64_t Schedule::next_op_id() const {
+  int64_t next = 0;
+  for (const auto& r : ranks)
+    for (const auto& st : r.streams)
+      for (const auto& op : st.ops) next = std::max(next, op.id + 1);
+  return next;
+}
+
+RankSchedule& Schedule::add_rank(int32_t rank) {
+  while (static_cast<int32_t>(ranks.size()) <= rank) {
+    RankSchedule r;
+    r.rank = static_cast<int32_t>(ranks.size());
+    ranks.push_back(std::move(r));
+  }
+  return ranks[rank];
+}
+
+int Schedule::add_stream(int32_t rank, std::string name) {
+  auto& r = add_rank(rank);
+  r.streams.push_back(Stream{std::move(name), {}});
+  return static_cast<int>(r.streams.size()) - 1;
+}
+
+void Schedule::add_buffer(int32_t rank, std::string name, std::string dtype, int64_t size) {
+  add_rank(rank).buffers.push_back(Buffer{std::move(name), std::move(dtype), size});
+}
+
+int64_t Schedule::append(int32_t rank, int stream, decltype(Op::body) body) {
+  int64_t id = next_op_id();
+  add_rank(rank).streams.at(stream).ops.push_back(Op{id, std::move(body)});
+  return id;
+}
+
+Access access_of(const Schedule& s, int32_t rank, const Op& op) {
+  Access a;
+  if (const Compute* c = op.compute()) {
+    a.reads = c->reads;
+    a.writes = c->writes;
+    a.any = c->opaque;
+    return a;
+  }
+  const Collective* c = op.collective();
+  if (!c) return a;
+  auto add = [](std::vector<Slice>& v, const Slice& sl) {
+    if (!sl.empty()) v.push_back(sl);
+  };
+  switch (c->op) {
+    case CollOp::Broadcast:
+      if (rank == c->root) add(a.reads, c->in);
+      add(a.writes, c->out);
+      break;
+    case CollOp::Reduce:
+      add(a.reads, c->in);
+      if (rank == c->root) add(a.writes, c->out);
+      break;
+    case CollOp::ManyToMany:
+      for (const PeerChunk& p : c->sends)
+        if (!c->in.empty()) a.reads.push_back(c->in.sub(p.offset, p.count));
+      for (const PeerChunk& p : c->recvs)
+        if (!c->out.empty()) a.writes.push_back(c->out.sub(p.offset, p.count));
+      break;
+    default:
+      add(a.reads, c->in);
+      add(a.writes, c->out);
+  }
+  return a;
+}
+
+namespace {
+
+std::vector<OpRef> touching(const Schedule& s, int32_t rank, const Slice& slice, bool reads) {
+  std::vector<OpRef> out;
+  if (rank < 0 || rank >= static_cast<int32_t>(s.ranks.size())) return out;
+  const auto& streams = s.ranks[rank].streams;
+  for (size_t st = 0; st < streams.size(); ++st)
+    for (size_t i = 0; i < streams[st].ops.size(); ++i) {
+      Access a = access_of(s, rank, streams[st].ops[i]);
+      bool hit = a.any;
+      for (const Slice& x : reads ? a.reads : a.writes) hit = hit || x.overlaps(slice);
+      if (hit)
+        out.push_back({rank, static_cast<int32_t>(st), static_cast<int32_t>(i)});
+    }
+  return out;
+}
+
+}  // namespace
+
+std::vector<OpRef> consumers_of(const Schedule& s, int32_t rank, const Slice& slice) {
+  return touching(s, rank, slice, true);
+}
+
+std::vector<OpRef> producers_of(const Schedule& s, int32_t rank, const Slice& slice) {
+  return touching(s, rank, slice, false);
+}
+
+std::string describe(const Schedule& s, OpRef r) {
+  std::string out = "rank " + std::to_string(r.rank);
+  if (r.rank < 0 || r.rank >= static_cast<int32_t>(s.ranks.size())) return out;
+  const auto& streams = s.ranks[r.rank].streams;
+  if (r.stream < 0 || r.stream >= static_cast<int32_t>(streams.size())) return out;
+  out += " stream '" + streams[r.stream].name + "'";
+  if (r.index < 0 || r.index >= static_cast<int32_t>(streams[r.stream].ops.size())) return out;
+  const Op& op = streams[r.stream].ops[r.index];
+  out += " op " + std::to_string(r.index) + " (id " + std::to_string(op.id) + ": ";
+  if (const Compute* c = op.compute()) {
+    out += "compute '" + c->label + "'";
+  } else if (const Collective* c = op.collective()) {
+    out += std::string(to_string(c->op));
+    if (!c->label.empty()) out += " '" + c->label + "'";
+    out += " on '" + c->comm + "'";
+    if (c->op == CollOp::Send) out += " to rank " + std::to_string(c->peer);
+    if (c->op == CollOp::Recv) out += " from rank " + std::to_string(c->peer);
+  } else if (const Delay* d = op.delay()) {
+    out += "delay " + std::to_string(d->duration_ns) + " ns";
+  } else if (const Record* e = op.record()) {
+    out += "record '" + e->event + "'";
+  } else if (const Wait* w = op.wait()) {
+    out += "wait '" + w->event + "'";
+  }
+  return out + ")";
+}
+
+}  // namespace braid::fusion

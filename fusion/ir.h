@@ -1,0 +1,198 @@
+// The schedule IR (DESIGN.md, "The schedule IR"): per rank, ordered lists of operations per
+// stream, events between streams, and collectives matched across ranks by (communicator, order
+// within the communicator). Buffers are named per rank and collectives reference (buffer, offset,
+// count) slices, so rewrite passes can follow data from one operation to the next.
+//
+// Every op carries an id that is unique in the schedule and survives rewrites of other ops, so
+// passes, opportunities and diffs can name ops without depending on their position.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "trace/model.h"
+
+namespace braid::fusion {
+
+inline constexpr std::string_view kScheduleFormat = "braid-schedule/1";
+
+// A contiguous range of elements of one rank's buffer. An empty buffer name means "no slice"
+// (e.g. the input of a recv).
+struct Slice {
+  std::string buffer;
+  int64_t offset = 0;
+  int64_t count = 0;
+
+  bool empty() const { return buffer.empty(); }
+  int64_t end() const { return offset + count; }
+  // True when both name the same buffer and share at least one element.
+  bool overlaps(const Slice& o) const;
+  // The sub-slice [offset + off, offset + off + n) of this slice.
+  Slice sub(int64_t off, int64_t n) const { return {buffer, offset + off, n}; }
+  bool operator==(const Slice&) const = default;
+};
+
+// One peer's part of a manytomany: `count` elements starting at `offset`, relative to the op's
+// `in` slice (sends) or `out` slice (recvs). `peer` is a global rank.
+struct PeerChunk {
+  int32_t peer = -1;
+  int64_t offset = 0;
+  int64_t count = 0;
+  bool operator==(const PeerChunk&) const = default;
+};
+
+struct Compute {
+  std::string label;
+  Ns duration_ns = 0;
+  std::vector<Slice> reads, writes;
+  bool opaque = false;  // may touch any buffer (compute lifted from a trace)
+  bool operator==(const Compute&) const = default;
+};
+
+// One rank's part of a collective or point-to-point operation. `count` follows NCCL: elements
+// per rank for allreduce/broadcast/reduce/send/recv, the per-rank send count for allgather, the
+// per-rank receive count for reducescatter, the per-peer block for alltoall; unused (0) for
+// manytomany, whose counts are per peer. Ranks (`root`, `peer`, chunk peers) are global ranks.
+struct Collective {
+  CollOp op = CollOp::Unknown;
+  std::string comm;
+  std::string dtype;
+  int64_t count = 0;
+  Slice in, out;
+  int32_t root = -1;                    // broadcast, reduce
+  int32_t peer = -1;                    // send, recv
+  std::vector<PeerChunk> sends, recvs;  // manytomany
+  std::string label;
+  bool operator==(const Collective&) const = default;
+};
+
+struct Delay {
+  Ns duration_ns = 0;  // a host-side gap
+  bool operator==(const Delay&) const = default;
+};
+
+// Events are single-assignment per rank: one record, any number of waits on any stream of the
+// same rank. A wait completes once the record has executed.
+struct Record {
+  std::string event;
+  bool operator==(const Record&) const = default;
+};
+struct Wait {
+  std::string event;
+  bool operator==(const Wait&) const = default;
+};
+
+enum class OpKind : uint8_t { Compute, Collective, Delay, Record, Wait };
+std::string_view to_string(OpKind k);
+
+struct Op {
+  int64_t id = -1;
+  std::variant<Compute, Collective, Delay, Record, Wait> body;
+
+  OpKind kind() const { return static_cast<OpKind>(body.index()); }
+  Compute* compute() { return std::get_if<Compute>(&body); }
+  const Compute* compute() const { return std::get_if<Compute>(&body); }
+  Collective* collective() { return std::get_if<Collective>(&body); }
+  const Collective* collective() const { return std::get_if<Collective>(&body); }
+  const Delay* delay() const { return std::get_if<Delay>(&body); }
+  const Record* record() const { return std::get_if<Record>(&body); }
+  const Wait* wait() const { return std::get_if<Wait>(&body); }
+  bool operator==(const Op&) const = default;
+};
+
+struct Buffer {
+  std::string name;
+  std::string dtype;
+  int64_t size = 0;  // elements
+  bool operator==(const Buffer&) const = default;
+};
+
+struct Stream {
+  std::string name;
+  std::vector<Op> ops;
+  bool operator==(const Stream&) const = default;
+};
+
+struct RankSchedule {
+  int32_t rank = 0;
+  std::vector<Buffer> buffers;
+  std::vector<Stream> streams;
+
+  const Buffer* find_buffer(std::string_view name) const;
+  bool operator==(const RankSchedule&) const = default;
+};
+
+struct Comm {
+  std::string id;
+  std::vector<int32_t> ranks;  // global ranks in communicator order
+
+  // Position of `rank` in the communicator, -1 if it is not a member.
+  int index_of(int32_t rank) const;
+  bool operator==(const Comm&) const = default;
+};
+
+// Where an op lives: rank, stream index, position in the stream. Positions change when a pass
+// inserts or removes ops; ids do not.
+struct OpRef {
+  int32_t rank = -1;
+  int32_t stream = -1;
+  int32_t index = -1;
+  bool valid() const { return rank >= 0; }
+  auto operator<=>(const OpRef&) const = default;
+};
+
+struct Schedule {
+  std::string name;
+  std::vector<std::string> provenance;  // assumptions made when the schedule was built
+  std::vector<Comm> comms;
+  std::vector<RankSchedule> ranks;  // ranks[i].rank == i
+
+  const Comm* find_comm(std::string_view id) const;
+  const Op& op(OpRef r) const { return ranks[r.rank].streams[r.stream].ops[r.index]; }
+  Op& op(OpRef r) { return ranks[r.rank].streams[r.stream].ops[r.index]; }
+  std::optional<OpRef> find_op(int64_t id) const;  // linear scan
+  int64_t next_op_id() const;                       // 1 + the largest id, 0 when empty
+
+  // Building helpers. add_rank appends ranks up to `rank`; add_stream returns the stream index;
+  // append gives the op the next free id and returns it.
+  RankSchedule& add_rank(int32_t rank);
+  int add_stream(int32_t rank, std::string name);
+  void add_buffer(int32_t rank, std::string name, std::string dtype, int64_t size);
+  int64_t append(int32_t rank, int stream, decltype(Op::body) body);
+
+  bool operator==(const Schedule&) const = default;
+};
+
+// The buffer elements an op reads and writes on its rank. `any` marks opaque compute, which may
+// touch every buffer. Collective slices are those this rank actually uses (e.g. a broadcast's
+// `in` only on its root, a manytomany's per-peer chunks).
+struct Access {
+  std::vector<Slice> reads, writes;
+  bool any = false;
+};
+Access access_of(const Schedule& s, int32_t rank, const Op& op);
+
+// Ops of `rank` that read (consumers) or write (producers) an element of `slice`, opaque compute
+// included, in (stream, position) order.
+std::vector<OpRef> consumers_of(const Schedule& s, int32_t rank, const Slice& slice);
+std::vector<OpRef> producers_of(const Schedule& s, int32_t rank, const Slice& slice);
+
+// "rank 1 stream 'comm' op 3 (id 12: allreduce 'grad' on 'dp')", for messages.
+std::string describe(const Schedule& s, OpRef r);
+
+// JSON (`braid-schedule/1`). The writer is deterministic: fixed key order, integers only,
+// 2-space indentation, one communicator / buffer / op per line. parse_schedule(to_json(s)) == s
+// and to_json(parse_schedule(t)) == t for canonical text t. Parse errors throw braid::Error
+// (BadFormat, or Unsupported for another braid-schedule version) naming `source` and the JSON
+// path of the problem, e.g. "$.ranks[0].streams[1].ops[2].count".
+std::string to_json(const Schedule& s);
+Schedule parse_schedule(std::string_view json, std::string_view source = "<schedule>");
+Schedule load_schedule(const std::string& path);
+// Writes to a temporary file and renames it, so a failure leaves no half-written file.
+void save_schedule(const Schedule& s, const std::string& path);
+
+}  // namespace braid::fusion
