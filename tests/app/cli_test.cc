@@ -1,1 +1,182 @@
+// The `braid` command line, run as a user would: exit codes, one-line errors, untouched output,
+// and `info --json` numbers against an independent count of the input files.
 #include <gtest/gtest.h>
+#include <simdjson.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "trace/sqlite_util.h"
+#include "trace/test_util.h"
+
+namespace braid {
+namespace {
+
+using test::TempDir;
+using test::traces;
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Result braid_cli(const TempDir& tmp, const std::string& args) {
+  std::string cmd = std::string(BRAID_CLI) + " " + args + " >" + tmp.file("stdout") + " 2>" +
+                    tmp.file("stderr") + " </dev/null";
+  int st = std::system(cmd.c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, slurp(tmp.file("stdout")), slurp(tmp.file("stderr"))};
+}
+
+void expect_one_line_error(const Result& r, const std::string& needle) {
+  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.err.rfind("braid: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(Cli, InfoJsonCountsMatchTheFiles) {
+  TempDir tmp;
+  auto f0 = traces("hta/tests/data/trace_filter/sampled_rank-0.json.gz");
+  auto f1 = traces("hta/tests/data/trace_filter/sampled_rank-1.json.gz");
+  auto r = braid_cli(tmp, "import -q " + f0 + " " + f1 + " -o " + tmp.file("job.braid"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = braid_cli(tmp, "info --json " + tmp.file("job.braid"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto c0 = test::count_kineto(f0), c1 = test::count_kineto(f1);
+  simdjson::dom::parser p;
+  simdjson::dom::element doc = p.parse(r.out);
+  auto run = doc["runs"].at(0);
+  EXPECT_EQ(int64_t(run["counts"]["kernels"]), c0.kernels + c1.kernels);
+  EXPECT_EQ(int64_t(run["counts"]["memcpys"]), c0.memcpys + c1.memcpys);
+  EXPECT_EQ(int64_t(run["counts"]["memsets"]), c0.memsets + c1.memsets);
+  EXPECT_EQ(int64_t(run["counts"]["api_calls"]), c0.api + c1.api);
+  EXPECT_EQ(simdjson::dom::array(run["ranks"]).size(), 2u);
+  // NCCL kernels: all SendRecv in the files; per op from the CPU side.
+  EXPECT_EQ(int64_t(run["counts"]["collectives"]), c0.nccl_kernels + c1.nccl_kernels);
+  EXPECT_EQ(int64_t(run["collectives_by_op"]["alltoall"]["count"]), 8);
+  EXPECT_EQ(int64_t(run["collectives_by_op"]["allreduce"]["count"]), 8);
+  EXPECT_EQ(int64_t(run["collectives_by_op"]["allgather"]["count"]), 4);
+  EXPECT_EQ(int64_t(run["kernels_by_category"]["comm.sendrecv"]["count"]),
+            c0.nccl_by_kernel_coll["SendRecv"] + c1.nccl_by_kernel_coll["SendRecv"]);
+}
+
+TEST(Cli, InfoJsonCollectiveBytes) {
+  TempDir tmp;
+  auto f = traces("hta/tests/data/nccl_parser_config/nccl_data.json.gz");
+  ASSERT_EQ(braid_cli(tmp, "import -q " + f + " -o " + tmp.file("n.braid")).code, 0);
+  auto r = braid_cli(tmp, "info --json " + tmp.file("n.braid"));
+  ASSERT_EQ(r.code, 0);
+  // Independent: sum of In msg nelems * 4 over the AllReduce kernels' args in the file.
+  std::string text = test::gunzip_file(f);
+  simdjson::dom::parser p;
+  int64_t bytes = 0, count = 0;
+  for (auto e : p.parse(text)["traceEvents"].get_array()) {
+    std::string_view cat, name;
+    if (e["cat"].get_string().get(cat) || cat != "kernel") continue;
+    if (e["name"].get_string().get(name) || name.find("AllReduce") == std::string_view::npos) continue;
+    bytes += int64_t(e["args"]["In msg nelems"]) * 4;
+    ++count;
+  }
+  simdjson::dom::parser p2;
+  auto ar = p2.parse(r.out)["runs"].at(0)["collectives_by_op"]["allreduce"];
+  EXPECT_EQ(int64_t(ar["count"]), count);
+  EXPECT_EQ(int64_t(ar["bytes"]), bytes);
+  EXPECT_EQ(count, 15);
+}
+
+TEST(Cli, TextInfoAndExport) {
+  TempDir tmp;
+  auto f = traces("tracelens/tests/traces/b200/eager_trace.json.gz");
+  auto r = braid_cli(tmp, "import " + f + " -o " + tmp.file("b.braid"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("imported 1 file"), std::string::npos) << r.out;
+  r = braid_cli(tmp, "info " + tmp.file("b.braid"));
+  ASSERT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("allgather"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NVIDIA B200"), std::string::npos) << r.out;
+  r = braid_cli(tmp, "export " + tmp.file("b.braid") + " -o " + tmp.file("b.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  ASSERT_EQ(p.load(tmp.file("b.json")).get(doc), simdjson::SUCCESS);
+  EXPECT_GT(simdjson::dom::array(doc["traceEvents"]).size(), 1000u);
+}
+
+TEST(Cli, BadInputsGiveOneLineErrorsAndKeepExistingOutput) {
+  TempDir tmp;
+  // An existing output that must survive every failed import below.
+  auto good = traces("hta/tests/data/trace_filter/sampled_rank-0.json.gz");
+  ASSERT_EQ(braid_cli(tmp, "import -q " + good + " -o " + tmp.file("out.braid")).code, 0);
+  std::string before = slurp(tmp.file("out.braid"));
+
+  auto r = braid_cli(tmp, "import -q --force " + tmp.file("nope.json") + " -o " + tmp.file("out.braid"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("nope.json"), std::string::npos) << r.err;
+
+  std::string gz = slurp(good);
+  test::write_file(tmp.file("cut.json.gz"), gz.substr(0, gz.size() / 3));
+  r = braid_cli(tmp, "import -q --force " + tmp.file("cut.json.gz") + " -o " + tmp.file("out.braid"));
+  expect_one_line_error(r, "cut.json.gz: truncated gzip");
+
+  test::write_file(tmp.file("bad.json"), "{\"traceEvents\":[{\"ph\":\"X\" \"ts\":1}]}");
+  r = braid_cli(tmp, "import -q --force " + tmp.file("bad.json") + " -o " + tmp.file("out.braid"));
+  expect_one_line_error(r, "bad.json: malformed JSON");
+
+  test::write_file(tmp.file("empty.json"), "{\"traceEvents\":[]}");
+  r = braid_cli(tmp, "import -q --force " + tmp.file("empty.json") + " -o " + tmp.file("out.braid"));
+  expect_one_line_error(r, "empty.json: no trace events");
+
+  test::write_file(tmp.file("junk.bin"), std::string("\x01\x02\x03garbage", 10));
+  r = braid_cli(tmp, "import -q --force " + tmp.file("junk.bin") + " -o " + tmp.file("out.braid"));
+  expect_one_line_error(r, "junk.bin: unrecognized trace format");
+
+  EXPECT_EQ(slurp(tmp.file("out.braid")), before) << "a failed import changed the existing output";
+
+  // Without --force an existing output is refused before any work.
+  r = braid_cli(tmp, "import -q " + good + " -o " + tmp.file("out.braid"));
+  expect_one_line_error(r, "already exists");
+
+  // Readers: a non-SQLite file and a newer schema.
+  r = braid_cli(tmp, "info " + tmp.file("bad.json"));
+  expect_one_line_error(r, "bad.json: not a .braid file");
+  std::filesystem::copy_file(tmp.file("out.braid"), tmp.file("newer.braid"));
+  {
+    sqlite3* db = nullptr;
+    sqlite3_open(tmp.file("newer.braid").c_str(), &db);
+    sql::exec(db, "UPDATE meta SET value='7.0' WHERE key='schema_version'");
+    sqlite3_close(db);
+  }
+  r = braid_cli(tmp, "info " + tmp.file("newer.braid"));
+  expect_one_line_error(r, "newer.braid: schema version 7.0 is newer");
+  r = braid_cli(tmp, "info " + tmp.file("missing.braid"));
+  expect_one_line_error(r, "missing.braid: no such file");
+  // No temporary files left anywhere.
+  for (auto& e : std::filesystem::directory_iterator(tmp.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+TEST(Cli, HelpIsTruthful) {
+  TempDir tmp;
+  auto r = braid_cli(tmp, "--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* verb : {"import", "info", "export", "demo"})
+    EXPECT_NE(r.out.find(verb), std::string::npos) << verb;
+  r = braid_cli(tmp, "import --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* opt : {"--output", "--format", "--rank", "--append", "--force"})
+    EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
+  r = braid_cli(tmp, "frobnicate");
+  EXPECT_NE(r.code, 0);
+}
+
+}  // namespace
+}  // namespace braid
