@@ -504,9 +504,9 @@ std::string stream_of(const std::vector<std::string>& msgs) {
 std::string metadata() { return Pb().b(1, "0.0.4").s; }
 
 // A Node message (et_def.proto field numbers).
-std::string node(uint64_t id, const std::string& name, uint64_t type,
-                 std::optional<uint64_t> start, std::optional<uint64_t> dur,
-                 const std::vector<std::string>& attrs, const std::vector<uint64_t>& deps = {}) {
+std::string node(uint64_t id, const std::string& name, uint64_t type, std::optional<uint64_t> start,
+                 std::optional<uint64_t> dur, const std::vector<std::string>& attrs,
+                 const std::vector<uint64_t>& deps = {}) {
   Pb p;
   p.u(1, id).b(2, name).u(3, type);
   for (uint64_t d : deps) p.u(5, d);  // unpacked repeated field: parsers must accept both
@@ -523,18 +523,17 @@ TEST(ChakraImport, SyntheticAttributes) {
       metadata(),
       node(1, "gemm_kernel", 4, t0, 5, {attr_int("stream", 9, 3)}),
       node(2, "ag", 7, t0 + 10, 7,
-            {attr_int("comm_type", 9, 2), attr_int("comm_size", 13, 1 << 20),
-             attr_str("pg_name", "tp0"), attr_int("stream", 9, 5),
-             attr_int("is_cpu_op", 27, 0)}),
+           {attr_int("comm_type", 9, 2), attr_int("comm_size", 13, 1 << 20),
+            attr_str("pg_name", "tp0"), attr_int("stream", 9, 5), attr_int("is_cpu_op", 27, 0)}),
       node(3, "rs", 7, t0 + 20, 3,
-            {attr_int("comm_type", 7, 7), attr_int("comm_size", 7, 4096),
-             attr_str("pg_name", "tp0"), attr_int("stream", 9, 5)}),
+           {attr_int("comm_type", 7, 7), attr_int("comm_size", 7, 4096), attr_str("pg_name", "tp0"),
+            attr_int("stream", 9, 5)}),
       node(4, "a2a", 7, t0 + 12, 1,
-            {attr_int("comm_type", 9, 6), attr_int("comm_size", 11, 77),
-             attr_int("comm_group", 9, 2), attr_int("stream", 9, 6)}),
+           {attr_int("comm_type", 9, 6), attr_int("comm_size", 11, 77),
+            attr_int("comm_group", 9, 2), attr_int("stream", 9, 6)}),
       node(5, "send", 5, t0 + 30, 2,
-            {attr_int("comm_dst", 7, 3), attr_int("comm_size", 9, 10),
-             attr_int("comm_type", 9, 5 /* a node type written as comm_type */)}),
+           {attr_int("comm_dst", 7, 3), attr_int("comm_size", 9, 10),
+            attr_int("comm_type", 9, 5 /* a node type written as comm_type */)}),
       node(6, "recv", 6, t0 + 40, 2, {attr_int("comm_src", 7, 2), attr_int("comm_size", 9, 10)}),
       node(7, "barrier", 7, t0 + 50, std::nullopt, {attr_int("comm_type", 9, 9)}),
       node(8, "reduce", 7, t0 + 60, 1, {attr_int("comm_type", 9, 1)}),
@@ -611,7 +610,7 @@ TEST(ChakraImport, RunningTimelineFollowsStreamsAndDataDeps) {
       node(2, "k2", 4, std::nullopt, 20, {}),
       // On its own stream, but after k2, which it reads.
       node(3, "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", 7, std::nullopt, 5,
-            {attr_int("comm_type", 9, 0), attr_int("stream", 9, 1)}, {2}),
+           {attr_int("comm_type", 9, 0), attr_int("stream", 9, 1)}, {2}),
       node(4, "k3", 4, std::nullopt, 1, {}),
   };
   write_file(dir.file("t.et"), stream_of(msgs));

@@ -48,26 +48,35 @@ constexpr int64_t kProgressEvery = 4096;  // nodes between progress callbacks
 // CollectiveCommType of the upstream schema.
 CollOp op_from_comm_type(int64_t t) {
   switch (t) {
-    case 0: return CollOp::AllReduce;
-    case 1: return CollOp::Reduce;
-    case 2: return CollOp::AllGather;
-    case 3: return CollOp::Gather;
-    case 4: return CollOp::Scatter;
-    case 5: return CollOp::Broadcast;
-    case 6: return CollOp::AllToAll;
+    case 0:
+      return CollOp::AllReduce;
+    case 1:
+      return CollOp::Reduce;
+    case 2:
+      return CollOp::AllGather;
+    case 3:
+      return CollOp::Gather;
+    case 4:
+      return CollOp::Scatter;
+    case 5:
+      return CollOp::Broadcast;
+    case 6:
+      return CollOp::AllToAll;
     case 7:  // REDUCE_SCATTER
     case 8:  // REDUCE_SCATTER_BLOCK
       return CollOp::ReduceScatter;
-    case 9: return CollOp::Barrier;
-    default: return CollOp::Unknown;
+    case 9:
+      return CollOp::Barrier;
+    default:
+      return CollOp::Unknown;
   }
 }
 
 // µs -> ns in exact integer arithmetic; a value that does not fit is bad input, not a wrap.
 Ns micros_to_ns(uint64_t us, const std::string& where, uint64_t id) {
   if (us > static_cast<uint64_t>(INT64_MAX / 1000))
-    bad(where, "node " + std::to_string(id) + ": time " + std::to_string(us) +
-                   " us is out of range");
+    bad(where,
+        "node " + std::to_string(id) + ": time " + std::to_string(us) + " us is out of range");
   return static_cast<Ns>(us) * 1000;
 }
 
@@ -226,9 +235,11 @@ class RankImport {
     } else {
       start = cursor;
       for (size_t i = 0; i < n.ndeps; ++i)
-        if (auto it = end_of_.find(n.deps[i]); it != end_of_.end()) start = std::max(start, it->second);
+        if (auto it = end_of_.find(n.deps[i]); it != end_of_.end())
+          start = std::max(start, it->second);
     }
-    if (dur > INT64_MAX - start) bad(where, "node " + std::to_string(n.id) + ": end time overflows");
+    if (dur > INT64_MAX - start)
+      bad(where, "node " + std::to_string(n.id) + ": end time overflows");
     end = start + dur;
     cursor = std::max(cursor, end);
     end_of_[n.id] = end;
@@ -276,24 +287,36 @@ std::optional<int64_t> attr_int(const et::AttributeProto& a) {
     return static_cast<int64_t>(d);
   };
   switch (a.value_case()) {
-    case A::kInt32Val: return a.int32_val();
-    case A::kInt64Val: return a.int64_val();
-    case A::kUint32Val: return a.uint32_val();
+    case A::kInt32Val:
+      return a.int32_val();
+    case A::kInt64Val:
+      return a.int64_val();
+    case A::kUint32Val:
+      return a.uint32_val();
     case A::kUint64Val:
       if (a.uint64_val() > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
       return static_cast<int64_t>(a.uint64_val());
-    case A::kSint32Val: return a.sint32_val();
-    case A::kSint64Val: return a.sint64_val();
-    case A::kFixed32Val: return a.fixed32_val();
+    case A::kSint32Val:
+      return a.sint32_val();
+    case A::kSint64Val:
+      return a.sint64_val();
+    case A::kFixed32Val:
+      return a.fixed32_val();
     case A::kFixed64Val:
       if (a.fixed64_val() > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
       return static_cast<int64_t>(a.fixed64_val());
-    case A::kSfixed32Val: return a.sfixed32_val();
-    case A::kSfixed64Val: return a.sfixed64_val();
-    case A::kBoolVal: return a.bool_val() ? 1 : 0;
-    case A::kDoubleVal: return from_double(a.double_val());
-    case A::kFloatVal: return from_double(a.float_val());
-    default: return std::nullopt;
+    case A::kSfixed32Val:
+      return a.sfixed32_val();
+    case A::kSfixed64Val:
+      return a.sfixed64_val();
+    case A::kBoolVal:
+      return a.bool_val() ? 1 : 0;
+    case A::kDoubleVal:
+      return from_double(a.double_val());
+    case A::kFloatVal:
+      return from_double(a.float_val());
+    default:
+      return std::nullopt;
   }
 }
 
@@ -367,17 +390,17 @@ uint64_t parse_et(SourceStream& src, const std::string& where, RankImport& rank,
       bad(where, "truncated or corrupt Chakra ET: bad length prefix of " + at);
     }
     if (len > kMaxMessageBytes)
-      bad(where, "not a Chakra ET, or corrupt: " + at + " claims " + std::to_string(len) +
-                     " bytes");
+      bad(where,
+          "not a Chakra ET, or corrupt: " + at + " claims " + std::to_string(len) + " bytes");
     int prefix = in.CurrentPosition();
     auto limit = in.PushLimit(static_cast<int>(len));
     bool ok = index == 0 ? meta.ParseFromCodedStream(&in) : node.ParseFromCodedStream(&in);
     if (!ok || in.BytesUntilLimit() > 0) {
       src.rethrow();
       if (!in.Skip(in.BytesUntilLimit()))
-        bad(where, std::string(index == 0 ? "not a Chakra ET, or truncated: "
-                                          : "truncated Chakra ET: ") +
-                       at + " needs " + std::to_string(len) + " bytes but the file ends first");
+        bad(where,
+            std::string(index == 0 ? "not a Chakra ET, or truncated: " : "truncated Chakra ET: ") +
+                at + " needs " + std::to_string(len) + " bytes but the file ends first");
       bad(where, "not a Chakra ET, or corrupt: " + at + " does not parse as a Chakra " + what);
     }
     in.PopLimit(limit);
@@ -427,8 +450,9 @@ uint64_t parse_json(const std::string& text, const std::string& where, RankImpor
   if (obj["workload_graph"].get_array().get(graph)) {
     if (obj["nodes"].error() == simdjson::SUCCESS && obj["schema"].error() == simdjson::SUCCESS)
       throw Error(ErrorCode::Unsupported,
-                  where + ": a PyTorch host execution trace, not a Chakra trace; convert it "
-                          "with chakra_trace_link and chakra_converter first");
+                  where +
+                      ": a PyTorch host execution trace, not a Chakra trace; convert it "
+                      "with chakra_trace_link and chakra_converter first");
     bad(where, "not a Chakra JSON trace (no \"workload_graph\" array)");
   }
   if (auto n = json_int(obj, "ngpus")) rank.set_world_size(*n);
@@ -446,7 +470,8 @@ uint64_t parse_json(const std::string& text, const std::string& where, RankImpor
     bool cpu;
     if (o["is_cpu_op"].get_bool().get(cpu) == simdjson::SUCCESS) v.is_cpu = cpu;
     simdjson::dom::element x;
-    if (o["runtime"].get(x) == simdjson::SUCCESS) v.duration = json_micros(x, where, v.id, "runtime");
+    if (o["runtime"].get(x) == simdjson::SUCCESS)
+      v.duration = json_micros(x, where, v.id, "runtime");
     if (o["start_time_micros"].get(x) == simdjson::SUCCESS)
       v.start = json_micros(x, where, v.id, "start_time_micros");
     v.comm_type = json_int(o, "comm_type");
@@ -487,9 +512,12 @@ std::optional<int32_t> rank_from_name(std::string_view path) {
   std::string base = lower(path.substr(path.find_last_of('/') + 1));
   std::string_view b = base;
   if (ends_with(b, ".gz")) b.remove_suffix(3);
-  if (ends_with(b, ".et")) b.remove_suffix(3);
-  else if (ends_with(b, ".json")) b.remove_suffix(5);
-  else return std::nullopt;
+  if (ends_with(b, ".et"))
+    b.remove_suffix(3);
+  else if (ends_with(b, ".json"))
+    b.remove_suffix(5);
+  else
+    return std::nullopt;
   if (b.rfind("chakra.", 0) != 0) return std::nullopt;
   b.remove_prefix(7);
   if (b.empty() || b.size() > 9) return std::nullopt;
@@ -503,8 +531,8 @@ std::optional<int32_t> rank_from_name(std::string_view path) {
 
 bool is_archive_name(const std::string& path) {
   std::string l = lower(path);
-  for (const char* s : {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz",
-                        ".tar.zst"})
+  for (const char* s :
+       {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst"})
     if (ends_with(l, s)) return true;
   return false;
 }
@@ -554,7 +582,8 @@ class Archive {
     int r = archive_read_next_header(a_, &e);
     if (r == ARCHIVE_EOF) return false;
     if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
-      fail(last_.empty() ? "corrupt tar archive" : ("corrupt tar archive after member " + last_).c_str());
+      fail(last_.empty() ? "corrupt tar archive"
+                         : ("corrupt tar archive after member " + last_).c_str());
     const char* p = archive_entry_pathname(e);
     name = last_ = p ? p : "";
     regular = archive_entry_filetype(e) == AE_IFREG;
@@ -615,8 +644,8 @@ void import_archive(ImportContext& ctx, const std::string& file, size_t index) {
     if (auto r = rank_from_name(m.name)) {
       auto [it, fresh] = taken.emplace(*r, m.name);
       if (!fresh)
-        bad(file, "members " + it->second + " and " + m.name + " both hold rank " +
-                      std::to_string(*r));
+        bad(file,
+            "members " + it->second + " and " + m.name + " both hold rank " + std::to_string(*r));
       m.rank = *r;
     }
   // Members without a rank in their name take the free ranks from the file's default up.
