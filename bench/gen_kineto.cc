@@ -129,6 +129,7 @@ struct KernelSpec {
 
 // Names as PyTorch/cuBLAS/FlashAttention kernels show up in real H100 traces. None contains
 // a character that JSON needs escaped (checked at compile time below).
+// clang-format off
 constexpr KernelSpec kGemmQkv{
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_"
     "segment_k_off_kernel__5x_cublas",
@@ -211,6 +212,8 @@ constexpr KernelSpec kReduce{
         "double, bool, double*, double*)",
         KKind::Elementwise, 90'000, 140'000, 320, 512, 72, 0};
 
+// clang-format on
+
 constexpr bool json_safe(string_view s) {
   for (char c : s)
     if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) return false;
@@ -259,7 +262,8 @@ class Gen {
 
   KinetoGenCounts run() {
     header();
-    do step(); while (w_.bytes() < o_.target_bytes);
+    do step();
+    while (w_.bytes() < o_.target_bytes);
     footer();
     w_.flush();
     c_.bytes = static_cast<int64_t>(w_.bytes());
@@ -284,16 +288,18 @@ class Gen {
       w_.put(d ? ",\n    {\n" : "    {\n");
       w_.put("      \"id\": ");
       w_.num(d);
-      w_.put(", \"name\": \"NVIDIA H100 80GB HBM3\", \"totalGlobalMem\": 85021163520,\n"
-             "      \"computeMajor\": 9, \"computeMinor\": 0,\n"
-             "      \"maxThreadsPerBlock\": 1024, \"maxThreadsPerMultiprocessor\": 2048,\n"
-             "      \"regsPerBlock\": 65536, \"warpSize\": 32,\n"
-             "      \"sharedMemPerBlock\": 49152, \"numSms\": 132\n"
-             "    , \"regsPerMultiprocessor\": 65536, \"sharedMemPerBlockOptin\": 232448, "
-             "\"sharedMemPerMultiprocessor\": 233472\n    }");
+      w_.put(
+          ", \"name\": \"NVIDIA H100 80GB HBM3\", \"totalGlobalMem\": 85021163520,\n"
+          "      \"computeMajor\": 9, \"computeMinor\": 0,\n"
+          "      \"maxThreadsPerBlock\": 1024, \"maxThreadsPerMultiprocessor\": 2048,\n"
+          "      \"regsPerBlock\": 65536, \"warpSize\": 32,\n"
+          "      \"sharedMemPerBlock\": 49152, \"numSms\": 132\n"
+          "    , \"regsPerMultiprocessor\": 65536, \"sharedMemPerBlockOptin\": 232448, "
+          "\"sharedMemPerMultiprocessor\": 233472\n    }");
     }
-    w_.put("\n  ],\n  \"cupti_version\": 24,\n  \"cuda_runtime_version\": 12040,\n"
-           "  \"cuda_driver_version\": 12040,\n");
+    w_.put(
+        "\n  ],\n  \"cupti_version\": 24,\n  \"cuda_runtime_version\": 12040,\n"
+        "  \"cuda_driver_version\": 12040,\n");
     w_.put("  \"distributedInfo\": {\"backend\": \"nccl\", \"rank\": ");
     w_.num(o_.rank);
     w_.put(", \"world_size\": ");
@@ -306,8 +312,9 @@ class Gen {
       w_.put(", ");
       pg_config(tp_pg_);
     }
-    w_.put("], \"nccl_version\": \"2.21.5\"},\n  \"record_shapes\": 1,\n"
-           "  \"with_stack\": 0,\n  \"traceEvents\": [\n");
+    w_.put(
+        "], \"nccl_version\": \"2.21.5\"},\n  \"record_shapes\": 1,\n"
+        "  \"with_stack\": 0,\n  \"traceEvents\": [\n");
   }
   void pg_config(const PG& pg) {
     w_.put("{\"pg_name\": \"");
@@ -374,17 +381,20 @@ class Gen {
     w_.us(trace_start_);
     w_.put(", \"dur\": ");
     w_.us(end - trace_start_);
-    w_.put(",\n    \"pid\": \"Spans\", \"tid\": \"PyTorch Profiler\",\n"
-           "    \"name\": \"PyTorch Profiler (0)\",\n    \"args\": {\n      \"Op count\": 0\n"
-           "    }\n  }");
+    w_.put(
+        ",\n    \"pid\": \"Spans\", \"tid\": \"PyTorch Profiler\",\n"
+        "    \"name\": \"PyTorch Profiler (0)\",\n    \"args\": {\n      \"Op count\": 0\n"
+        "    }\n  }");
     open();
-    w_.put("    \"name\": \"Iteration Start: PyTorch Profiler\", \"ph\": \"i\", \"s\": \"g\",\n"
-           "    \"pid\": \"Traces\", \"tid\": \"Trace PyTorch Profiler\", \"ts\": ");
+    w_.put(
+        "    \"name\": \"Iteration Start: PyTorch Profiler\", \"ph\": \"i\", \"s\": \"g\",\n"
+        "    \"pid\": \"Traces\", \"tid\": \"Trace PyTorch Profiler\", \"ts\": ");
     w_.us(trace_start_);
     w_.put("\n  }");
     open();
-    w_.put("    \"name\": \"Record Window End\", \"ph\": \"i\", \"s\": \"g\",\n"
-           "    \"pid\": \"\", \"tid\": \"\", \"ts\": ");
+    w_.put(
+        "    \"name\": \"Record Window End\", \"ph\": \"i\", \"s\": \"g\",\n"
+        "    \"pid\": \"\", \"tid\": \"\", \"ts\": ");
     w_.us(end + 1000);
     w_.put("\n  }");
     c_.other += 3;
@@ -396,9 +406,7 @@ class Gen {
   }
 
   // Starts one element of traceEvents.
-  void open() {
-    w_.put(c_.events++ ? ",\n  {\n" : "  {\n");
-  }
+  void open() { w_.put(c_.events++ ? ",\n  {\n" : "  {\n"); }
 
   // ---- single events ----
   void cpu_op(string_view name, int64_t tid, Ns ts, Ns dur, int64_t ext, int64_t seq = -1) {
@@ -431,8 +439,7 @@ class Gen {
     w_.us(dur);
     w_.put(",\n    \"args\": {");
   }
-  void runtime(string_view name, int cbid, Ns ts, Ns dur, int64_t tid, int64_t ext,
-               int64_t corr) {
+  void runtime(string_view name, int cbid, Ns ts, Ns dur, int64_t tid, int64_t ext, int64_t corr) {
     open();
     w_.put("    \"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"");
     w_.put(name);
@@ -460,8 +467,8 @@ class Gen {
                  : ",\n    \"cat\": \"ac2g\", \"name\": \"ac2g\", \"bp\": \"e\"\n  }");
     ++c_.flows;
   }
-  void kernel_head(string_view name, int stream, Ns ts, Ns dur, int64_t ext, int64_t corr,
-                   int grid, int block, int regs, int smem) {
+  void kernel_head(string_view name, int stream, Ns ts, Ns dur, int64_t ext, int64_t corr, int grid,
+                   int block, int regs, int smem) {
     open();
     w_.put("    \"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"");
     w_.put(name);
@@ -513,8 +520,8 @@ class Gen {
     w_.put("\n    }\n  }");
     ++(set ? c_.memsets : c_.memcpys);
   }
-  void annotation(bool gpu, string_view name, int64_t num, int64_t pid, int64_t tid, Ns ts,
-                  Ns dur, int64_t ext) {
+  void annotation(bool gpu, string_view name, int64_t num, int64_t pid, int64_t tid, Ns ts, Ns dur,
+                  int64_t ext) {
     open();
     w_.put(gpu ? "    \"ph\": \"X\", \"cat\": \"gpu_user_annotation\", \"name\": \""
                : "    \"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"");
@@ -577,8 +584,8 @@ class Gen {
       const Launch& x = l[i++];
       runtime("cudaLaunchKernel", 211, x.rt, x.rt_dur, tid, ext[depth - 1], x.corr);
       flow(true, x.corr, pid_, tid, x.rt);
-      kernel_head(k->name, kComputeStream, x.k, x.k_dur, ext[depth - 1], x.corr, k->grid,
-                  k->block, k->regs, k->smem);
+      kernel_head(k->name, kComputeStream, x.k, x.k_dur, ext[depth - 1], x.corr, k->grid, k->block,
+                  k->regs, k->smem);
       w_.put("\n    }\n  }");
       flow(false, x.corr, device_, kComputeStream, x.k);
       ++(k->kind == KKind::Gemm        ? c_.gemm_kernels
@@ -613,8 +620,8 @@ class Gen {
     cpu = t;
     for (size_t i = 0; i < depth; ++i)
       cpu_op(*(ops.begin() + i), tid, start[i], end[i] - start[i], ext[i]);
-    runtime(kind == 2 ? "cudaMemsetAsync" : "cudaMemcpyAsync", kind == 2 ? 51 : 41, rt, rt_dur,
-            tid, ext[depth - 1], corr);
+    runtime(kind == 2 ? "cudaMemsetAsync" : "cudaMemcpyAsync", kind == 2 ? 51 : 41, rt, rt_dur, tid,
+            ext[depth - 1], corr);
     flow(true, corr, pid_, tid, rt);
     gpu_mem(kind == 2,
             kind == 0   ? "Memcpy HtoD (Pinned -> Device)"
@@ -630,8 +637,8 @@ class Gen {
     Ns& cpu = tid == tid_main_ ? cpu_main_ : cpu_bwd_;
     Ns& comm = gpu_[pg.stream == kTpStream ? 1 : 2];
     Ns t0 = cpu + gap(1'000, 5'000);
-    Ns t1 = t0 + gap(2'000, 6'000);   // record_param_comms
-    Ns t2 = t1 + gap(5'000, 15'000);  // nccl:* annotation
+    Ns t1 = t0 + gap(2'000, 6'000);                                  // record_param_comms
+    Ns t2 = t1 + gap(5'000, 15'000);                                 // nccl:* annotation
     Ns wait = t2 + gap(1'000, 3'000), wait_dur = gap(1'000, 3'000);  // cudaStreamWaitEvent
     Ns rt = wait + wait_dur + gap(1'000, 3'000), rt_dur = gap(6'000, 14'000);
     Ns e2 = rt + rt_dur + gap(1'000, 4'000);
@@ -705,12 +712,20 @@ class Gen {
   }
 
   Coll allreduce(int64_t nelems) const {
-    string_view k = nelems * 2 < (256 << 10) ? "ncclDevKernel_AllReduce_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    string_view k = nelems * 2 < (256 << 10)
+                        ? "ncclDevKernel_AllReduce_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
                     : nelems * 2 < (4 << 20)
                         ? "ncclDevKernel_AllReduce_RING_LL128(ncclDevKernelArgsStorage<4096ul>)"
                         : "ncclDevKernel_AllReduce_RING_SIMPLE(ncclDevKernelArgsStorage<4096ul>)";
-    return {CollOp::AllReduce, "c10d::allreduce_", "allreduce", "nccl:all_reduce", k, "BFloat16",
-            nelems, nelems, 2};
+    return {CollOp::AllReduce,
+            "c10d::allreduce_",
+            "allreduce",
+            "nccl:all_reduce",
+            k,
+            "BFloat16",
+            nelems,
+            nelems,
+            2};
   }
 
   // ---- one training step: data, forward, backward, optimizer ----
@@ -726,10 +741,10 @@ class Gen {
           int64_t{8} << rng_.in(16, 20));
     memop(tid_main_, {"aten::zeros", "aten::zero_"}, 2, int64_t{4} << rng_.in(18, 22));
     if (comm && n % 16 == 0)  // the data loader's seed, from rank 0
-      collective(tid_main_, default_pg_,
-                 {CollOp::Broadcast, "c10d::broadcast_", "broadcast", "nccl:broadcast",
-                  "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "Long", 53,
-                  53, 8});
+      collective(
+          tid_main_, default_pg_,
+          {CollOp::Broadcast, "c10d::broadcast_", "broadcast", "nccl:broadcast",
+           "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "Long", 53, 53, 8});
 
     // Forward on the main thread.
     Ns fwd_cpu = cpu_main_;
@@ -913,8 +928,8 @@ std::string KinetoGenCounts::to_json() const {
     if (nccl_by_op[static_cast<size_t>(i)] == 0) continue;
     if (!first) s += ",";
     first = false;
-    s += "\"" + std::string(to_string(static_cast<CollOp>(i))) + "\":" +
-         std::to_string(nccl_by_op[static_cast<size_t>(i)]);
+    s += "\"" + std::string(to_string(static_cast<CollOp>(i))) +
+         "\":" + std::to_string(nccl_by_op[static_cast<size_t>(i)]);
   }
   s += "}";
   add("memcpys", memcpys);

@@ -26,9 +26,9 @@ struct KinetoGenOptions {
 };
 
 struct KinetoGenCounts {
-  int64_t bytes = 0;   // size of the file
-  int64_t events = 0;  // entries of traceEvents
-  int64_t steps = 0;   // ProfilerStep#N user annotations (numbered from 0)
+  int64_t bytes = 0;             // size of the file
+  int64_t events = 0;            // entries of traceEvents
+  int64_t steps = 0;             // ProfilerStep#N user annotations (numbered from 0)
   int64_t user_annotations = 0;  // cat user_annotation, ProfilerStep#N and nccl:* included
   int64_t gpu_user_annotations = 0;
   int64_t cpu_ops = 0;  // cat cpu_op, record_param_comms included
@@ -38,11 +38,11 @@ struct KinetoGenCounts {
   int64_t nccl_kernels = 0;
   std::array<int64_t, kNumCollOps> nccl_by_op{};  // NCCL kernels by CollOp (All-to-All from
                                                   // the CPU op: its kernel is SendRecv)
-  int64_t memcpys = 0;   // cat gpu_memcpy
-  int64_t memsets = 0;   // cat gpu_memset
-  int64_t flows = 0;     // ac2g "s" plus "f" events
-  int64_t metadata = 0;  // "M" events
-  int64_t other = 0;     // the Trace span and the instant events Kineto adds at the end
+  int64_t memcpys = 0;                            // cat gpu_memcpy
+  int64_t memsets = 0;                            // cat gpu_memset
+  int64_t flows = 0;                              // ac2g "s" plus "f" events
+  int64_t metadata = 0;                           // "M" events
+  int64_t other = 0;  // the Trace span and the instant events Kineto adds at the end
   int32_t rank = 0, world_size = 0;
 
   // One-line JSON object with every counter; nccl_by_op keyed by to_string(CollOp).

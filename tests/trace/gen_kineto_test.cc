@@ -1,5 +1,7 @@
 // The synthetic Kineto generator: its output is valid JSON with Kineto's structure, and the
 // counts it reports are what the file holds (a benchmark validates an importer against them).
+#include "bench/gen_kineto.h"
+
 #include <gtest/gtest.h>
 #include <simdjson.h>
 #include <unistd.h>
@@ -11,7 +13,6 @@
 #include <sstream>
 #include <string>
 
-#include "bench/gen_kineto.h"
 #include "trace/categories.h"
 #include "trace/error.h"
 
@@ -114,10 +115,17 @@ Seen scan(simdjson::dom::element doc) {
           ++s.nccl_with_args;
       } else {
         switch (classify_kernel(name)) {
-          case Category::Gemm: ++s.c.gemm_kernels; break;
-          case Category::Attention: ++s.c.attention_kernels; break;
-          case Category::Elementwise: ++s.c.elementwise_kernels; break;
-          default: ADD_FAILURE() << "unclassified kernel " << name;
+          case Category::Gemm:
+            ++s.c.gemm_kernels;
+            break;
+          case Category::Attention:
+            ++s.c.attention_kernels;
+            break;
+          case Category::Elementwise:
+            ++s.c.elementwise_kernels;
+            break;
+          default:
+            ADD_FAILURE() << "unclassified kernel " << name;
         }
       }
     } else {
@@ -182,8 +190,8 @@ TEST_F(GenKinetoTest, CountsMatchTheFile) {
   EXPECT_EQ(s.steps.size(), static_cast<size_t>(c.steps));
   EXPECT_EQ(*s.steps.begin(), 0);
   EXPECT_EQ(*s.steps.rbegin(), c.steps - 1);
-  for (CollOp op : {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter,
-                    CollOp::AllToAll, CollOp::Broadcast})
+  for (CollOp op : {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllToAll,
+                    CollOp::Broadcast})
     EXPECT_GT(c.nccl_by_op[static_cast<size_t>(op)], 0) << to_string(op);
   EXPECT_EQ(c.nccl_by_op[static_cast<size_t>(CollOp::Unknown)], 0);
   EXPECT_EQ(s.nccl_with_args, c.nccl_kernels);
