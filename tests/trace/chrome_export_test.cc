@@ -25,9 +25,11 @@ namespace {
 namespace fs = std::filesystem;
 
 // Valid parts kept, invalid UTF-8 (stray byte, overlong, surrogate, truncated tail) replaced.
+// clang-format off
 const std::string kNastyName =
     "k<\"q\">\\b/\n\t\x01\x1f\x7f" "\xff" "\xc3\xa9" "\xf0\x9f\x98\x80" "\xc0\xaf" "\xed\xa0\x80"
     "\xe2\x82";
+// clang-format on
 const std::string kFffd = "\xef\xbf\xbd";
 const std::string kNastyExpected = "k<\"q\">\\b/\n\t\x01\x1f\x7f" + kFffd + "\xc3\xa9" +
                                    "\xf0\x9f\x98\x80" + kFffd + kFffd + kFffd + kFffd + kFffd +
@@ -261,9 +263,8 @@ TEST_F(ChromeExportTest, StructureTimesAndArgs) {
   EXPECT_EQ(by_cat["step"], 1);
   EXPECT_EQ(by_cat.size(), 8u);
 
-  EXPECT_EQ(process_names, (std::map<int64_t, std::string>{
-                               {0, "rank 0 (NVIDIA H100 80GB HBM3)"},
-                               {1, "rank 1 (NVIDIA H100 80GB HBM3)"}}));
+  EXPECT_EQ(process_names, (std::map<int64_t, std::string>{{0, "rank 0 (NVIDIA H100 80GB HBM3)"},
+                                                           {1, "rank 1 (NVIDIA H100 80GB HBM3)"}}));
   EXPECT_EQ(process_sort, (std::map<int64_t, int64_t>{{0, 0}, {1, 1}}));
   // Rank 0: streams 7 and 13 (labelled), CPU thread 4242 in its own tid range, the steps track;
   // rank 1: streams 7 and 13 and the host-collective track.

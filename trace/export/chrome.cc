@@ -82,13 +82,27 @@ class Out {
       unsigned char c = b[i];
       if (c < 0x80) {
         switch (c) {
-          case '"': put("\\\""); break;
-          case '\\': put("\\\\"); break;
-          case '\b': put("\\b"); break;
-          case '\f': put("\\f"); break;
-          case '\n': put("\\n"); break;
-          case '\r': put("\\r"); break;
-          case '\t': put("\\t"); break;
+          case '"':
+            put("\\\"");
+            break;
+          case '\\':
+            put("\\\\");
+            break;
+          case '\b':
+            put("\\b");
+            break;
+          case '\f':
+            put("\\f");
+            break;
+          case '\n':
+            put("\\n");
+            break;
+          case '\r':
+            put("\\r");
+            break;
+          case '\t':
+            put("\\t");
+            break;
           default: {
             static const char kHex[] = "0123456789abcdef";
             char e[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
@@ -176,8 +190,8 @@ class TempFile {
       path_ = (dir / (base + std::to_string(i))).string();
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd_ < 0 && errno != EEXIST)
-        throw Error(ErrorCode::Io, target + ": cannot create a temporary file in " +
-                                       dir.string() + ": " + std::strerror(errno));
+        throw Error(ErrorCode::Io, target + ": cannot create a temporary file in " + dir.string() +
+                                       ": " + std::strerror(errno));
     }
     if (fd_ < 0) throw Error(ErrorCode::Io, target + ": cannot create a temporary file");
   }
@@ -198,8 +212,8 @@ class TempFile {
     fd_ = -1;
     if (rc != 0) throw Error(ErrorCode::Io, target_ + ": close failed: " + std::strerror(errno));
     if (::rename(path_.c_str(), target_.c_str()) != 0)
-      throw Error(ErrorCode::Io, target_ + ": cannot rename " + path_ + " over it: " +
-                                     std::strerror(errno));
+      throw Error(ErrorCode::Io,
+                  target_ + ": cannot rename " + path_ + " over it: " + std::strerror(errno));
     committed_ = true;
   }
 
@@ -225,8 +239,7 @@ struct Track {
 
 class Exporter {
  public:
-  Exporter(const TraceReader& reader, int64_t run, Out& out)
-      : r_(reader), run_(run), out_(out) {}
+  Exporter(const TraceReader& reader, int64_t run, Out& out) : r_(reader), run_(run), out_(out) {}
 
   ChromeExportStats run() {
     for (const RankInfo& ri : r_.ranks(run_)) ranks_[ri.rank] = ri;
@@ -237,7 +250,8 @@ class Exporter {
     // Every rank gets a process even when it has no events.
     for (const auto& [rank, ri] : ranks_) used_tids_[rank];
     // And every stream listed in the streams table a thread.
-    for (const auto& [key, label] : labels_) tid(std::get<0>(key), {std::get<1>(key), std::get<2>(key)});
+    for (const auto& [key, label] : labels_)
+      tid(std::get<0>(key), {std::get<1>(key), std::get<2>(key)});
 
     r_.kernels(run_, [&](const Kernel& k) {
       begin_x(k.rank, tid(k.rank, {Space::Gpu, k.stream}), k.start, k.end, "kernel");
@@ -362,11 +376,16 @@ class Exporter {
 
   static const char* api_cat(ApiKind k) {
     switch (k) {
-      case ApiKind::CpuOp: return "cpu_op";
-      case ApiKind::Runtime: return "cuda_runtime";
-      case ApiKind::Driver: return "cuda_driver";
-      case ApiKind::Python: return "python_function";
-      default: return "cpu_other";
+      case ApiKind::CpuOp:
+        return "cpu_op";
+      case ApiKind::Runtime:
+        return "cuda_runtime";
+      case ApiKind::Driver:
+        return "cuda_driver";
+      case ApiKind::Python:
+        return "python_function";
+      default:
+        return "cpu_other";
     }
   }
 
