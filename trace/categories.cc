@@ -119,21 +119,38 @@ std::optional<NcclKernelName> parse_nccl_kernel_name(std::string_view name) {
   if (tok.empty() || tok[0].empty()) return std::nullopt;
   NcclKernelName out;
   out.op = coll_from_nccl_token(tok[0]);
-  if (tok.size() > 1) out.algo = std::string(tok[1]);
-  if (tok.size() > 2) out.proto = std::string(tok[2]);
-  if (!dev_form && tok.size() > 3) {
-    out.redop = std::string(tok[3]);
-    // The type may itself contain '_' (int8_t, uint8_t): join the remaining tokens.
-    std::string type;
-    for (size_t i = 4; i < tok.size(); ++i) {
+  // The remaining tokens come in either order: <ALGO>_<PROTO>_<RedOp>_<type> (old) or
+  // <RedOp>_<type>_<ALGO>_<PROTO> (2.19+ reduction kernels), so classify each by vocabulary.
+  static const std::string_view kAlgos[] = {"RING", "TREE", "NVLS", "COLLNET", "PAT", "DIRECT", "CHAIN"};
+  static const std::string_view kProtos[] = {"LL", "LL128", "SIMPLE"};
+  static const std::string_view kRedOps[] = {"Sum", "Prod", "Max", "Min", "PreMulSum", "SumPostDiv", "MinMax"};
+  std::string type;
+  for (size_t i = 1; i < tok.size(); ++i) {
+    std::string_view t = tok[i];
+    if (std::find(std::begin(kAlgos), std::end(kAlgos), t) != std::end(kAlgos)) {
+      out.algo += out.algo.empty() ? std::string(t) : "_" + std::string(t);  // NVLS_TREE, COLLNET_DIRECT
+    } else if (std::find(std::begin(kProtos), std::end(kProtos), t) != std::end(kProtos)) {
+      out.proto = std::string(t);
+    } else if (std::find(std::begin(kRedOps), std::end(kRedOps), t) != std::end(kRedOps)) {
+      out.redop = std::string(t);
+    } else if (!t.empty()) {
       if (!type.empty()) type += '_';
-      type += tok[i];
+      type += t;  // int8_t arrives as "int8" + "t"
     }
-    if (type.size() > 2 && type.substr(type.size() - 2) == "_t") type.resize(type.size() - 2);
-    if (type == "half") type = "float16";
-    if (type == "__nv_bfloat16" || type == "_nv_bfloat16") type = "bfloat16";
-    out.dtype = normalize_dtype(type);
   }
+  if (type.size() > 2 && type.substr(type.size() - 2) == "_t") type.resize(type.size() - 2);
+  if (type == "half" || type == "f16") type = "float16";
+  if (type == "__nv_bfloat16" || type == "_nv_bfloat16" || type == "bf16") type = "bfloat16";
+  if (type == "f32") type = "float32";
+  if (type == "f64") type = "float64";
+  if (type == "i8") type = "int8";
+  if (type == "u8") type = "uint8";
+  if (type == "i32") type = "int32";
+  if (type == "u32") type = "uint32";
+  if (type == "i64") type = "int64";
+  if (type == "u64") type = "uint64";
+  if (!type.empty()) out.dtype = normalize_dtype(type);
+  (void)dev_form;
   return out;
 }
 

@@ -58,6 +58,19 @@ TEST(Categories, ParsesTheThreeNcclKernelNameForms) {
   EXPECT_EQ(dev->proto, "LL");
   EXPECT_EQ(dev->dtype, "");
   EXPECT_FALSE(parse_nccl_kernel_name("gemm_kernel"));
+  // NCCL 2.19+ reduction kernels put the reduction and type before the algorithm.
+  auto red = parse_nccl_kernel_name("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)");
+  ASSERT_TRUE(red);
+  EXPECT_EQ(red->op, CollOp::AllReduce);
+  EXPECT_EQ(red->algo, "RING");
+  EXPECT_EQ(red->proto, "LL");
+  EXPECT_EQ(red->redop, "Sum");
+  EXPECT_EQ(red->dtype, "bfloat16");
+  auto nvls = parse_nccl_kernel_name("ncclDevKernel_ReduceScatter_Sum_f32_NVLS_SIMPLE(ncclDevKernelArgsStorage<4096ul>)");
+  ASSERT_TRUE(nvls);
+  EXPECT_EQ(nvls->algo, "NVLS");
+  EXPECT_EQ(nvls->proto, "SIMPLE");
+  EXPECT_EQ(nvls->dtype, "float32");
 }
 
 TEST(Categories, FrameworkOpNames) {

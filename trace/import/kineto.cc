@@ -358,14 +358,18 @@ void KinetoFile::parse_top_level(Source& src) {
       saw_events = true;
     } else {
       std::string v = capture_value(src, pos);
-      handle_top_value(key, v);
+      try {
+        handle_top_value(key, v);
+      } catch (const simdjson::simdjson_error& e) {
+        bad("unexpected content in \"" + key + "\" (" + e.what() + ")");
+      }
     }
   }
   if (skip_ws(src, pos)) bad("unexpected data after the top-level object");
   if (!saw_events) bad("no \"traceEvents\" array (not a Chrome/Kineto trace)");
 }
 
-std::optional<int64_t> dom_int(simdjson::dom::element e) {
+std::optional<int64_t> dom_int_of(simdjson::dom::element e) {
   int64_t i;
   if (e.get_int64().get(i) == simdjson::SUCCESS) return i;
   uint64_t u;
@@ -379,6 +383,13 @@ std::optional<int64_t> dom_int(simdjson::dom::element e) {
     if (r.ec == std::errc()) return v;
   }
   return std::nullopt;
+}
+
+// A field that may be missing (an error result) or of any type.
+std::optional<int64_t> dom_int(simdjson::simdjson_result<simdjson::dom::element> r) {
+  simdjson::dom::element e;
+  if (r.get(e) != simdjson::SUCCESS) return std::nullopt;
+  return dom_int_of(e);
 }
 
 std::string dom_str(simdjson::dom::element e) {
@@ -435,7 +446,7 @@ void KinetoFile::handle_top_value(std::string_view key, std::string& text) {
   simdjson::dom::element e;
   if (p.parse(text).get(e) != simdjson::SUCCESS) bad("malformed JSON in \"" + std::string(key) + "\"");
   if (key == "baseTimeNanoseconds") {
-    auto v = dom_int(e);
+    auto v = dom_int_of(e);
     if (!v) bad("\"baseTimeNanoseconds\" is not an integer");
     base_ns_ = *v;
     if (events_started_) note(Severity::Info, "kineto.late_time_base");
@@ -533,6 +544,8 @@ void KinetoFile::stream_events(Source& src, size_t& pos) {
       }
       if (src.size() - pos == avail) bad("truncated JSON (ends inside an event)");
     }
+    if (end == pos)  // a stray structural character where an event should start
+      bad(std::string("malformed JSON in traceEvents (unexpected '") + src.data()[pos] + "')");
     if (batch_start == std::string::npos) batch_start = pos;
     batch_end = end;
     pos = end;
