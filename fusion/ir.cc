@@ -1,6 +1,7 @@
 #include "fusion/ir.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace braid::fusion {
 
@@ -75,9 +76,22 @@ void Schedule::add_buffer(int32_t rank, std::string name, std::string dtype, int
   add_rank(rank).buffers.push_back(Buffer{std::move(name), std::move(dtype), size});
 }
 
+size_t Schedule::op_count() const {
+  size_t n = 0;
+  for (const auto& r : ranks)
+    for (const auto& st : r.streams) n += st.ops.size();
+  return n;
+}
+
 int64_t Schedule::append(int32_t rank, int stream, decltype(Op::body) body) {
-  int64_t id = next_op_id();
+  if (op_count() != cached_ops_) {
+    cached_next_id_ = next_op_id();
+    cached_ops_ = op_count();
+  }
+  int64_t id = cached_next_id_;
   add_rank(rank).streams.at(stream).ops.push_back(Op{id, std::move(body)});
+  ++cached_next_id_;
+  ++cached_ops_;
   return id;
 }
 

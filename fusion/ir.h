@@ -156,6 +156,7 @@ struct Schedule {
   Op& op(OpRef r) { return ranks[r.rank].streams[r.stream].ops[r.index]; }
   std::optional<OpRef> find_op(int64_t id) const;  // linear scan
   int64_t next_op_id() const;                       // 1 + the largest id, 0 when empty
+  size_t op_count() const;
 
   // Building helpers. add_rank appends ranks up to `rank`; add_stream returns the stream index;
   // append gives the op the next free id and returns it.
@@ -164,7 +165,15 @@ struct Schedule {
   void add_buffer(int32_t rank, std::string name, std::string dtype, int64_t size);
   int64_t append(int32_t rank, int stream, decltype(Op::body) body);
 
-  bool operator==(const Schedule&) const = default;
+  bool operator==(const Schedule& o) const {
+    return name == o.name && provenance == o.provenance && comms == o.comms && ranks == o.ranks;
+  }
+
+ private:
+  // append's id counter, so building a schedule op by op stays linear. Rescanned whenever the
+  // op count differs from the one it was computed for (ops added other than by append).
+  mutable int64_t cached_next_id_ = 0;
+  mutable size_t cached_ops_ = SIZE_MAX;
 };
 
 // The buffer elements an op reads and writes on its rank. `any` marks opaque compute, which may
