@@ -236,9 +236,10 @@ std::string summary_text(const std::string& path, const std::vector<RunSummary>&
     if (!s.diagnostics.empty()) {
       o += "  diagnostics:\n";
       for (const auto& d : s.diagnostics) {
-        std::snprintf(buf, sizeof buf, "    %-7s %-36s %8" PRId64 "  %s\n",
-                      std::string(to_string(d.severity)).c_str(), d.code.c_str(), d.count,
-                      d.detail.c_str());
+        std::string where = d.rank >= 0 ? "rank " + std::to_string(d.rank) : "run";
+        std::snprintf(buf, sizeof buf, "    %-7s %-8s %-36s %8" PRId64 "  %s\n",
+                      std::string(to_string(d.severity)).c_str(), where.c_str(), d.code.c_str(),
+                      d.count, d.detail.c_str());
         o += buf;
       }
     }

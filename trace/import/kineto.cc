@@ -449,7 +449,9 @@ void KinetoFile::handle_top_value(std::string_view key, std::string& text) {
     auto v = dom_int_of(e);
     if (!v) bad("\"baseTimeNanoseconds\" is not an integer");
     base_ns_ = *v;
-    if (events_started_) note(Severity::Info, "kineto.late_time_base");
+    if (events_started_)
+      note(Severity::Info, "kineto.late_time_base", 1,
+           "baseTimeNanoseconds follows traceEvents; event times were shifted after loading");
     return;
   }
   if (key == "deviceProperties") {
