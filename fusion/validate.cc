@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <functional>
 #include <map>
-#include <numeric>
 #include <queue>
 #include <set>
 #include <tuple>
