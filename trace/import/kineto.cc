@@ -246,6 +246,7 @@ class KinetoFile {
   int64_t device_seen_ = -1;
   int64_t cpu_pid_ = -1;
 
+  std::vector<int8_t> category_of_;  // by name id, -1: not classified yet
   od::parser parser_;
   std::string batch_;
 };
@@ -730,10 +731,15 @@ void KinetoFile::handle_event(od::object obj) {
     k.start = start;
     k.end = end;
     k.name = w_.intern(name);
-    k.category = classify_kernel(name);
+    // Classification lower-cases and scans the name: do it once per distinct name.
+    if (k.name >= category_of_.size()) category_of_.resize(k.name + 1024, -1);
+    if (category_of_[k.name] < 0) category_of_[k.name] = static_cast<int8_t>(classify_kernel(name));
+    k.category = static_cast<Category>(category_of_[k.name]);
     k.correlation = a_corr;
     k.external_id = a_ext;
-    if (auto nccl = parse_nccl_kernel_name(name)) {
+    std::optional<NcclKernelName> nccl;
+    if (is_comm(k.category)) nccl = parse_nccl_kernel_name(name);
+    if (nccl) {
       PendingKernel pk;
       pk.coll.stream = stream;
       pk.coll.start = start;
