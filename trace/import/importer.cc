@@ -120,7 +120,7 @@ int64_t import_traces(TraceWriter& writer, const std::vector<std::string>& files
   std::string source;
   for (const auto& f : files) source += (source.empty() ? "" : ";") + f;
   int64_t run = writer.begin_run(RunKind::Imported, source, std::string(to_string(formats[0])));
-  ImportContext ctx{writer, run, options, stats};
+  ImportContext ctx{writer, run, options, stats, {}};
   for (size_t i = 0; i < files.size(); ++i) {
     switch (formats[i]) {
       case TraceFormat::Kineto: import_kineto(ctx, files[i], i); break;
