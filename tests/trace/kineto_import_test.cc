@@ -364,6 +364,7 @@ TEST(KinetoImport, TruncatedGzipIsReported) {
   std::string gz;
   {
     FILE* f = std::fopen(traces("hta/tests/data/trace_filter/sampled_rank-0.json.gz").c_str(), "rb");
+    ASSERT_NE(f, nullptr) << "shared traces not found under " << BRAID_TRACES_DIR;
     char buf[65536];
     size_t n;
     while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) gz.append(buf, n);
