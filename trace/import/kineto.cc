@@ -862,6 +862,8 @@ void KinetoFile::finish() {
   std::sort(comm_ops_.begin(), comm_ops_.end(), [](const CommOp& a, const CommOp& b) {
     return a.tid != b.tid ? a.tid < b.tid : a.start < b.start;
   });
+  Ns max_comm_dur = 0;
+  for (const auto& o : comm_ops_) max_comm_dur = std::max(max_comm_dur, o.end - o.start);
   std::unordered_map<int64_t, size_t> by_ext;
   for (size_t i = 0; i < comm_ops_.size(); ++i)
     if (comm_ops_[i].external_id) by_ext.emplace(comm_ops_[i].external_id, i);
@@ -878,10 +880,17 @@ void KinetoFile::finish() {
     auto it = std::lower_bound(launches_.begin(), launches_.end(), pk.correlation,
                                [](const Launch& l, int64_t c) { return l.correlation < c; });
     if (pk.correlation && it != launches_.end() && it->correlation == pk.correlation) {
-      auto lo = std::lower_bound(comm_ops_.begin(), comm_ops_.end(), it->tid,
-                                 [](const CommOp& o, int64_t t) { return o.tid < t; });
-      for (auto o = lo; o != comm_ops_.end() && o->tid == it->tid && o->start <= it->ts; ++o)
-        if (o->end >= it->ts) chain.push_back(&*o);
+      // Ops of this thread that start at or before the launch, scanned backwards only as far
+      // as the longest comm op reaches (keeps this linear in the number of kernels).
+      auto hi = std::upper_bound(comm_ops_.begin(), comm_ops_.end(), std::make_pair(it->tid, it->ts),
+                                 [](const std::pair<int64_t, Ns>& k, const CommOp& o) {
+                                   return k.first != o.tid ? k.first < o.tid : k.second < o.start;
+                                 });
+      for (auto o = hi; o != comm_ops_.begin();) {
+        --o;
+        if (o->tid != it->tid || o->start < it->ts - max_comm_dur) break;
+        if (o->end >= it->ts) chain.insert(chain.begin(), &*o);
+      }
     }
     if (chain.empty() && pk.external_id) {
       auto e = by_ext.find(pk.external_id);
