@@ -11,10 +11,10 @@ namespace braid::schema {
 inline constexpr int kMajor = 1;  // a reader refuses files of a newer major version
 inline constexpr int kMinor = 0;  // newer minor versions only add tables/columns a reader ignores
 
-// Creates every table of the current version in an empty database (no indexes: see below).
+// Creates every table of the current version in an empty database (indexes: see below).
 void create_tables(sqlite3* db);
-// Indexes for time-window queries; created after a bulk load, which is faster than maintaining
-// them row by row. Idempotent.
+// Indexes for time-window queries and cross-rank matching. Idempotent: the writer creates them
+// with the tables and again at commit, so files of older versions get them too.
 void create_indexes(sqlite3* db);
 
 struct Version {

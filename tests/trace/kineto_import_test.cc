@@ -255,15 +255,24 @@ std::string event(const char* cat, const char* name, const char* ts, const char*
          "\",\"pid\":0,\"tid\":7,\"ts\":" + ts + ",\"dur\":" + dur + ",\"args\":" + args + "}";
 }
 
-TEST(KinetoImport, LateRankAndTimeBaseAreApplied) {
+// The rank and the time base given after traceEvents: read from the tail of a plain file, and
+// applied in SQL after loading for a gzip stream, which cannot be read from the end.
+void expect_late_rank_and_base(bool gzip) {
   TempDir tmp;
   std::string json = "{\"traceEvents\":[" +
                      event("kernel", "gemm_kernel", "10.5", "2", "{\"stream\":7,\"correlation\":1}") +
                      "," + event("cpu_op", "aten::mm", "9", "1.25") +
                      "],\"distributedInfo\":{\"rank\":5,\"world_size\":8},"
                      "\"baseTimeNanoseconds\":1000000000000}";
-  test::write_file(tmp.file("late.json"), json);
-  int64_t run = test::import_files({tmp.file("late.json")}, tmp.file("late.braid"));
+  std::string path = tmp.file(gzip ? "late.json.gz" : "late.json");
+  if (gzip) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    gzwrite(f, json.data(), static_cast<unsigned>(json.size()));
+    gzclose(f);
+  } else {
+    test::write_file(path, json);
+  }
+  int64_t run = test::import_files({path}, tmp.file("late.braid"));
   TraceReader r(tmp.file("late.braid"));
   std::vector<Kernel> ks;
   r.kernels(run, [&](const Kernel& k) {
@@ -277,7 +286,13 @@ TEST(KinetoImport, LateRankAndTimeBaseAreApplied) {
   EXPECT_EQ(ks[0].category, Category::Gemm);
   EXPECT_EQ(sql::scalar(r.db(), "SELECT start_ns FROM api_calls WHERE rank=5"), 1000000000000LL + 9000);
   EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM api_calls WHERE rank<>5"), 0);
+  bool shifted = false;
+  for (auto& d : r.diagnostics(run)) shifted |= d.code == "kineto.late_time_base";
+  EXPECT_EQ(shifted, gzip);  // a plain file's tail gives the base before any event is written
 }
+
+TEST(KinetoImport, LateRankAndTimeBaseAreApplied) { expect_late_rank_and_base(false); }
+TEST(KinetoImport, LateRankAndTimeBaseAreAppliedThroughGzip) { expect_late_rank_and_base(true); }
 
 TEST(KinetoImport, TimestampForms) {
   TempDir tmp;

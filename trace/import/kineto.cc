@@ -184,6 +184,7 @@ class KinetoFile {
 
  private:
   // Top level.
+  void peek_time_base();
   void parse_top_level(Source& src);
   std::string capture_value(Source& src, size_t& pos);
   void handle_top_value(std::string_view key, std::string& text);
@@ -251,8 +252,31 @@ class KinetoFile {
   std::string batch_;
 };
 
+// Kineto writes baseTimeNanoseconds after traceEvents. For a plain file, read it from the tail
+// first so event times are right when written; otherwise (gzip) the rows are shifted in SQL at
+// the end. The value parsed at its real place always wins: a wrong guess is corrected then.
+void KinetoFile::peek_time_base() {
+  FILE* f = std::fopen(path_.c_str(), "rb");
+  if (!f) return;
+  std::string tail(64 << 10, '\0');
+  long size = std::fseek(f, 0, SEEK_END) == 0 ? std::ftell(f) : -1;
+  long from = size > static_cast<long>(tail.size()) ? size - static_cast<long>(tail.size()) : 0;
+  size_t got = size > 0 && std::fseek(f, from, SEEK_SET) == 0 ? std::fread(tail.data(), 1, tail.size(), f) : 0;
+  std::fclose(f);
+  tail.resize(got);
+  static constexpr std::string_view kKey = "\"baseTimeNanoseconds\"";
+  size_t at = tail.rfind(kKey);
+  if (at == std::string::npos) return;
+  size_t i = tail.find_first_not_of(" \t\r\n:", at + kKey.size());
+  if (i == std::string::npos) return;
+  int64_t v = 0;
+  auto r = std::from_chars(tail.data() + i, tail.data() + tail.size(), v);
+  if (r.ec == std::errc() && v > 0) base_ns_ = v;
+}
+
 void KinetoFile::run() {
   InputFile in(path_);
+  if (!in.gzip()) peek_time_base();
   Source src(in);
   parse_top_level(src);
   ctx_.stats.bytes += src.bytes();
@@ -272,17 +296,29 @@ bool skip_ws(Source& src, size_t& pos) {
   }
 }
 
+// Offset of the quote closing a string whose contents start at `i` (memchr finds candidate
+// quotes; one preceded by an odd run of backslashes is escaped), or npos if the buffer ends.
+size_t string_end(const char* p, size_t i, size_t n) {
+  const size_t start = i;
+  while (i < n) {
+    const char* q = static_cast<const char*>(std::memchr(p + i, '"', n - i));
+    if (!q) return std::string::npos;
+    size_t j = static_cast<size_t>(q - p), b = j;
+    while (b > start && p[b - 1] == '\\') --b;
+    if ((j - b) % 2 == 0) return j;
+    i = j + 1;
+  }
+  return std::string::npos;
+}
+
 // Scans one JSON value starting at `pos` (which must be available); returns the offset just
 // past it, or npos when the buffer ends first. Strings are skipped with their escapes.
 size_t scan_value_end(const char* p, size_t pos, size_t n) {
   if (pos >= n) return std::string::npos;
   char c0 = p[pos];
   if (c0 == '"') {
-    for (size_t i = pos + 1; i < n; ++i) {
-      if (p[i] == '\\') ++i;
-      else if (p[i] == '"') return i + 1;
-    }
-    return std::string::npos;
+    size_t close = string_end(p, pos + 1, n);
+    return close == std::string::npos ? close : close + 1;
   }
   if (c0 != '{' && c0 != '[') {
     // Scalar: runs to the next structural character or whitespace.
@@ -295,11 +331,8 @@ size_t scan_value_end(const char* p, size_t pos, size_t n) {
     unsigned char c = static_cast<unsigned char>(p[i]);
     if (!kScan.special[c]) continue;
     if (c == '"') {
-      for (++i; i < n; ++i) {
-        if (p[i] == '\\') ++i;
-        else if (p[i] == '"') break;
-      }
-      if (i >= n) return std::string::npos;
+      i = string_end(p, i + 1, n);
+      if (i == std::string::npos) return i;
     } else if (c == '{' || c == '[') {
       ++depth;
     } else if (c == '}' || c == ']') {
@@ -449,10 +482,10 @@ void KinetoFile::handle_top_value(std::string_view key, std::string& text) {
   if (key == "baseTimeNanoseconds") {
     auto v = dom_int_of(e);
     if (!v) bad("\"baseTimeNanoseconds\" is not an integer");
-    base_ns_ = *v;
-    if (events_started_)
+    if (events_started_ && *v != base_known_at_events_)
       note(Severity::Info, "kineto.late_time_base", 1,
            "baseTimeNanoseconds follows traceEvents; event times were shifted after loading");
+    base_ns_ = *v;
     return;
   }
   if (key == "deviceProperties") {
@@ -641,30 +674,41 @@ void KinetoFile::handle_event(od::object obj) {
     if (auto err = field.unescaped_key().get(key))
       throw simdjson::simdjson_error(err);
     od::value v = field.value();
-    if (key.size() == 2 && key == "ph") {
-      ph = od_text(v);
-    } else if (key == "cat") {
-      cat = od_text(v);
-    } else if (key == "name") {
-      name = od_text(v);
-    } else if (key == "pid") {
-      pid = od_int(v);
-    } else if (key == "tid") {
-      tid = od_int(v);
-    } else if (key == "ts" || key == "dur") {
-      std::string_view raw = v.raw_json_token();
-      int64_t ns;
-      if (!us_text_to_ns(raw, ns)) {
-        ++bad_events_;
-        return;
-      }
-      if (key == "ts") {
-        ts = ns;
-        has_ts = true;
-      } else {
-        dur = ns;
-      }
-    } else if (key == "args") {
+    // Dispatch on length first: most keys are told apart without a string compare.
+    switch (key.size()) {
+      case 2:
+        if (key == "ph") {
+          ph = od_text(v);
+        } else if (key == "ts") {
+          if (!us_text_to_ns(v.raw_json_token(), ts)) {
+            ++bad_events_;
+            return;
+          }
+          has_ts = true;
+        }
+        continue;
+      case 3:
+        if (key == "cat") cat = od_text(v);
+        else if (key == "pid") pid = od_int(v);
+        else if (key == "tid") tid = od_int(v);
+        else if (key == "dur" && !us_text_to_ns(v.raw_json_token(), dur)) {
+          ++bad_events_;
+          return;
+        }
+        continue;
+      case 4:
+        if (key == "name") {
+          name = od_text(v);
+          continue;
+        }
+        if (key != "args") continue;
+        break;
+      default:
+        continue;
+    }
+    {
+      // Flow arrows and Python frames carry nothing Braid reads in their args.
+      if (cat == "python_function" || cat == "ac2g" || cat == "fwdbwd") continue;
       od::object args;
       if (v.get_object().get(args)) continue;
       for (auto af : args) {
