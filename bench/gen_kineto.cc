@@ -15,77 +15,13 @@
 #include <vector>
 
 #include "trace/error.h"
+#include "trace/output_file.h"
 
 namespace braid::bench {
 namespace {
 
 namespace fs = std::filesystem;
 using std::string_view;
-
-// ---- output: one big buffer, literal pieces and integer formatting, nothing allocated ----
-class Writer {
- public:
-  Writer(int fd, std::string path) : fd_(fd), path_(std::move(path)), buf_(new char[kCap]) {}
-
-  void put(string_view s) {
-    if (s.size() > kCap - n_) {
-      flush();
-      if (s.size() > kCap) {
-        write_all(s.data(), s.size());
-        return;
-      }
-    }
-    std::memcpy(buf_.get() + n_, s.data(), s.size());
-    n_ += s.size();
-  }
-  void num(int64_t v) {
-    reserve(24);
-    n_ = static_cast<size_t>(std::to_chars(buf_.get() + n_, buf_.get() + kCap, v).ptr - buf_.get());
-  }
-  // Fixed-point value / 10^digits with exactly `digits` decimals (v >= 0).
-  void fixed(int64_t v, int digits) {
-    reserve(32);
-    int64_t div = 1;
-    for (int i = 0; i < digits; ++i) div *= 10;
-    char* p = std::to_chars(buf_.get() + n_, buf_.get() + kCap, v / div).ptr;
-    *p++ = '.';
-    int64_t frac = v % div;
-    for (int i = digits - 1; i >= 0; --i) {
-      p[i] = static_cast<char>('0' + frac % 10);
-      frac /= 10;
-    }
-    n_ = static_cast<size_t>(p + digits - buf_.get());
-  }
-  void us(int64_t ns) { fixed(ns, 3); }  // µs with ns decimals, as Kineto writes them
-  void flush() {
-    write_all(buf_.get(), n_);
-    written_ += n_;
-    n_ = 0;
-  }
-  uint64_t bytes() const { return written_ + n_; }
-
- private:
-  static constexpr size_t kCap = size_t{8} << 20;
-  void reserve(size_t k) {
-    if (kCap - n_ < k) flush();
-  }
-  void write_all(const char* p, size_t len) {
-    while (len > 0) {
-      ssize_t w = ::write(fd_, p, len);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        throw Error(ErrorCode::Io, path_ + ": write failed: " + std::strerror(errno));
-      }
-      p += w;
-      len -= static_cast<size_t>(w);
-    }
-  }
-  int fd_;
-  std::string path_;
-  std::unique_ptr<char[]> buf_;
-  size_t n_ = 0;
-  uint64_t written_ = 0;
-};
 
 // xoshiro256** seeded through splitmix64: fast, and the same sequence on every platform.
 class Rng {
@@ -241,7 +177,7 @@ struct Coll {
 
 class Gen {
  public:
-  Gen(const KinetoGenOptions& o, Writer& w) : o_(o), w_(w), rng_(o.seed) {
+  Gen(const KinetoGenOptions& o, BufferedOut& w) : o_(o), w_(w), rng_(o.seed) {
     c_.rank = o.rank;
     c_.world_size = o.world_size;
     device_ = o.rank % 8;
@@ -853,7 +789,7 @@ class Gen {
   }
 
   const KinetoGenOptions& o_;
-  Writer& w_;
+  BufferedOut& w_;
   Rng rng_;
   KinetoGenCounts c_;
   int device_ = 0;
@@ -864,37 +800,6 @@ class Gen {
   Ns fwd_first_ = INT64_MAX;
   int64_t corr_ = 1, ext_ = 0, ev_idx_ = 0, step_ = 0;
   PG default_pg_, tp_pg_;
-};
-
-// The output file, created beside the target and renamed over it at the end.
-class TempFile {
- public:
-  explicit TempFile(const std::string& target) : target_(target) {
-    fs::path t(target);
-    fs::path dir = t.has_parent_path() ? t.parent_path() : fs::path(".");
-    path_ = (dir / ("." + t.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd_ < 0)
-      throw Error(ErrorCode::Io, target + ": cannot create " + path_ + ": " + std::strerror(errno));
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!done_) ::unlink(path_.c_str());
-  }
-  int fd() const { return fd_; }
-  const std::string& path() const { return path_; }
-  void commit() {
-    int rc = ::close(fd_);
-    fd_ = -1;
-    if (rc != 0 || ::rename(path_.c_str(), target_.c_str()) != 0)
-      throw Error(ErrorCode::Io, target_ + ": cannot finish writing: " + std::strerror(errno));
-    done_ = true;
-  }
-
- private:
-  std::string target_, path_;
-  int fd_ = -1;
-  bool done_ = false;
 };
 
 }  // namespace
@@ -950,8 +855,8 @@ KinetoGenCounts generate_kineto(const KinetoGenOptions& o, const std::string& ou
     throw Error(ErrorCode::Usage, "gen-kineto: layers must be in 1..1000");
   if (o.target_bytes == 0) throw Error(ErrorCode::Usage, "gen-kineto: size must be positive");
   if (out_path.empty()) throw Error(ErrorCode::Usage, "gen-kineto: no output path");
-  TempFile tmp(out_path);
-  Writer w(tmp.fd(), tmp.path());
+  AtomicOutputFile tmp(out_path);
+  BufferedOut w(tmp.fd(), tmp.path());
   KinetoGenCounts c = Gen(o, w).run();
   tmp.commit();
   return c;
