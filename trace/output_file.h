@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "trace/error.h"
+#include "trace/temp_cleanup.h"
 
 namespace braid {
 
@@ -37,10 +38,12 @@ class AtomicOutputFile {
                                        ": " + std::strerror(errno));
     }
     if (fd_ < 0) throw Error(ErrorCode::Io, target + ": cannot create a temporary file");
+    register_temp_for_cleanup(path_);
   }
   ~AtomicOutputFile() {
     if (fd_ >= 0) ::close(fd_);
     if (!committed_) ::unlink(path_.c_str());
+    unregister_temp_for_cleanup();
   }
   AtomicOutputFile(const AtomicOutputFile&) = delete;
   AtomicOutputFile& operator=(const AtomicOutputFile&) = delete;

@@ -15,28 +15,12 @@
 #include "trace/error.h"
 #include "trace/schema.h"
 #include "trace/sqlite_util.h"
+#include "trace/temp_cleanup.h"
 
 namespace fs = std::filesystem;
 
 namespace braid {
 namespace {
-
-// ---- temp-file cleanup on signals (async-signal-safe: a fixed buffer and unlink) ----
-char g_temp_path[4096];
-std::atomic<bool> g_temp_set{false};
-
-void on_signal(int sig) {
-  if (g_temp_set.load()) unlink(g_temp_path);
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-void register_temp(const std::string& p) {
-  if (p.size() + 1 > sizeof g_temp_path) return;
-  g_temp_set = false;
-  std::memcpy(g_temp_path, p.c_str(), p.size() + 1);
-  g_temp_set = true;
-}
-void unregister_temp() { g_temp_set = false; }
 
 std::string now_iso8601() {
   std::time_t t = std::time(nullptr);
@@ -193,7 +177,7 @@ TraceWriter::TraceWriter(std::string path, Mode mode)
       throw;
     }
   }
-  register_temp(tmp_);
+  register_temp_for_cleanup(tmp_);
   if (sqlite3_open_v2(tmp_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                                           SQLITE_OPEN_NOMUTEX,  // one thread at a time uses it
                       nullptr) !=
@@ -228,7 +212,7 @@ TraceWriter::TraceWriter(std::string path, Mode mode)
     sqlite3_close(db_);
     db_ = nullptr;
     fs::remove(tmp_, ec);
-    unregister_temp();
+    unregister_temp_for_cleanup();
     throw;
   }
   thread_ = std::thread([this] { worker(); });
@@ -510,7 +494,7 @@ void TraceWriter::commit() {
   }
   fs::path dir = fs::path(path_).has_parent_path() ? fs::path(path_).parent_path() : ".";
   fsync_path(dir.string());
-  unregister_temp();
+  unregister_temp_for_cleanup();
   done_ = true;
 }
 
@@ -528,16 +512,7 @@ void TraceWriter::abort() {
   }
   std::error_code ec;
   for (const char* sfx : {"", "-wal", "-shm", "-journal"}) fs::remove(tmp_ + sfx, ec);
-  unregister_temp();
-}
-
-void install_temp_cleanup_on_signal() {
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGHUP, &sa, nullptr);
+  unregister_temp_for_cleanup();
 }
 
 }  // namespace braid

@@ -127,7 +127,4 @@ class TraceWriter {
   std::string error_;
 };
 
-// Removes a temporary output when the process gets SIGINT/SIGTERM (the CLI installs it).
-void install_temp_cleanup_on_signal();
-
 }  // namespace braid

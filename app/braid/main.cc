@@ -5,7 +5,7 @@
 
 #include "app/braid/cli.h"
 #include "trace/error.h"
-#include "trace/writer.h"
+#include "trace/temp_cleanup.h"
 
 int main(int argc, char** argv) {
   CLI::App app{

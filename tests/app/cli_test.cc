@@ -2,7 +2,9 @@
 // and `info --json` numbers against an independent count of the input files.
 #include <gtest/gtest.h>
 #include <simdjson.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -160,6 +162,39 @@ TEST(Cli, BadInputsGiveOneLineErrorsAndKeepExistingOutput) {
   r = braid_cli(tmp, "info " + tmp.file("missing.braid"));
   expect_one_line_error(r, "missing.braid: no such file");
   // No temporary files left anywhere.
+  for (auto& e : std::filesystem::directory_iterator(tmp.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+TEST(Cli, InterruptedImportLeavesNothingBehind) {
+  TempDir tmp;
+  auto good = traces("hta/tests/data/trace_filter/sampled_rank-0.json.gz");
+  ASSERT_EQ(braid_cli(tmp, "import -q " + good + " -o " + tmp.file("out.braid")).code, 0);
+  std::string before = slurp(tmp.file("out.braid"));
+  // A trace big enough (~120 MB) that the import is still running when SIGINT arrives.
+  {
+    FILE* f = std::fopen(tmp.file("big.json").c_str(), "wb");
+    std::fputs("{\"traceEvents\":[", f);
+    for (int i = 0; i < 1000000; ++i)
+      std::fprintf(f, "%s{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"elementwise_kernel_%d\","
+                      "\"pid\":0,\"tid\":7,\"ts\":%d.125,\"dur\":1.5,\"args\":{\"stream\":7}}",
+                   i ? "," : "", i % 64, i * 2);
+    std::fputs("]}", f);
+    std::fclose(f);
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl(BRAID_CLI, BRAID_CLI, "import", "-q", "--force", tmp.file("big.json").c_str(), "-o",
+          tmp.file("out.braid").c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  usleep(200 * 1000);
+  kill(pid, SIGINT);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFSIGNALED(st)) << "the import finished before the signal; make the input bigger";
+  EXPECT_EQ(WTERMSIG(st), SIGINT);
+  EXPECT_EQ(slurp(tmp.file("out.braid")), before);
   for (auto& e : std::filesystem::directory_iterator(tmp.path()))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
 }

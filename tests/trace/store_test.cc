@@ -56,7 +56,23 @@ TEST(Store, RoundTripOfEveryTable) {
     m.rank = 1;
     m.kind = MemKind::HtoD;
     m.bytes = 4096;
+    m.start = 30;
+    m.end = 40;
     w.add(run, m);
+    ApiCall a;
+    a.rank = 1;
+    a.tid = 99;
+    a.kind = ApiKind::Runtime;
+    a.name = w.intern("cudaLaunchKernel");
+    a.correlation = 77;
+    w.add(run, a);
+    Range rg;
+    rg.rank = 1;
+    rg.stream = 7;
+    rg.on_gpu = true;
+    rg.name = w.intern("fwd");
+    rg.payload = w.intern("{\"layer\":3}");
+    w.add(run, rg);
     Collective c;
     c.rank = 1;
     c.comm = w.intern("pg0");
@@ -100,8 +116,42 @@ TEST(Store, RoundTripOfEveryTable) {
   EXPECT_EQ(r.str(cs[0].comm), "pg0");
   EXPECT_EQ(cs[0].seq, 9);
   EXPECT_EQ(r.meta("schema_version"), "1.0");
-  // The file is left in WAL mode for readers and later appends.
-  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM sqlite_master WHERE type='index'") >= 6, true);
+  std::vector<Memcpy> ms;
+  r.memcpys(1, [&](const Memcpy& x) {
+    ms.push_back(x);
+    return true;
+  });
+  ASSERT_EQ(ms.size(), 1u);
+  EXPECT_EQ(ms[0].kind, MemKind::HtoD);
+  EXPECT_EQ(ms[0].bytes, 4096);
+  EXPECT_EQ(ms[0].end, 40);
+  std::vector<ApiCall> as;
+  r.api_calls(1, [&](const ApiCall& x) {
+    as.push_back(x);
+    return true;
+  });
+  ASSERT_EQ(as.size(), 1u);
+  EXPECT_EQ(as[0].kind, ApiKind::Runtime);
+  EXPECT_EQ(as[0].tid, 99);
+  EXPECT_EQ(as[0].correlation, 77);
+  EXPECT_EQ(r.str(as[0].name), "cudaLaunchKernel");
+  std::vector<Range> rs;
+  r.ranges(1, [&](const Range& x) {
+    rs.push_back(x);
+    return true;
+  });
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_TRUE(rs[0].on_gpu);
+  EXPECT_EQ(r.str(rs[0].name), "fwd");
+  EXPECT_EQ(r.str(rs[0].payload), "{\"layer\":3}");
+  // The window and matching indexes exist, and the file is left in WAL mode for readers.
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM sqlite_master WHERE type='index' AND"
+                                " name IN ('kernels_window','memcpys_window','api_calls_window',"
+                                "'nvtx_window','collectives_window','collectives_match')"),
+            6);
+  sql::Stmt jm(r.db(), "PRAGMA journal_mode");
+  ASSERT_TRUE(jm.step());
+  EXPECT_EQ(jm.text(0), "wal");
 }
 
 TEST(Store, TimeWindowQueryReturnsOverlappingEventsInOrder) {
