@@ -26,7 +26,7 @@ void Progress::update(uint64_t done, uint64_t total) {
   double mb = static_cast<double>(done) / 1e6;
   double rate = t > start_ ? mb / (t - start_) : 0;
   if (total > 0)
-    std::fprintf(stderr, "\r%s: %5.1f%%  %8.1f MB  %6.1f MB/s ", label_.c_str(),
+    std::fprintf(stderr, "\r%s: %5.1f%%  %8.1f MB read  %6.1f MB/s ", label_.c_str(),
                  100.0 * static_cast<double>(done) / static_cast<double>(total), mb, rate);
   else
     std::fprintf(stderr, "\r%s: %8.1f MB  %6.1f MB/s ", label_.c_str(), mb, rate);

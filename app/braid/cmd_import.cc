@@ -48,12 +48,10 @@ void register_import(CLI::App& app, Action& run) {
                              : TraceWriter::Mode::Create;
       TraceFormat fmt = trace_format_from_string(o->format);
       double t0 = now_seconds();
-      uint64_t total = 0;
-      for (auto& f : o->files) total += std::filesystem::file_size(f);
       Progress progress("importing", !o->quiet);
       ImportOptions opts;
       opts.ranks = o->ranks;
-      opts.progress = [&](uint64_t done, uint64_t) { progress.update(done, 0); };
+      opts.progress = [&](uint64_t done, uint64_t all) { progress.update(done, all); };
       ImportStats stats;
       TraceWriter w(o->out, mode);
       int64_t run_id = import_traces(w, o->files, fmt, opts, stats);
@@ -67,7 +65,6 @@ void register_import(CLI::App& app, Action& run) {
                     static_cast<double>(stats.bytes) / 1e6, static_cast<long long>(stats.events),
                     static_cast<long long>(run_id), o->out.c_str(), dt,
                     dt > 0 ? static_cast<double>(stats.bytes) / 1e6 / dt : 0.0);
-      (void)total;
       return 0;
     };
   });

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstring>
+#include <filesystem>
 
 #include "trace/error.h"
 #include "trace/import/input.h"
@@ -120,7 +121,19 @@ int64_t import_traces(TraceWriter& writer, const std::vector<std::string>& files
   std::string source;
   for (const auto& f : files) source += (source.empty() ? "" : ";") + f;
   int64_t run = writer.begin_run(RunKind::Imported, source, std::string(to_string(formats[0])));
-  ImportContext ctx{writer, run, options, stats, {}};
+  // Importers report (bytes of this file consumed, its size); the caller sees the whole import.
+  uint64_t total = 0, base = 0;
+  std::vector<uint64_t> sizes;
+  for (const auto& f : files) {
+    std::error_code ec;
+    sizes.push_back(std::filesystem::file_size(f, ec));
+    if (ec) sizes.back() = 0;
+    total += sizes.back();
+  }
+  ImportOptions per_file = options;
+  if (options.progress)
+    per_file.progress = [&](uint64_t done, uint64_t) { options.progress(base + done, total); };
+  ImportContext ctx{writer, run, per_file, stats, {}};
   for (size_t i = 0; i < files.size(); ++i) {
     switch (formats[i]) {
       case TraceFormat::Kineto: import_kineto(ctx, files[i], i); break;
@@ -129,6 +142,8 @@ int64_t import_traces(TraceWriter& writer, const std::vector<std::string>& files
       default: break;
     }
     ++stats.files;
+    base += sizes[i];
+    if (options.progress) options.progress(base, total);
   }
   return run;
 }

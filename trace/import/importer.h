@@ -19,7 +19,9 @@ TraceFormat trace_format_from_string(std::string_view s);  // throws Usage on un
 TraceFormat detect_format(const std::string& path);
 
 struct ImportOptions {
-  // Called now and then with bytes consumed so far and the total (0 if unknown).
+  // Called now and then with the bytes of the input files (as stored on disk, compressed or not)
+  // consumed so far and their total. Importers call it with their own file's numbers;
+  // import_traces() turns those into numbers for the whole import.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Rank to give a file that does not name its own (per-file; empty: the file's index).
   std::vector<int32_t> ranks;

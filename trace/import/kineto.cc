@@ -134,6 +134,7 @@ class Source {
   const char* data() const { return buf_.data(); }
   size_t size() const { return buf_.size(); }
   uint64_t bytes() const { return bytes_; }
+  const InputFile& input() const { return in_; }
 
  private:
   InputFile& in_;
@@ -587,7 +588,7 @@ void KinetoFile::stream_events(Source& src, size_t& pos) {
     pos = end;
     if (batch_end - batch_start >= kBatchBytes) {
       flush();
-      if (ctx_.options.progress) ctx_.options.progress(src.bytes(), 0);
+      if (ctx_.options.progress) ctx_.options.progress(src.input().consumed(), src.input().file_size());
     }
   }
 }
