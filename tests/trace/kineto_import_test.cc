@@ -398,3 +398,32 @@ TEST(KinetoImport, TruncatedGzipIsReported) {
 
 }  // namespace
 }  // namespace braid
+
+namespace braid {
+namespace {
+
+TEST(KinetoImport, ProgressCoversAllFilesInOrder) {
+  TempDir tmp;
+  std::vector<std::string> files = {traces("hta/tests/data/trace_filter/sampled_rank-0.json.gz"),
+                                    traces("hta/tests/data/trace_filter/sampled_rank-1.json.gz")};
+  uint64_t total = std::filesystem::file_size(files[0]) + std::filesystem::file_size(files[1]);
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  TraceWriter w(tmp.file("p.braid"), TraceWriter::Mode::Create);
+  ImportOptions opts;
+  opts.progress = [&](uint64_t done, uint64_t all) { calls.emplace_back(done, all); };
+  ImportStats stats;
+  import_traces(w, files, TraceFormat::Kineto, opts, stats);
+  w.commit();
+  ASSERT_FALSE(calls.empty());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].second, total);
+    EXPECT_LE(calls[i].first, total);
+    if (i) {
+      EXPECT_GE(calls[i].first, calls[i - 1].first) << "progress went backwards at " << i;
+    }
+  }
+  EXPECT_EQ(calls.back().first, total);
+}
+
+}  // namespace
+}  // namespace braid
