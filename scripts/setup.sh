@@ -24,12 +24,14 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-werror=OFF
-[ "${CI:-}" = "true" ] && werror=ON
+# CI builds with warnings as errors; otherwise keep whatever the build directory was configured
+# with, so switching between the demo and the tests never forces a full rebuild.
+args=()
+[ "${CI:-}" = "true" ] && args+=(-DBRAID_WERROR=ON)
 if [ ! -f "$build/build.ninja" ]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRAID_WERROR=$werror >/dev/null
-else
-  cmake "$build" -DBRAID_WERROR=$werror >/dev/null
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${args[@]}" >/dev/null
+elif ((${#args[@]})); then
+  cmake "$build" "${args[@]}" >/dev/null
 fi
 # Two cores: keep the link steps from running out of memory while compiling in parallel.
 cmake --build "$build" -j "${BRAID_JOBS:-$(nproc)}"

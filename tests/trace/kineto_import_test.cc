@@ -123,6 +123,13 @@ TEST(KinetoImport, SendRecvKernelsTakeTheirOperationFromTheCpuOp) {
   EXPECT_EQ(ops["allgather"], 10);
   EXPECT_EQ(ops["allreduce"], 10);
   EXPECT_EQ(ops["sendrecv"], 5);
+  // The kernels' categories follow: unresolved ones stay comm.sendrecv.
+  auto by_cat = summarize(r)[0].kernels_by_category;
+  EXPECT_EQ(by_cat["comm.alltoall"], 45);
+  EXPECT_EQ(by_cat["comm.reducescatter"], 10);
+  EXPECT_EQ(by_cat["comm.allgather"], 10);
+  EXPECT_EQ(by_cat["comm.allreduce"], 10);
+  EXPECT_EQ(by_cat["comm.sendrecv"], 5);
 }
 
 TEST(KinetoImport, OldKernelSignatureForm) {

@@ -1022,6 +1022,28 @@ void KinetoFile::finish() {
   std::sort(colls.begin(), colls.end(),
             [](const Collective& a, const Collective& b) { return a.start < b.start; });
   for (auto& c : colls) w_.add(run_, c);
+  // SendRecv kernels whose operation came from the CPU side take that operation's category, so
+  // kernel categories and collectives tell the same story. Found through the window index.
+  std::vector<std::tuple<int64_t, Ns, int>> recategorize;
+  for (auto& c : colls)
+    if (c.stream >= 0 && c.name < category_of_.size() &&
+        category_of_[c.name] == static_cast<int8_t>(Category::CommSendRecv) &&
+        comm_category(c.op) != Category::CommSendRecv)
+      recategorize.emplace_back(c.stream, c.start, static_cast<int>(comm_category(c.op)));
+  if (!recategorize.empty())
+    w_.submit([list = std::move(recategorize), final_rank, run = run_](sqlite3* db) {
+      sql::Stmt s(db, "UPDATE kernels SET category=? WHERE run_id=? AND rank=? AND stream=? AND"
+                      " start_ns=? AND category=?");
+      for (auto& [stream, start, cat] : list) {
+        s.bind(1, cat);
+        s.bind(2, run);
+        s.bind(3, final_rank);
+        s.bind(4, stream);
+        s.bind(5, start);
+        s.bind(6, static_cast<int>(Category::CommSendRecv));
+        s.run();
+      }
+    });
 
   // ---- small tables ----
   info_.source = path_;
