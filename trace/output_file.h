@@ -20,6 +20,32 @@
 
 namespace braid {
 
+// Length of the well-formed UTF-8 sequence at p (no overlongs, surrogates or > U+10FFFF),
+// 0 if it is not one.
+inline size_t utf8_len(const unsigned char* p, size_t avail) {
+  unsigned char c = p[0];
+  size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (avail < len || p[1] < lo || p[1] > hi) return 0;
+  for (size_t k = 2; k < len; ++k)
+    if ((p[k] & 0xC0) != 0x80) return 0;
+  return len;
+}
+
+
 // The output file: created beside the target under a private name, renamed at the end, removed
 // on any failure.
 class AtomicOutputFile {
@@ -204,30 +230,6 @@ class BufferedOut {
       p += w;
       len -= static_cast<size_t>(w);
     }
-  }
-  // Length of the well-formed UTF-8 sequence at p (no overlongs, surrogates or > U+10FFFF),
-  // 0 if it is not one.
-  static size_t utf8_len(const unsigned char* p, size_t avail) {
-    unsigned char c = p[0];
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return 0;
-    }
-    if (avail < len || p[1] < lo || p[1] > hi) return 0;
-    for (size_t k = 2; k < len; ++k)
-      if ((p[k] & 0xC0) != 0x80) return 0;
-    return len;
   }
 
   int fd_;

@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "trace/output_file.h"
 #include "trace/sqlite_util.h"
 
 namespace braid {
@@ -10,7 +11,19 @@ namespace braid {
 std::string json_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
-  for (unsigned char c : s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = b[i];
+    if (c >= 0x80) {  // keep well-formed UTF-8, replace anything else: the output stays JSON
+      size_t len = utf8_len(b + i, s.size() - i);
+      if (len == 0) {
+        out += "\\ufffd";
+      } else {
+        out.append(s.data() + i, len);
+        i += len - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;

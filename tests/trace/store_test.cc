@@ -284,3 +284,18 @@ TEST(Store, NewerSchemaAndForeignFilesAreRefused) {
 
 }  // namespace
 }  // namespace braid
+
+#include "trace/summary.h"
+
+namespace braid {
+namespace {
+
+TEST(Summary, JsonEscapeKeepsTheOutputValidJson) {
+  EXPECT_EQ(json_escape("a\"b\\c\nd\x01"), "a\\\"b\\\\c\\nd\\u0001");
+  EXPECT_EQ(json_escape("caf\xc3\xa9"), "caf\xc3\xa9");           // well-formed UTF-8 kept
+  EXPECT_EQ(json_escape("x\xff y\xc3"), "x\\ufffd y\\ufffd");     // invalid and truncated bytes
+  EXPECT_EQ(json_escape("\xed\xa0\x80"), "\\ufffd\\ufffd\\ufffd");  // a surrogate is not UTF-8
+}
+
+}  // namespace
+}  // namespace braid
