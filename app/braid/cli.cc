@@ -2,11 +2,39 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <string_view>
+#include <vector>
 
 namespace braid::cli {
+
+namespace {
+struct Verb {
+  int order;
+  const char* name;
+  RegisterFn fn;
+};
+// A function-local static, so registration from other files' static initializers is safe.
+std::vector<Verb>& verbs() {
+  static std::vector<Verb> v;
+  return v;
+}
+}  // namespace
+
+VerbRegistration::VerbRegistration(int order, const char* name, RegisterFn fn) {
+  verbs().push_back({order, name, fn});
+}
+
+void register_verbs(CLI::App& app, Action& run) {
+  auto v = verbs();
+  std::stable_sort(v.begin(), v.end(), [](const Verb& a, const Verb& b) {
+    return a.order != b.order ? a.order < b.order : std::string_view(a.name) < b.name;
+  });
+  for (const Verb& verb : v) verb.fn(app, run);
+}
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())

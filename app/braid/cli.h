@@ -11,10 +11,18 @@ namespace braid::cli {
 
 // Each verb registers its subcommand and sets `run` to what it does when chosen.
 using Action = std::function<int()>;
-void register_import(CLI::App& app, Action& run);
-void register_info(CLI::App& app, Action& run);
-void register_export(CLI::App& app, Action& run);
-void register_demo(CLI::App& app, Action& run);
+using RegisterFn = void (*)(CLI::App& app, Action& run);
+
+// Verbs register themselves from their own file (one file per verb, no central list to edit):
+//   static const VerbRegistration reg{30, "analyze", register_analyze};
+// `order` fixes where the verb appears in `braid --help` (pipeline order: import 10, info 20,
+// export 25, analyze 30, merge 35, synth 40, fuse 45, replay 50, ab 55, record 60, daemon 70,
+// demo 90).
+struct VerbRegistration {
+  VerbRegistration(int order, const char* name, RegisterFn fn);
+};
+// Registers every verb on `app`, in order.
+void register_verbs(CLI::App& app, Action& run);
 
 // Progress on stderr when it is a terminal (and not --quiet): one line, rewritten in place.
 class Progress {

@@ -48,4 +48,6 @@ void register_demo(CLI::App& app, Action& run) {
   });
 }
 
+static const VerbRegistration kRegister{90, "demo", register_demo};
+
 }  // namespace braid::cli

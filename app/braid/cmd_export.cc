@@ -41,4 +41,6 @@ void register_export(CLI::App& app, Action& run) {
   });
 }
 
+static const VerbRegistration kRegister{25, "export", register_export};
+
 }  // namespace braid::cli

@@ -70,4 +70,6 @@ void register_import(CLI::App& app, Action& run) {
   });
 }
 
+static const VerbRegistration kRegister{10, "import", register_import};
+
 }  // namespace braid::cli

@@ -38,4 +38,6 @@ void register_info(CLI::App& app, Action& run) {
   });
 }
 
+static const VerbRegistration kRegister{20, "info", register_info};
+
 }  // namespace braid::cli

@@ -15,10 +15,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "braid 0.1.0");
   braid::cli::Action run;
-  braid::cli::register_import(app, run);
-  braid::cli::register_info(app, run);
-  braid::cli::register_export(app, run);
-  braid::cli::register_demo(app, run);
+  braid::cli::register_verbs(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
