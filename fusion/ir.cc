@@ -89,7 +89,7 @@ int64_t Schedule::append(int32_t rank, int stream, decltype(Op::body) body) {
     cached_ops_ = op_count();
   }
   int64_t id = cached_next_id_;
-  add_rank(rank).streams.at(stream).ops.push_back(Op{id, std::move(body)});
+  add_rank(rank).streams.at(stream).ops.push_back(Op{id, std::move(body), {}});
   ++cached_next_id_;
   ++cached_ops_;
   return id;

@@ -92,6 +92,9 @@ std::string_view to_string(OpKind k);
 struct Op {
   int64_t id = -1;
   std::variant<Compute, Collective, Delay, Record, Wait> body;
+  // Ids of the ops of the parent schedule this op replaces (set by rewrite passes, so the GUI and
+  // reports can link a fused op to what it stands for); empty for ops carried over unchanged.
+  std::vector<int64_t> replaces;
 
   OpKind kind() const { return static_cast<OpKind>(body.index()); }
   Compute* compute() { return std::get_if<Compute>(&body); }
@@ -120,6 +123,10 @@ struct Stream {
 struct RankSchedule {
   int32_t rank = 0;
   std::vector<Buffer> buffers;
+  // Buffers whose final contents are the step's result on this rank (gradients, outputs). A
+  // rewrite must leave them bit-identical (the interpreter's and replay's data check compare
+  // them); other buffers are scratch a pass may change. Empty: every buffer is an output.
+  std::vector<std::string> outputs;
   std::vector<Stream> streams;
 
   const Buffer* find_buffer(std::string_view name) const;

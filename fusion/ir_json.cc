@@ -124,6 +124,14 @@ void put_op(std::string& o, const Op& op) {
     o += ", \"event\": ";
     put_string(o, w->event);
   }
+  if (!op.replaces.empty()) {
+    o += ", \"replaces\": [";
+    for (size_t i = 0; i < op.replaces.size(); ++i) {
+      if (i) o += ", ";
+      o += std::to_string(op.replaces[i]);
+    }
+    o += ']';
+  }
   o += '}';
 }
 
@@ -181,6 +189,16 @@ std::string to_json(const Schedule& s) {
       put_string(o, b.dtype);
       o += ", \"size\": " + std::to_string(b.size) + "}";
     });
+    if (!r.outputs.empty()) {
+      o += ",\n      ";
+      key(o, "outputs");
+      o += '[';
+      for (size_t i = 0; i < r.outputs.size(); ++i) {
+        if (i) o += ", ";
+        put_string(o, r.outputs[i]);
+      }
+      o += ']';
+    }
     o += ",\n      ";
     key(o, "streams");
     put_lines(o, r.streams, 6, [&](const Stream& st) {
@@ -319,7 +337,7 @@ class Parser {
     op.id = int64(req(o, "id", path), at(path, "id"));
     std::string kind = str(req(o, "kind", path), at(path, "kind"));
     if (kind == "compute") {
-      keys(o, path, {"id", "kind", "label", "duration_ns", "reads", "writes", "opaque"});
+      keys(o, path, {"id", "kind", "label", "duration_ns", "reads", "writes", "opaque", "replaces"});
       Compute c;
       c.label = str(req(o, "label", path), at(path, "label"));
       c.duration_ns = int64(req(o, "duration_ns", path), at(path, "duration_ns"));
@@ -329,7 +347,7 @@ class Parser {
       op.body = std::move(c);
     } else if (kind == "collective") {
       keys(o, path, {"id", "kind", "op", "comm", "dtype", "count", "root", "peer", "in", "out",
-                     "sends", "recvs", "label"});
+                     "sends", "recvs", "label", "replaces"});
       Collective c;
       std::string name = str(req(o, "op", path), at(path, "op"));
       auto cop = coll_op_from_string(name);
@@ -355,17 +373,22 @@ class Parser {
       c.label = str(req(o, "label", path), at(path, "label"));
       op.body = std::move(c);
     } else if (kind == "delay") {
-      keys(o, path, {"id", "kind", "duration_ns"});
+      keys(o, path, {"id", "kind", "duration_ns", "replaces"});
       op.body = Delay{int64(req(o, "duration_ns", path), at(path, "duration_ns"))};
     } else if (kind == "record") {
-      keys(o, path, {"id", "kind", "event"});
+      keys(o, path, {"id", "kind", "event", "replaces"});
       op.body = Record{str(req(o, "event", path), at(path, "event"))};
     } else if (kind == "wait") {
-      keys(o, path, {"id", "kind", "event"});
+      keys(o, path, {"id", "kind", "event", "replaces"});
       op.body = Wait{str(req(o, "event", path), at(path, "event"))};
     } else {
       fail(at(path, "kind"), "unknown op kind \"" + kind +
                                  "\" (expected compute, collective, delay, record or wait)");
+    }
+    if (auto x = opt(o, "replaces")) {
+      size_t k = 0;
+      for (element id : arr(*x, at(path, "replaces")))
+        op.replaces.push_back(int64(id, at(at(path, "replaces"), k++)));
     }
     return op;
   }
@@ -405,7 +428,7 @@ class Parser {
     for (element e : arr(req(o, "ranks", path), "$.ranks")) {
       std::string p = at("$.ranks", i);
       object ro = obj(e, p);
-      keys(ro, p, {"rank", "buffers", "streams"});
+      keys(ro, p, {"rank", "buffers", "outputs", "streams"});
       RankSchedule r;
       r.rank = int32(req(ro, "rank", p), at(p, "rank"));
       if (r.rank != static_cast<int32_t>(i))
@@ -421,6 +444,11 @@ class Parser {
         buf.dtype = str(req(bo, "dtype", bp), at(bp, "dtype"));
         buf.size = int64(req(bo, "size", bp), at(bp, "size"));
         r.buffers.push_back(std::move(buf));
+      }
+      if (auto x = opt(ro, "outputs")) {
+        j = 0;
+        for (element b : arr(*x, at(p, "outputs")))
+          r.outputs.push_back(str(b, at(at(p, "outputs"), j++)));
       }
       j = 0;
       for (element st : arr(req(ro, "streams", p), at(p, "streams"))) {

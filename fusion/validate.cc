@@ -181,6 +181,8 @@ void check_structure(const Schedule& s, Problems& out) {
         out.push_back(rn + ": buffer " + q(b.name) + " is declared twice");
       if (b.size < 0) out.push_back(rn + ": buffer " + q(b.name) + " has a negative size");
     }
+    for (const std::string& o : r.outputs)
+      if (!names.count(o)) out.push_back(rn + ": output " + q(o) + " is not a declared buffer");
     names.clear();
     std::set<std::string> records;
     for (int32_t si = 0; si < static_cast<int32_t>(r.streams.size()); ++si) {

@@ -231,7 +231,7 @@ TEST(Interpreter, CollectivesWaitForEveryMember) {
   s.add_stream(3, "late");
   for (int32_t r = 0; r < 4; ++r)
     s.append(r, 0, coll(CollOp::AllReduce, "w", 1, sl("x", 0, 1), sl("y", 0, 1), "", "int64"));
-  s.ranks[3].streams[0].ops.insert(s.ranks[3].streams[0].ops.begin(), Op{100, Wait{"w"}});
+  s.ranks[3].streams[0].ops.insert(s.ranks[3].streams[0].ops.begin(), Op{100, Wait{"w"}, {}});
   s.append(3, 1, comp("set", 1, {}, {sl("x", 0, 1)}));
   s.append(3, 1, Record{"w"});
   auto res = run(s);

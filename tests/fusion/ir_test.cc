@@ -71,6 +71,21 @@ TEST(ScheduleJson, TwoRankRoundTripIsExact) {
   EXPECT_EQ(to_json(parsed), golden);
 }
 
+TEST(ScheduleJson, OutputsAndReplacesRoundTrip) {
+  Schedule s = two_rank_schedule();
+  s.ranks[0].outputs = {"grad"};
+  s.ranks[0].streams[1].ops[1].replaces = {3, 17};
+  std::string text = to_json(s);
+  EXPECT_THAT(text, HasSubstr("\"outputs\": [\"grad\"],"));
+  EXPECT_THAT(text, HasSubstr(", \"replaces\": [3, 17]}"));
+  Schedule parsed = parse_schedule(text);
+  EXPECT_EQ(parsed, s);
+  EXPECT_EQ(to_json(parsed), text);
+  EXPECT_TRUE(validate(s).empty()) << joined(validate(s));
+  s.ranks[1].outputs = {"nope"};
+  EXPECT_THAT(joined(validate(s)), HasSubstr("rank 1: output 'nope' is not a declared buffer"));
+}
+
 TEST(ScheduleJson, FourRankRoundTripIsExact) {
   Schedule s = four_rank_schedule();
   ASSERT_TRUE(validate(s).empty()) << joined(validate(s));
