@@ -1,0 +1,128 @@
+#include "fusion/schedule_store.h"
+
+#include <filesystem>
+
+#include "trace/error.h"
+#include "trace/reader.h"
+#include "trace/sqlite_util.h"
+#include "trace/store_update.h"
+#include "trace/writer.h"
+
+namespace braid::fusion {
+
+namespace {
+template <typename T>
+std::string json_ints(const std::vector<T>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// Parses the "[1,2,3]" arrays json_ints writes.
+template <typename T>
+std::vector<T> parse_ints(const std::string& s) {
+  std::vector<T> v;
+  size_t i = 0;
+  while (i < s.size()) {
+    if ((s[i] >= '0' && s[i] <= '9') || s[i] == '-') {
+      size_t end = 0;
+      v.push_back(static_cast<T>(std::stoll(s.substr(i), &end)));
+      i += end;
+    } else {
+      ++i;
+    }
+  }
+  return v;
+}
+}  // namespace
+
+int64_t insert_schedule(sqlite3* db, const Schedule& s, int64_t parent_id,
+                        std::string_view passes_json) {
+  sql::Stmt st(db,
+               "INSERT INTO schedules(parent_id, name, passes, body, created_at) "
+               "VALUES (?, ?, ?, ?, ?)");
+  if (parent_id >= 0)
+    st.bind(1, parent_id);
+  else
+    st.bind_null(1);
+  st.bind(2, std::string_view(s.name));
+  st.bind(3, passes_json);
+  std::string body = to_json(s);
+  st.bind(4, std::string_view(body));
+  std::string now = utc_now_iso8601();
+  st.bind(5, std::string_view(now));
+  st.run();
+  return sqlite3_last_insert_rowid(db);
+}
+
+void insert_opportunities(sqlite3* db, const std::vector<StoredOpportunity>& v) {
+  sql::Stmt st(db,
+               "INSERT INTO opportunities(schedule_id, pass, ranks, ops, predicted_saving_ns, "
+               "detail) VALUES (?, ?, ?, ?, ?, ?)");
+  for (const StoredOpportunity& o : v) {
+    st.bind(1, o.schedule_id);
+    st.bind(2, std::string_view(o.pass));
+    std::string ranks = json_ints(o.ranks), ops = json_ints(o.ops);
+    st.bind(3, std::string_view(ranks));
+    st.bind(4, std::string_view(ops));
+    st.bind(5, static_cast<int64_t>(o.predicted_saving_ns));
+    st.bind(6, std::string_view(o.detail));
+    st.run();
+  }
+}
+
+int64_t store_schedule(const std::string& path, const Schedule& s, int64_t parent_id,
+                       std::string_view passes_json, bool create) {
+  std::error_code ec;
+  if (create && !std::filesystem::exists(path, ec)) {
+    TraceWriter w(path, TraceWriter::Mode::Create);
+    w.commit();
+  }
+  StoreUpdate u(path);
+  int64_t id = insert_schedule(u.db(), s, parent_id, passes_json);
+  u.commit();
+  return id;
+}
+
+std::vector<StoredSchedule> list_schedules(const std::string& path) {
+  TraceReader r(path);
+  std::vector<StoredSchedule> v;
+  sql::Stmt st(r.db(),
+               "SELECT schedule_id, COALESCE(parent_id, -1), name, COALESCE(passes, '[]'), "
+               "created_at FROM schedules ORDER BY schedule_id");
+  while (st.step())
+    v.push_back({st.i64(0), st.i64(1), st.text(2), st.text(3), st.text(4)});
+  return v;
+}
+
+Schedule load_stored_schedule(const std::string& path, int64_t id) {
+  TraceReader r(path);
+  sql::Stmt st(r.db(), "SELECT body FROM schedules WHERE schedule_id = ?");
+  st.bind(1, id);
+  if (!st.step()) {
+    std::string ids;
+    sql::Stmt all(r.db(), "SELECT schedule_id FROM schedules ORDER BY schedule_id");
+    while (all.step()) ids += (ids.empty() ? "" : ", ") + std::to_string(all.i64(0));
+    throw Error(ErrorCode::NotFound,
+                path + ": no schedule " + std::to_string(id) +
+                    (ids.empty() ? " (the file holds no schedules)" : " (it holds " + ids + ")"));
+  }
+  return parse_schedule(st.text(0), path + ": schedule " + std::to_string(id));
+}
+
+std::vector<StoredOpportunity> list_opportunities(const std::string& path, int64_t schedule_id) {
+  TraceReader r(path);
+  sql::Stmt st(r.db(),
+               "SELECT schedule_id, pass, COALESCE(ranks, '[]'), COALESCE(ops, '[]'), "
+               "COALESCE(predicted_saving_ns, 0), COALESCE(detail, '{}') FROM opportunities "
+               "WHERE ? < 0 OR schedule_id = ? ORDER BY predicted_saving_ns DESC, rowid");
+  st.bind(1, schedule_id);
+  st.bind(2, schedule_id);
+  std::vector<StoredOpportunity> v;
+  while (st.step())
+    v.push_back({st.i64(0), st.text(1), parse_ints<int32_t>(st.text(2)),
+                 parse_ints<int64_t>(st.text(3)), st.i64(4), st.text(5)});
+  return v;
+}
+
+}  // namespace braid::fusion

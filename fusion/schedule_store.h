@@ -1,0 +1,52 @@
+// Schedules and opportunities in a `.braid` file (tables `schedules` and `opportunities`,
+// docs/schema.md). Writes are all-or-nothing (StoreUpdate); reads open the file read-only.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fusion/ir.h"
+
+namespace braid::fusion {
+
+struct StoredSchedule {
+  int64_t id = -1;
+  int64_t parent_id = -1;  // the schedule it was rewritten from, -1 for a root
+  std::string name;
+  std::string passes;      // JSON array of the passes applied to the parent, "[]" for a root
+  std::string created_at;
+};
+
+// One finding of a pass on a schedule. `ranks` and `ops` (op ids of that schedule) say where;
+// `detail` is a JSON object with the pass's own fields (applied or advice, assumption, ...).
+struct StoredOpportunity {
+  int64_t schedule_id = -1;
+  std::string pass;
+  std::vector<int32_t> ranks;
+  std::vector<int64_t> ops;
+  Ns predicted_saving_ns = 0;
+  std::string detail = "{}";
+};
+
+// Inside an open transaction (StoreUpdate::db()). Returns the new schedule id.
+int64_t insert_schedule(sqlite3* db, const Schedule& s, int64_t parent_id = -1,
+                        std::string_view passes_json = "[]");
+void insert_opportunities(sqlite3* db, const std::vector<StoredOpportunity>& v);
+
+// Stores `s` in `path` in one transaction; with `create`, a missing file is first created as
+// an empty `.braid` store. Returns the schedule id.
+int64_t store_schedule(const std::string& path, const Schedule& s, int64_t parent_id = -1,
+                       std::string_view passes_json = "[]", bool create = false);
+
+std::vector<StoredSchedule> list_schedules(const std::string& path);
+// Throws braid::Error(NotFound) naming the ids present when `id` is not stored.
+Schedule load_stored_schedule(const std::string& path, int64_t id);
+// Opportunities of one schedule (all schedules when schedule_id < 0), largest saving first.
+std::vector<StoredOpportunity> list_opportunities(const std::string& path,
+                                                  int64_t schedule_id = -1);
+
+}  // namespace braid::fusion
