@@ -1,0 +1,54 @@
+// Clock alignment across ranks, anchored on matched collectives.
+//
+// A collective completes on all its members at nearly the same instant (the last rank to arrive
+// releases everyone), so for every matched group g and member rank r
+//     end_rg + offset_r ≈ T_g
+// where offset_r maps rank r's clock onto the job axis (job_time = t + offset, as
+// ranks.clock_offset_ns) and T_g is the group's common end. The offsets are the least-squares
+// solution with T_g eliminated (a weighted graph Laplacian system), with the reference rank
+// (the lowest rank of the largest connected set) fixed at 0. Groups whose residuals are far
+// beyond the robust spread of all residuals (5 × 1.4826 · MAD, at least 2 µs) are dropped and
+// the fit repeated, so a mismatched or unusual collective does not pull the solution. Point-to-
+// point pairs are not anchors (the receive ends after the send).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "analysis/matching.h"
+
+namespace braid::analysis {
+
+struct ClockOptions {
+  // A rank is flagged when its residual RMS exceeds both this and 3× the median RMS of ranks.
+  double flag_residual_ns = 10'000;
+};
+
+struct RankClock {
+  int32_t rank = 0;
+  Ns offset = 0;           // job_time = t + offset
+  Ns error = -1;           // one standard error of the offset; -1 when not aligned
+  double residual_rms_ns = 0;
+  int anchors = 0;         // groups this rank took part in
+  bool aligned = false;    // false: no anchor links it to the reference; clock kept as is
+  bool flagged = false;    // residuals far larger than the other ranks'
+};
+
+struct ClockFit {
+  int32_t reference = -1;
+  std::vector<RankClock> ranks;  // by rank
+  int anchors_used = 0, anchors_dropped = 0;
+  double residual_rms_ns = 0;  // over all anchors kept
+  std::vector<Diagnostic> diagnostics;
+
+  const RankClock* rank(int32_t r) const;
+  Ns offset(int32_t r) const;  // 0 for an unknown rank
+};
+
+ClockFit align_clocks(const RunData& run, const MatchResult& match, const ClockOptions& opt = {});
+
+// Offsets as stored in the file (ranks.clock_offset_ns), for analyses that keep the file's
+// clocks instead of solving.
+ClockFit stored_clocks(const RunData& run);
+
+}  // namespace braid::analysis

@@ -1,0 +1,403 @@
+#include "analysis/matching.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <tuple>
+#include <set>
+
+namespace braid::analysis {
+
+std::string_view to_string(MatchMethod m) {
+  switch (m) {
+    case MatchMethod::Seq: return "seq";
+    case MatchMethod::Order: return "order";
+    case MatchMethod::Aligned: return "aligned";
+    case MatchMethod::PointToPoint: return "p2p";
+  }
+  return "order";
+}
+
+int MatchResult::group(CollRef r) const {
+  auto it = group_of.find(r.rank);
+  if (it == group_of.end() || r.index < 0 || r.index >= static_cast<int>(it->second.size()))
+    return -1;
+  return it->second[r.index];
+}
+
+namespace {
+
+bool is_p2p(CollOp op) { return op == CollOp::Send || op == CollOp::Recv; }
+
+// Parses a JSON array of integers ("[0, 1, 2]"); anything else gives an empty list.
+std::vector<int32_t> parse_rank_list(const std::string& s) {
+  std::vector<int32_t> out;
+  size_t i = 0;
+  while (i < s.size() && s[i] != '[') ++i;
+  if (i == s.size()) return {};
+  ++i;
+  while (i < s.size()) {
+    while (i < s.size() && (s[i] == ' ' || s[i] == ',' || s[i] == '\n')) ++i;
+    if (i < s.size() && s[i] == ']') return out;
+    size_t j = i;
+    if (j < s.size() && s[j] == '-') ++j;
+    while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+    if (j == i) return {};
+    out.push_back(static_cast<int32_t>(std::stol(s.substr(i, j - i))));
+    i = j;
+  }
+  return {};
+}
+
+using Seqs = std::map<int32_t, std::vector<int32_t>>;  // rank -> indices into collectives
+
+const Collective& coll(const RunData& run, int32_t rank, int32_t index) {
+  return run.ranks.at(rank).collectives[index];
+}
+
+bool compatible(const Collective& a, const Collective& b) {
+  if (a.op != b.op) return false;
+  return a.bytes < 0 || b.bytes < 0 || a.bytes == b.bytes;
+}
+
+// Clock difference of `other` relative to `ref` (other = ref + delta) that the most pairs of
+// compatible collectives agree on: the median of the densest 100 µs window of their end
+// differences.
+Ns estimate_delta(const RunData& run, int32_t ref, const std::vector<int32_t>& a, int32_t other,
+                  const std::vector<int32_t>& b) {
+  std::vector<Ns> diffs;
+  const size_t cap = 4'000'000;
+  for (int32_t i : a)
+    for (int32_t j : b) {
+      if (diffs.size() >= cap) break;
+      const Collective &x = coll(run, ref, i), &y = coll(run, other, j);
+      if (compatible(x, y)) diffs.push_back(y.end - x.end);
+    }
+  if (diffs.empty()) return 0;
+  std::sort(diffs.begin(), diffs.end());
+  const Ns window = 100'000;
+  size_t best_lo = 0, best_n = 0;
+  for (size_t lo = 0, hi = 0; lo < diffs.size(); ++lo) {
+    while (hi < diffs.size() && diffs[hi] - diffs[lo] <= window) ++hi;
+    if (hi - lo > best_n) best_n = hi - lo, best_lo = lo;
+  }
+  return diffs[best_lo + best_n / 2];
+}
+
+// Intervals overlap once `delta` is removed from b's clock (1 µs slack for clock error).
+bool overlaps(const Collective& a, const Collective& b, Ns delta) {
+  const Ns slack = 1000;
+  return std::max(a.start, b.start - delta) <= std::min(a.end, b.end - delta) + slack;
+}
+
+// Pairs of positions (i in a, j in b), increasing in both, with the most compatible overlapping
+// pairs; ties go to the smaller total |end difference - delta|.
+std::vector<std::pair<int, int>> align(const RunData& run, int32_t ref,
+                                       const std::vector<int32_t>& a, int32_t other,
+                                       const std::vector<int32_t>& b, Ns delta) {
+  const size_t n = a.size(), m = b.size();
+  struct Cell {
+    int matches = 0;
+    double cost = 0;
+    uint8_t from = 0;  // 0: skip a, 1: skip b, 2: pair
+  };
+  std::vector<Cell> dp((n + 1) * (m + 1));
+  auto at = [&](size_t i, size_t j) -> Cell& { return dp[i * (m + 1) + j]; };
+  auto better = [](int m1, double c1, int m2, double c2) {
+    return m1 != m2 ? m1 > m2 : c1 < c2;
+  };
+  for (size_t i = 0; i <= n; ++i)
+    for (size_t j = 0; j <= m; ++j) {
+      if (i == 0 && j == 0) continue;
+      Cell c;
+      bool set = false;
+      if (i > 0) c = at(i - 1, j), c.from = 0, set = true;
+      if (j > 0 && (!set || better(at(i, j - 1).matches, at(i, j - 1).cost, c.matches, c.cost)))
+        c = at(i, j - 1), c.from = 1, set = true;
+      if (i > 0 && j > 0) {
+        const Collective &x = coll(run, ref, a[i - 1]), &y = coll(run, other, b[j - 1]);
+        if (compatible(x, y) && overlaps(x, y, delta)) {
+          const Cell& p = at(i - 1, j - 1);
+          int mm = p.matches + 1;
+          double cc = p.cost + std::abs(static_cast<double>(y.end - x.end - delta));
+          if (better(mm, cc, c.matches, c.cost)) c = {mm, cc, 2};
+        }
+      }
+      at(i, j) = c;
+    }
+  std::vector<std::pair<int, int>> pairs;
+  for (size_t i = n, j = m; i > 0 || j > 0;) {
+    const Cell& c = at(i, j);
+    if (c.from == 2) {
+      pairs.emplace_back(static_cast<int>(i - 1), static_cast<int>(j - 1));
+      --i, --j;
+    } else if (c.from == 0) {
+      --i;
+    } else {
+      --j;
+    }
+  }
+  std::reverse(pairs.begin(), pairs.end());
+  return pairs;
+}
+
+// True when plain order is consistent: same count and operations on every rank, and the k-th
+// collectives overlap in time once each rank's typical clock difference is removed.
+bool order_consistent(const RunData& run, const Seqs& seqs) {
+  auto ref = seqs.begin();
+  for (auto it = std::next(ref); it != seqs.end(); ++it) {
+    if (it->second.size() != ref->second.size()) return false;
+    std::vector<Ns> d;
+    for (size_t k = 0; k < ref->second.size(); ++k) {
+      const Collective &x = coll(run, ref->first, ref->second[k]),
+                       &y = coll(run, it->first, it->second[k]);
+      if (!compatible(x, y)) return false;
+      d.push_back(y.end - x.end);
+    }
+    if (d.empty()) continue;
+    std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+    Ns delta = d[d.size() / 2];
+    for (size_t k = 0; k < ref->second.size(); ++k)
+      if (!overlaps(coll(run, ref->first, ref->second[k]), coll(run, it->first, it->second[k]),
+                    delta))
+        return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<int32_t> comm_members(const RunData& run, const std::string& comm) {
+  std::set<int32_t> present;
+  for (const auto& [r, t] : run.ranks)
+    for (const Collective& c : t.collectives)
+      if (run.str(c.comm) == comm) {
+        present.insert(r);
+        break;
+      }
+  for (const Communicator& c : run.comms) {
+    if (c.comm != comm) continue;
+    std::vector<int32_t> listed = parse_rank_list(c.ranks);
+    if (listed.empty()) break;
+    std::set<int32_t> out;
+    for (int32_t r : listed)
+      if (run.ranks.count(r)) out.insert(r);
+    // A rank list that leaves out a rank seen using the communicator is not trusted.
+    bool covers = std::includes(out.begin(), out.end(), present.begin(), present.end());
+    if (covers) return {out.begin(), out.end()};
+    break;
+  }
+  return {present.begin(), present.end()};
+}
+
+MatchResult match_collectives(const RunData& run) {
+  MatchResult res;
+  for (const auto& [r, t] : run.ranks) res.group_of[r].assign(t.collectives.size(), -1);
+
+  // Collectives per communicator and rank, and point-to-point messages per channel.
+  std::map<std::string, Seqs> by_comm;
+  std::map<std::tuple<std::string, int32_t, int32_t>, std::pair<std::vector<int32_t>,
+                                                                std::vector<int32_t>>>
+      channels;  // (comm, src, dst) -> (sends on src, recvs on dst)
+  int64_t p2p_no_peer = 0;
+  for (const auto& [r, t] : run.ranks)
+    for (int32_t i = 0; i < static_cast<int32_t>(t.collectives.size()); ++i) {
+      const Collective& c = t.collectives[i];
+      const std::string& comm = run.str(c.comm);
+      if (is_p2p(c.op)) {
+        if (c.peer_or_root < 0) {
+          ++p2p_no_peer;
+          continue;
+        }
+        if (c.op == CollOp::Send)
+          channels[{comm, r, c.peer_or_root}].first.push_back(i);
+        else
+          channels[{comm, c.peer_or_root, r}].second.push_back(i);
+        continue;
+      }
+      by_comm[comm][r].push_back(i);
+    }
+
+  std::map<std::string, int64_t> unmatched_by_comm, aligned_by_comm;
+  auto add_group = [&](CollGroup g) {
+    std::sort(g.members.begin(), g.members.end(),
+              [](const CollRef& a, const CollRef& b) { return a.rank < b.rank; });
+    const Collective& first = coll(run, g.members[0].rank, g.members[0].index);
+    g.op = first.op;
+    g.bytes = first.bytes;
+    for (const CollRef& m : g.members) {
+      const Collective& c = coll(run, m.rank, m.index);
+      bool send_recv = g.method == MatchMethod::PointToPoint;
+      if (c.op != g.op && !send_recv) {
+        g.mismatched = true;
+        g.problem = "rank " + std::to_string(m.rank) + " runs " + std::string(to_string(c.op)) +
+                    ", rank " + std::to_string(g.members[0].rank) + " " +
+                    std::string(to_string(g.op));
+      } else if (c.bytes >= 0 && g.bytes >= 0 && c.bytes != g.bytes) {
+        g.mismatched = true;
+        g.problem = "rank " + std::to_string(m.rank) + " moves " + std::to_string(c.bytes) +
+                    " bytes, rank " + std::to_string(g.members[0].rank) + " " +
+                    std::to_string(g.bytes);
+      }
+      if (g.bytes < 0) g.bytes = c.bytes;
+    }
+    if (g.mismatched) {
+      g.bytes = -1;
+      ++res.mismatched;
+      Diagnostic d;
+      d.severity = Severity::Warning;
+      d.code = "analysis.mismatched_collective";
+      d.detail = "communicator '" + g.comm + "' #" + std::to_string(g.seq) + ": " + g.problem;
+      res.diagnostics.push_back(d);
+    }
+    if (!g.complete()) {
+      unmatched_by_comm[g.comm] += static_cast<int64_t>(g.members.size());
+      res.unmatched += static_cast<int64_t>(g.members.size());
+    }
+    int id = static_cast<int>(res.groups.size());
+    for (const CollRef& m : g.members) res.group_of[m.rank][m.index] = id;
+    res.groups.push_back(std::move(g));
+  };
+
+  for (auto& [comm, seqs] : by_comm) {
+    const std::vector<int32_t> members = comm_members(run, comm);
+    const int32_t expected = static_cast<int32_t>(members.size());
+    bool all_seq = true;
+    for (const auto& [r, idx] : seqs)
+      for (int32_t i : idx) all_seq = all_seq && coll(run, r, i).seq >= 0;
+
+    if (all_seq) {
+      std::map<int64_t, CollGroup> groups;
+      for (const auto& [r, idx] : seqs)
+        for (int32_t i : idx) {
+          int64_t s = coll(run, r, i).seq;
+          CollGroup& g = groups[s];
+          g.comm = comm;
+          g.seq = s;
+          g.method = MatchMethod::Seq;
+          g.expected = expected;
+          bool dup = std::any_of(g.members.begin(), g.members.end(),
+                                 [&](const CollRef& m) { return m.rank == r; });
+          if (dup) {
+            Diagnostic d;
+            d.rank = r;
+            d.severity = Severity::Warning;
+            d.code = "analysis.duplicate_seq";
+            d.detail = "communicator '" + comm + "' sequence number " + std::to_string(s) +
+                       " appears twice on the rank; the later one is left unmatched";
+            res.diagnostics.push_back(d);
+            ++res.unmatched;
+            continue;
+          }
+          g.members.push_back({r, i});
+        }
+      for (auto& [_, g] : groups) add_group(std::move(g));
+      continue;
+    }
+
+    if (seqs.size() <= 1 || order_consistent(run, seqs)) {
+      size_t longest = 0;
+      for (const auto& [_, idx] : seqs) longest = std::max(longest, idx.size());
+      for (size_t k = 0; k < longest; ++k) {
+        CollGroup g;
+        g.comm = comm;
+        g.seq = static_cast<int64_t>(k);
+        g.method = MatchMethod::Order;
+        g.expected = expected;
+        for (const auto& [r, idx] : seqs)
+          if (k < idx.size()) g.members.push_back({r, idx[k]});
+        add_group(std::move(g));
+      }
+      continue;
+    }
+
+    // Order disagrees between ranks: align every rank with the reference rank.
+    int32_t ref = seqs.begin()->first;
+    for (const auto& [r, idx] : seqs)
+      if (idx.size() > seqs[ref].size()) ref = r;
+    const std::vector<int32_t>& a = seqs[ref];
+    std::vector<CollGroup> groups(a.size());
+    for (size_t k = 0; k < a.size(); ++k) {
+      groups[k].comm = comm;
+      groups[k].seq = static_cast<int64_t>(k);
+      groups[k].method = MatchMethod::Aligned;
+      groups[k].expected = expected;
+      groups[k].members.push_back({ref, a[k]});
+    }
+    std::vector<CollGroup> leftovers;
+    for (const auto& [r, b] : seqs) {
+      if (r == ref) continue;
+      Ns delta = estimate_delta(run, ref, a, r, b);
+      std::vector<bool> used(b.size(), false);
+      if (a.size() * b.size() <= 25'000'000)
+        for (auto [i, j] : align(run, ref, a, r, b, delta)) {
+          groups[i].members.push_back({r, b[j]});
+          used[j] = true;
+        }
+      for (size_t j = 0; j < b.size(); ++j)
+        if (!used[j]) {
+          CollGroup g;
+          g.comm = comm;
+          g.seq = -1;
+          g.method = MatchMethod::Aligned;
+          g.expected = expected;
+          g.members.push_back({r, b[j]});
+          leftovers.push_back(std::move(g));
+        }
+    }
+    aligned_by_comm[comm] = static_cast<int64_t>(a.size());
+    for (auto& g : groups) add_group(std::move(g));
+    for (auto& g : leftovers) add_group(std::move(g));
+  }
+
+  for (auto& [key, lists] : channels) {
+    auto& [comm, src, dst] = key;
+    auto& [sends, recvs] = lists;
+    size_t n = std::max(sends.size(), recvs.size());
+    for (size_t k = 0; k < n; ++k) {
+      CollGroup g;
+      g.comm = comm;
+      g.seq = static_cast<int64_t>(k);
+      g.method = MatchMethod::PointToPoint;
+      // Both ends must be in the run for the pair to be complete.
+      g.expected = (run.ranks.count(src) ? 1 : 0) + (run.ranks.count(dst) ? 1 : 0);
+      if (k < sends.size()) g.members.push_back({src, sends[k]});
+      if (k < recvs.size()) g.members.push_back({dst, recvs[k]});
+      add_group(std::move(g));
+    }
+  }
+
+  for (auto& [comm, n] : unmatched_by_comm) {
+    Diagnostic d;
+    d.severity = Severity::Warning;
+    d.code = "analysis.unmatched_collective";
+    d.count = n;
+    d.detail = "collectives on communicator '" + comm +
+               "' without their partner on every member rank of the run (dropped or sampled "
+               "trace, or a rank missing)";
+    res.diagnostics.push_back(d);
+  }
+  for (auto& [comm, n] : aligned_by_comm) {
+    Diagnostic d;
+    d.severity = Severity::Info;
+    d.code = "analysis.order_aligned";
+    d.count = n;
+    d.detail = "communicator '" + comm +
+               "': ranks disagree on the order of its collectives and the trace has no sequence "
+               "numbers; matched by aligning each rank's order with the rank that has the most "
+               "(same operation, overlapping in time)";
+    res.diagnostics.push_back(d);
+  }
+  if (p2p_no_peer > 0) {
+    Diagnostic d;
+    d.severity = Severity::Warning;
+    d.code = "analysis.p2p_without_peer";
+    d.count = p2p_no_peer;
+    d.detail = "send/recv operations whose peer the trace does not give; not matched";
+    res.diagnostics.push_back(d);
+    res.unmatched += p2p_no_peer;
+  }
+  return res;
+}
+
+}  // namespace braid::analysis

@@ -1,0 +1,141 @@
+#include "analysis/run_data.h"
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
+
+#include "trace/error.h"
+#include "trace/sqlite_util.h"
+
+namespace braid::analysis {
+
+std::string_view to_string(SyncKind k) {
+  switch (k) {
+    case SyncKind::EventRecord: return "event_record";
+    case SyncKind::StreamWaitEvent: return "stream_wait_event";
+    case SyncKind::StreamSynchronize: return "stream_synchronize";
+    case SyncKind::EventSynchronize: return "event_synchronize";
+    case SyncKind::DeviceSynchronize: return "device_synchronize";
+  }
+  return "event_record";
+}
+
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// cudaEventRecord, cudaEventRecordWithFlags, cuEventRecord_v2, cudaStreamWaitEvent_v3020, ...
+std::optional<SyncKind> sync_kind_of(std::string_view name) {
+  std::string n = lower(name);
+  if (n.rfind("cuda", 0) != 0 && n.rfind("cu", 0) != 0) return std::nullopt;
+  if (n.find("streamwaitevent") != std::string::npos) return SyncKind::StreamWaitEvent;
+  if (n.find("eventrecord") != std::string::npos) return SyncKind::EventRecord;
+  if (n.find("streamsynchronize") != std::string::npos) return SyncKind::StreamSynchronize;
+  if (n.find("eventsynchronize") != std::string::npos) return SyncKind::EventSynchronize;
+  if (n.find("devicesynchronize") != std::string::npos ||
+      n.find("ctxsynchronize") != std::string::npos)
+    return SyncKind::DeviceSynchronize;
+  return std::nullopt;
+}
+
+}  // namespace
+
+Ns RankTrace::launch_of(int64_t correlation) const {
+  if (correlation == 0) return -1;
+  auto it = launches.find(correlation);
+  return it == launches.end() ? -1 : it->second;
+}
+
+const std::string& RunData::str(StrId id) const {
+  static const std::string kEmpty;
+  return reader ? reader->str(id) : kEmpty;
+}
+
+std::vector<int32_t> RunData::rank_ids() const {
+  std::vector<int32_t> out;
+  for (const auto& [r, _] : ranks) out.push_back(r);
+  return out;
+}
+
+const RankTrace* RunData::rank(int32_t r) const {
+  auto it = ranks.find(r);
+  return it == ranks.end() ? nullptr : &it->second;
+}
+
+RunData load_run(const TraceReader& reader, int64_t run) {
+  bool exists = false;
+  for (const RunRow& r : reader.runs()) exists = exists || r.run_id == run;
+  if (!exists) throw Error(ErrorCode::NotFound, reader.path() + ": no run " + std::to_string(run));
+  RunData d;
+  d.run_id = run;
+  d.reader = &reader;
+  for (RankInfo& r : reader.ranks(run)) d.ranks[r.rank].info = std::move(r);
+  auto rank_of = [&](int32_t r) -> RankTrace& {
+    RankTrace& t = d.ranks[r];
+    t.info.rank = r;
+    return t;
+  };
+  for (StreamInfo& s : reader.streams(run))
+    if (s.gpu) rank_of(s.rank).streams.push_back(std::move(s));
+  reader.kernels(run, [&](const Kernel& k) {
+    rank_of(k.rank).kernels.push_back(k);
+    return true;
+  });
+  reader.memcpys(run, [&](const Memcpy& m) {
+    rank_of(m.rank).memcpys.push_back(m);
+    return true;
+  });
+  reader.collectives(run, [&](const Collective& c) {
+    rank_of(c.rank).collectives.push_back(c);
+    return true;
+  });
+  for (const Step& s : reader.steps(run)) rank_of(s.rank).steps.push_back(s);
+  d.comms = reader.communicators(run);
+
+  // Only the synchronization calls: their names are found first, then only those rows read.
+  std::map<int64_t, SyncKind> sync_names;
+  {
+    sql::Stmt s(reader.db(),
+                "SELECT DISTINCT a.name_id, s.text FROM api_calls a JOIN strings s ON s.id ="
+                " a.name_id WHERE a.run_id=?");
+    s.bind(1, run);
+    while (s.step())
+      if (auto k = sync_kind_of(s.text(1))) sync_names.emplace(s.i64(0), *k);
+  }
+  reader.api_calls(run, [&](const ApiCall& a) {
+    if (a.kind != ApiKind::Runtime && a.kind != ApiKind::Driver) return true;
+    RankTrace& t = rank_of(a.rank);
+    if (a.correlation != 0) t.launches.emplace(a.correlation, a.start);
+    auto it = sync_names.find(a.name);
+    if (it != sync_names.end()) t.syncs.push_back({it->second, a});
+    return true;
+  });
+  for (auto& [_, t] : d.ranks) {
+    auto by_stream = [](const auto& a, const auto& b) {
+      return a.stream != b.stream ? a.stream < b.stream : a.start < b.start;
+    };
+    std::stable_sort(t.kernels.begin(), t.kernels.end(), by_stream);
+    std::stable_sort(t.memcpys.begin(), t.memcpys.end(), by_stream);
+    std::stable_sort(t.collectives.begin(), t.collectives.end(),
+                     [](const Collective& a, const Collective& b) { return a.start < b.start; });
+    std::stable_sort(t.syncs.begin(), t.syncs.end(), [](const SyncCall& a, const SyncCall& b) {
+      return a.call.start < b.call.start;
+    });
+  }
+  return d;
+}
+
+int64_t default_run(const TraceReader& reader) {
+  auto runs = reader.runs();
+  if (runs.empty()) throw Error(ErrorCode::Empty, reader.path() + ": the file holds no run");
+  if (runs.size() == 1) return runs[0].run_id;
+  for (const RunRow& r : runs)
+    if (r.kind == RunKind::Captured || r.kind == RunKind::Imported) return r.run_id;
+  return runs[0].run_id;
+}
+
+}  // namespace braid::analysis

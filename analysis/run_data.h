@@ -1,0 +1,67 @@
+// One run of a `.braid` file in memory, per rank, in the shape the analyses need: kernels and
+// memcpys per stream in start order, collectives in start order, steps, and the host API calls
+// that show cross-stream dependencies (event record / wait, synchronizations).
+//
+// Times stay in each rank's own clock; clock alignment (clock.h) produces offsets that map
+// them onto the job axis, and the analyses apply them where they compare ranks.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "trace/model.h"
+#include "trace/reader.h"
+
+namespace braid::analysis {
+
+// A host call that orders GPU work across streams or against the host.
+enum class SyncKind : uint8_t {
+  EventRecord,        // cudaEventRecord
+  StreamWaitEvent,    // cudaStreamWaitEvent
+  StreamSynchronize,  // cudaStreamSynchronize
+  EventSynchronize,   // cudaEventSynchronize
+  DeviceSynchronize,  // cudaDeviceSynchronize
+};
+std::string_view to_string(SyncKind k);
+
+struct SyncCall {
+  SyncKind kind = SyncKind::EventRecord;
+  ApiCall call;
+};
+
+struct RankTrace {
+  RankInfo info;
+  std::vector<StreamInfo> streams;   // GPU streams only
+  std::vector<Kernel> kernels;       // sorted by (stream, start)
+  std::vector<Memcpy> memcpys;       // sorted by (stream, start)
+  std::vector<Collective> collectives;  // sorted by start
+  std::vector<SyncCall> syncs;       // sorted by start
+  std::vector<Step> steps;           // sorted by step
+  // Host time of the runtime/driver call that launched each GPU activity, by correlation id.
+  std::unordered_map<int64_t, Ns> launches;
+
+  Ns launch_of(int64_t correlation) const;  // -1 when unknown
+};
+
+struct RunData {
+  int64_t run_id = -1;
+  const TraceReader* reader = nullptr;  // for names; must outlive the RunData
+  std::map<int32_t, RankTrace> ranks;   // by global rank
+  std::vector<Communicator> comms;
+
+  const std::string& str(StrId id) const;
+  std::vector<int32_t> rank_ids() const;
+  const RankTrace* rank(int32_t r) const;
+};
+
+// Loads `run` from `reader`. Throws braid::Error(NotFound) when the run does not exist.
+RunData load_run(const TraceReader& reader, int64_t run);
+
+// The run `braid analyze` works on by default: the single run of the file, else the first
+// captured or imported run (replayed and simulated runs come later in the file).
+int64_t default_run(const TraceReader& reader);
+
+}  // namespace braid::analysis

@@ -1,0 +1,48 @@
+// Lifting a trace run into the schedule IR (DESIGN.md, "The schedule IR").
+//
+// Per rank and stream, the GPU activities of the run become ops in start order:
+//   - kernels and memcpys -> opaque `compute` (duration from the trace; opaque, since a trace
+//     does not say which buffers a kernel touches);
+//   - kernels that carried a collective matched on every member rank (analysis/matching.h)
+//     -> `collective` on the communicator, with a fresh in/out buffer pair per collective
+//     sized from the trace's counts; collectives that are unmatched, mismatched, of an
+//     operation the IR cannot express (send/recv without direction, gather, scatter, barrier),
+//     a broadcast/reduce without root, or out of order with the other ranks stay as opaque
+//     compute labelled with what they were;
+//   - host gaps (a stream idle though its previous op and its dependency had finished) longer
+//     than `min_gap_ns` -> `delay`;
+//   - cross-stream dependencies inferred by analysis/timeline.h -> `record` after the producer
+//     and `wait` before the consumer; consecutive collectives of one communicator on different
+//     streams are ordered by an event too (NCCL runs a communicator's operations in one order).
+// Collectives seen only on the host go on a stream named "host".
+//
+// Schedule ranks are numbered 0..n-1 in the order of the run's ranks; every assumption (rank
+// renumbering, sizes, inferred dependencies, what was left opaque and why) is written into
+// `Schedule::provenance`. The result passes fusion::validate(); lift_run throws
+// braid::Error(Internal) naming the first problem otherwise.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "analysis/matching.h"
+#include "analysis/run_data.h"
+#include "analysis/timeline.h"
+#include "fusion/ir.h"
+#include "trace/reader.h"
+
+namespace braid::fusion {
+
+struct LiftOptions {
+  int64_t step = -1;       // only the ops that start inside this step (steps table); -1: all
+  Ns min_gap_ns = 1'000;   // shorter host gaps are not written as delays
+  bool infer_dependencies = true;
+  analysis::TimelineOptions timeline;
+};
+
+Schedule lift_run(const TraceReader& reader, int64_t run_id, const LiftOptions& opt = {});
+// The same from a loaded run and its matching (what `braid analyze` already has).
+Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
+              const LiftOptions& opt = {});
+
+}  // namespace braid::fusion
