@@ -1,0 +1,64 @@
+// braid record: run a command with the capture agent in it and all its children.
+#include "app/braid/cli.h"
+#include "capture/launcher.h"
+#include "trace/error.h"
+
+namespace braid::cli {
+
+void register_record(CLI::App& app, Action& run) {
+  struct Opts {
+    capture::RecordOptions rec;
+    std::string window = "all";
+    std::string steps;
+    double duration = 0, delay = 0;
+    bool profiler_api = false;
+    std::string nvtx;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "record",
+      "Run a command (training script, torchrun, mpirun, ...) and record its CUDA kernels,\n"
+      "memory copies, CUDA API calls, NVTX ranges and NCCL calls into one .braid file per\n"
+      "process (<stem>.rank<R>.braid beside -o; combine them with braid merge). The job runs\n"
+      "unmodified: the agent is injected through CUDA_INJECTION64_PATH and LD_PRELOAD. Without a\n"
+      "GPU or driver the command runs unchanged and braid says why nothing was captured.\n"
+      "The exit status is the command's.");
+  cmd->add_option("-o,--output", o->rec.output,
+                  "Output name; each process writes <stem>.rank<R>.braid beside it")
+      ->default_val("job.braid");
+  cmd->add_flag("-f,--force", o->rec.force, "Replace the files of an earlier recording");
+  cmd->add_flag("-q,--quiet", o->rec.quiet, "No summary line at the end");
+  auto* g = cmd->add_option_group("window", "Capture window (default: the whole run)");
+  g->add_flag("--cuda-profiler-api", o->profiler_api,
+              "Capture only between cudaProfilerStart() and cudaProfilerStop()");
+  g->add_option("--nvtx", o->nvtx, "Capture only inside NVTX ranges with this name");
+  g->add_option("--steps", o->steps,
+                "Capture steps A to B, e.g. 10-20 (steps from NVTX ranges 'ProfilerStep#N' or "
+                "'step N')");
+  g->add_option("--duration", o->duration, "Capture this many seconds from CUDA's start");
+  cmd->add_option("--delay", o->delay, "With --duration: wait this many seconds first")
+      ->check(CLI::NonNegativeNumber);
+  g->require_option(0, 1);
+  cmd->add_option("--buffer-mb", o->rec.buffer_mb, "CUPTI activity buffer size, 1-10 MB")
+      ->default_val(8);
+  cmd->add_option("--max-buffers", o->rec.max_buffers,
+                  "Most activity buffers in use at once; beyond it CUPTI drops (and counts) records")
+      ->default_val(64);
+  cmd->add_option("command", o->rec.command, "The command to run, after --")->required();
+  cmd->callback([o, &run] {
+    run = [o] {
+      std::string w = "all";
+      if (o->profiler_api) w = "cuda-profiler-api";
+      else if (!o->nvtx.empty()) w = "nvtx:" + o->nvtx;
+      else if (!o->steps.empty()) w = "steps:" + o->steps;
+      else if (o->duration > 0) w = "duration:" + std::to_string(o->duration) + "@" + std::to_string(o->delay);
+      else if (o->delay > 0) throw Error(ErrorCode::Usage, "record: --delay needs --duration");
+      o->rec.window = capture::parse_window(w);
+      return capture::record(o->rec);
+    };
+  });
+}
+
+static const VerbRegistration kRegister{60, "record", register_record};
+
+}  // namespace braid::cli

@@ -1,0 +1,132 @@
+#include "capture/agent/agent.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "capture/file_sink.h"
+
+namespace braid::capture::agent {
+namespace {
+
+enum State : int { kUnstarted, kStarting, kRunning, kOff };
+std::atomic<int> g_state{kUnstarted};
+Agent* g_agent = nullptr;
+std::mutex g_start_mu;
+
+void at_exit() {
+  if (Agent* a = Agent::running()) a->shutdown();
+}
+
+// A forked child (a data-loader worker) must not touch the parent's writer: it has no writer
+// thread and shares the parent's file. It records nothing unless it execs.
+void in_forked_child() { g_state.store(kOff); }
+
+}  // namespace
+
+Agent* Agent::running() { return g_state.load(std::memory_order_acquire) == kRunning ? g_agent : nullptr; }
+
+Agent* Agent::get() {
+  int s = g_state.load(std::memory_order_acquire);
+  if (s == kRunning) return g_agent;
+  if (s == kOff) return nullptr;
+  std::lock_guard lk(g_start_mu);
+  s = g_state.load();
+  if (s == kRunning) return g_agent;
+  if (s == kOff) return nullptr;
+  auto* a = new Agent();
+  if (!a->start()) {
+    delete a;
+    g_state.store(kOff);
+    return nullptr;
+  }
+  g_agent = a;  // never freed: CUPTI and NCCL threads may still call in during exit
+  g_state.store(kRunning, std::memory_order_release);
+  std::atexit(at_exit);
+  pthread_atfork(nullptr, nullptr, in_forked_child);
+  return a;
+}
+
+bool Agent::start() {
+  config_ = config_from_env([](const char* n) { return std::getenv(n); });
+  if (!config_.enabled) return false;
+  env_rank_ = rank_from_env([](const char* n) { return std::getenv(n); });
+  rank_ = env_rank_.rank >= 0 ? env_rank_.rank : 0;
+  std::string path = output_path_for(config_.output, env_rank_.rank, static_cast<long>(getpid()));
+  // Two processes claiming one rank (a launcher that touched CUDA, say): the later one writes
+  // beside it under its pid.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec))
+    path = output_path_for(config_.output, -1, static_cast<long>(getpid()));
+  FileSinkOptions so;
+  so.source = config_.command;
+  so.backend = "cupti+nccl";
+  so.label = "braid record, window " + to_string(config_.window);
+  std::unique_ptr<FileSink> sink;
+  try {
+    sink = std::make_unique<FileSink>(path, so);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "braid capture: nothing captured in pid %ld: %s\n",
+                 static_cast<long>(getpid()), e.what());
+    return false;
+  }
+  sink->set_meta("capture.window", to_string(config_.window));
+  sink->set_meta("capture.rank_source", env_rank_.source.empty() ? "largest communicator"
+                                                                 : env_rank_.source);
+  pool_ = std::make_unique<BufferPool>(config_.buffer_bytes, config_.prealloc_buffers,
+                                       config_.max_buffers);
+  PipelineOptions po;
+  po.flush_ms = config_.flush_ms;
+  po.recalibrate_ms = config_.recalibrate_ms;
+  pipeline_ = std::make_unique<Pipeline>(std::move(sink), rank_, kNcclExternalKind,
+                                         PipelineHooks{}, po, pool_.get());
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  info_.rank = rank_;
+  info_.world_size = env_rank_.world_size;
+  info_.host = host;
+  info_.pid = getpid();
+  info_.backend = "nccl";
+  info_.source = path;
+  pipeline_->post(info_);
+  window_open_.store(config_.window.kind == WindowKind::All ||
+                     (config_.window.kind == WindowKind::Duration && config_.window.delay_s <= 0));
+  return true;
+}
+
+void Agent::on_comm(const CommRecord* c) {
+  if (!c) return;
+  pipeline_->post(NcclCommEvent{c, ""});
+  if (env_rank_.rank >= 0 || c->rank < 0) return;
+  std::lock_guard lk(mu_);
+  if (c->nranks <= best_comm_size_) return;
+  best_comm_size_ = c->nranks;
+  info_.rank = c->rank;
+  info_.world_size = c->nranks;
+  pipeline_->post(info_);
+}
+
+void Agent::set_nccl_version(int v) {
+  std::lock_guard lk(mu_);
+  // NCCL_VERSION_CODE: major*10000 + minor*100 + patch (>= 2.9)
+  info_.nccl_version = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+                       std::to_string(v % 100);
+  pipeline_->post(info_);
+}
+
+void Agent::attach_cupti(PipelineHooks hooks, void (*push_ext)(uint64_t), void (*pop_ext)()) {
+  pipeline_->set_hooks(std::move(hooks));
+  push_ext_.store(push_ext, std::memory_order_release);
+  pop_ext_.store(pop_ext, std::memory_order_release);
+}
+
+void Agent::shutdown() {
+  push_ext_.store(nullptr);
+  pop_ext_.store(nullptr);
+  if (pipeline_) pipeline_->stop();
+}
+
+}  // namespace braid::capture::agent

@@ -1,0 +1,77 @@
+// The agent inside a recorded process: one per process, started by the first of its entry
+// points to run (CUDA's injection hook, an NCCL call, NCCL's profiler plugin) when `braid record`
+// asked for a capture (BRAID_CAPTURE_OUTPUT). Processes that never touch CUDA or NCCL (the
+// launcher, shells, data-loader workers) never start it and write nothing.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "capture/buffer_pool.h"
+#include "capture/comm_book.h"
+#include "capture/config.h"
+#include "capture/pipeline.h"
+
+namespace braid::capture::agent {
+
+// CUPTI external-correlation kind the interposer's ids travel under (CUPTI_EXTERNAL_CORRELATION_
+// KIND_CUSTOM2; frameworks use CUSTOM0/1).
+inline constexpr uint32_t kNcclExternalKind = 5;
+
+class Agent {
+ public:
+  // The running agent, starting it on first use; nullptr when no capture was asked for, after
+  // shutdown, in a forked child, or when the output cannot be created (said once on stderr).
+  static Agent* get();
+  // The agent if it already runs (no start).
+  static Agent* running();
+
+  const CaptureConfig& config() const { return config_; }
+  Pipeline& pipeline() { return *pipeline_; }
+  CommBook& comms() { return comms_; }
+  BufferPool& buffers() { return *pool_; }
+  int64_t next_id() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+  // Whether the capture window is open (records are kept).
+  bool window_open() const { return window_open_.load(std::memory_order_relaxed); }
+  void set_window_open(bool on) { window_open_.store(on, std::memory_order_relaxed); }
+
+  // A communicator was made: recorded, and the rank taken from the largest one when the
+  // launcher's environment did not give it.
+  void on_comm(const CommRecord* c);
+  void set_nccl_version(int version);
+
+  // CUPTI, when the process initialized CUDA: the pipeline's hooks and the external-correlation
+  // functions the interposer calls around NCCL launches.
+  void attach_cupti(PipelineHooks hooks, void (*push_ext)(uint64_t), void (*pop_ext)());
+  void push_external(uint64_t id) {
+    if (auto f = push_ext_.load(std::memory_order_acquire)) f(id);
+  }
+  void pop_external() {
+    if (auto f = pop_ext_.load(std::memory_order_acquire)) f();
+  }
+
+  // Flushes and closes the output (at exit; also safe to call twice).
+  void shutdown();
+
+ private:
+  Agent() = default;
+  bool start();
+
+  CaptureConfig config_;
+  RankIdentity env_rank_;
+  int32_t rank_ = 0;
+  int best_comm_size_ = 0;
+  std::unique_ptr<BufferPool> pool_;
+  std::unique_ptr<Pipeline> pipeline_;
+  CommBook comms_;
+  std::atomic<int64_t> next_id_{1};
+  std::atomic<bool> window_open_{true};
+  std::atomic<void (*)(uint64_t)> push_ext_{nullptr};
+  std::atomic<void (*)()> pop_ext_{nullptr};
+  std::mutex mu_;
+  RankInfo info_;
+};
+
+}  // namespace braid::capture::agent

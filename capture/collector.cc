@@ -1,0 +1,363 @@
+#include "capture/collector.h"
+
+#include <algorithm>
+
+#include "capture/config.h"
+#include "trace/categories.h"
+
+namespace braid::capture {
+namespace {
+
+// Calls wait this many writer cycles for their kernel before being written host-side only.
+constexpr int kMaxPendingCycles = 40;
+
+template <typename M>
+void bound(M& m) {
+  if (m.size() > kMaxInFlight) m.clear();  // only under a flood of unmatched records
+}
+
+void counts_for(const NcclCall& c, int nranks, int64_t& in, int64_t& out) {
+  int64_t n = c.count, r = std::max(1, nranks);
+  switch (c.op) {
+    case CollOp::AllGather: in = n; out = n * r; break;
+    case CollOp::ReduceScatter: in = n * r; out = n; break;
+    case CollOp::AllToAll: in = n * r; out = n * r; break;
+    case CollOp::Gather: in = n; out = n * r; break;
+    case CollOp::Scatter: in = n * r; out = n; break;
+    default: in = n; out = n; break;
+  }
+}
+
+}  // namespace
+
+Collector::Collector(Sink& sink, const ClockFit& clock, int32_t rank, uint32_t nccl_external_kind)
+    : sink_(sink), clock_(clock), rank_(rank), ext_kind_(nccl_external_kind) {
+  info_.rank = rank;
+}
+
+void Collector::note_stream(int64_t stream) {
+  if (streams_.insert(stream).second)
+    sink_.add_stream({rank_, stream, true, "stream " + std::to_string(stream)});
+}
+
+void Collector::on_kernel(const KernelActivity& a) {
+  KernelSpan k;
+  k.start = host(a.start);
+  k.end = host(a.end);
+  k.stream = a.stream;
+  k.correlation = a.correlation;
+  std::string_view name = a.name ? a.name : "";
+  k.name = sink_.intern(name);
+  Kernel row;
+  row.rank = rank_;
+  row.stream = a.stream;
+  row.start = k.start;
+  row.end = k.end;
+  row.name = k.name;
+  row.category = classify_kernel(name);
+  row.correlation = a.correlation;
+  auto it = corr_to_ext_.find(a.correlation);
+  if (it != corr_to_ext_.end()) {
+    row.external_id = static_cast<int64_t>(it->second);
+    link_kernel(it->second, k);
+  } else if (is_comm(row.category)) {
+    bound(unlinked_);
+    unlinked_[a.correlation] = k;
+  }
+  note_stream(a.stream);
+  if (info_.device < 0) {  // the process's GPU is the one its kernels run on
+    info_.device = static_cast<int32_t>(a.device);
+    if (auto n = device_names_.find(a.device); n != device_names_.end()) info_.device_name = n->second;
+    info_dirty_ = true;
+  }
+  sink_.add(row);
+}
+
+void Collector::link_kernel(uint64_t ext, const KernelSpan& k) {
+  auto [it, fresh] = ext_kernels_.try_emplace(ext, k);
+  if (!fresh) {  // a group launched several kernels: the collective spans them
+    it->second.start = std::min(it->second.start, k.start);
+    it->second.end = std::max(it->second.end, k.end);
+    it->second.age = 0;
+  }
+}
+
+void Collector::on_external_correlation(const ExternalCorrelationActivity& e) {
+  if (e.kind != ext_kind_) return;
+  bound(corr_to_ext_);
+  corr_to_ext_[e.correlation] = e.external_id;
+  auto it = unlinked_.find(e.correlation);
+  if (it != unlinked_.end()) {
+    link_kernel(e.external_id, it->second);
+    unlinked_.erase(it);
+  }
+}
+
+void Collector::on_mem(const MemActivity& a) {
+  Memcpy m;
+  m.rank = rank_;
+  m.stream = a.stream;
+  m.start = host(a.start);
+  m.end = host(a.end);
+  m.kind = a.kind;
+  m.bytes = a.bytes;
+  m.name = sink_.intern(a.kind == MemKind::Memset ? "Memset"
+                                                  : "Memcpy " + std::string(to_string(a.kind)));
+  m.correlation = a.correlation;
+  note_stream(a.stream);
+  sink_.add(m);
+}
+
+void Collector::on_api(const ApiActivity& a) {
+  ApiCall c;
+  c.rank = rank_;
+  c.tid = a.tid;
+  c.start = host(a.start);
+  c.end = host(a.end);
+  c.name = sink_.intern(a.name ? a.name : "unknown API");
+  c.kind = a.kind;
+  c.correlation = a.correlation;
+  auto it = corr_to_ext_.find(a.correlation);
+  if (it != corr_to_ext_.end()) c.external_id = static_cast<int64_t>(it->second);
+  bound(api_tid_);
+  api_tid_[a.correlation] = a.tid;
+  sink_.add(c);
+}
+
+void Collector::on_sync(const SyncActivity& s) {
+  ApiCall c;
+  c.rank = rank_;
+  auto it = api_tid_.find(s.correlation);
+  c.tid = it == api_tid_.end() ? 0 : it->second;
+  c.start = host(s.start);
+  c.end = host(s.end);
+  c.name = sink_.intern(std::string("sync:") + s.what);
+  c.kind = ApiKind::Other;
+  c.correlation = s.correlation;
+  sink_.add(c);
+}
+
+void Collector::on_marker(const MarkerActivity& m) {
+  if (m.phase == MarkerActivity::Start || m.phase == MarkerActivity::Instant) {
+    std::string text = m.name ? m.name : "";
+    OpenMarker o{host(m.timestamp), sink_.intern(text), sink_.intern(m.domain ? m.domain : ""),
+                 m.tid, text};
+    if (m.phase == MarkerActivity::Instant) {
+      sink_.add(Range{rank_, static_cast<int64_t>(o.tid), false, o.start, o.start, o.name,
+                      o.domain, 0});
+      return;
+    }
+    bound(markers_);
+    markers_[m.id] = std::move(o);
+    return;
+  }
+  auto it = markers_.find(m.id);
+  if (it == markers_.end()) {
+    count("capture.unmatched_marker_end", 1, Severity::Info,
+          "an NVTX range ended whose start was before the capture window");
+    return;
+  }
+  const OpenMarker& o = it->second;
+  Ns end = host(m.timestamp);
+  sink_.add(Range{rank_, static_cast<int64_t>(o.tid), false, o.start, end, o.name, o.domain, 0});
+  if (auto step = step_from_range_name(o.text)) sink_.add(Step{rank_, *step, o.start, end});
+  markers_.erase(it);
+}
+
+void Collector::on_device(const DeviceActivity& d) {
+  if (!d.name) return;
+  device_names_[d.id] = d.name;
+  if (info_.device == static_cast<int32_t>(d.id)) {
+    info_.device_name = d.name;
+    info_dirty_ = true;
+  }
+}
+
+void Collector::on_unhandled(uint32_t kind) {
+  count("capture.unhandled_activity_kind", 1, Severity::Info,
+        "CUPTI records of a kind braid does not store (last kind " + std::to_string(kind) + ")");
+}
+
+void Collector::on_nccl_call(const NcclCall& c) {
+  if (!c.in_window) return;
+  Pending p;
+  p.call = c;
+  p.comm = sink_.intern(c.comm ? c.comm->identity : "nccl:unknown");
+  NcclCallRow row;
+  row.rank = rank_;
+  row.comm = p.comm;
+  row.seq = c.seq;
+  row.call_id = c.call_id;
+  row.group_id = c.group_id;
+  row.op = c.op;
+  row.redop = sink_.intern(c.redop);
+  row.sendbuff = c.sendbuff;
+  row.recvbuff = c.recvbuff;
+  row.count = c.count;
+  row.dtype = sink_.intern(c.dtype);
+  row.peer_or_root = c.peer_or_root;
+  row.stream_handle = c.stream_handle;
+  row.tid = c.tid;
+  row.enqueue = c.enqueue;
+  row.ret = c.ret;
+  row.result = c.result;
+  sink_.add(row);
+  if (c.comm) on_comm(*c.comm);
+  call_keys_[c.call_id] = {p.comm, c.seq};
+  pending_.emplace(c.call_id, p);
+}
+
+void Collector::on_nccl_detail(const NcclCallDetail& d) {
+  auto [it, fresh] = details_.try_emplace(d.call_id, d);
+  if (!fresh) {
+    if (!d.algo.empty()) it->second.algo = d.algo;
+    if (!d.proto.empty()) it->second.proto = d.proto;
+    if (d.channels >= 0) it->second.channels = d.channels;
+  }
+}
+
+void Collector::on_nccl_proxy_op(const NcclProxyOp& p) {
+  ProxyOpRow r;
+  r.rank = rank_;
+  r.call_id = p.call_id;
+  if (auto it = call_keys_.find(p.call_id); it != call_keys_.end()) {
+    r.comm = it->second.first;
+    r.seq = it->second.second;
+  }
+  r.channel = p.channel;
+  r.peer = p.peer;
+  r.is_send = p.is_send;
+  r.steps = p.steps;
+  r.chunk_size = p.chunk_size;
+  r.tid = p.tid;
+  r.start = p.start;
+  r.end = p.end;
+  sink_.add(r);
+}
+
+void Collector::on_comm(const CommRecord& c) {
+  if (c.nranks < 0) return;
+  std::string key = c.identity + "#" + std::to_string(c.nranks);
+  if (!comms_written_.insert(key).second) return;
+  Communicator row;
+  row.comm = c.identity;
+  row.nranks = c.nranks;
+  row.label = c.parent.empty() ? c.how : c.how + " of " + c.parent;
+  row.backend = "nccl";
+  sink_.add_communicator(row);
+}
+
+void Collector::set_rank_info(const RankInfo& r) {
+  if (r.rank != rank_) {
+    sink_.renumber_rank(rank_, r.rank);
+    // Streams are re-announced under the new rank by the sink's renumbering.
+    rank_ = r.rank;
+  }
+  int32_t device = info_.device;
+  std::string device_name = info_.device_name;
+  info_ = r;
+  if (info_.device < 0) info_.device = device;
+  if (info_.device_name.empty()) info_.device_name = device_name;
+  info_dirty_ = true;
+}
+
+void Collector::count(const std::string& code, int64_t n, Severity sev, const std::string& detail) {
+  auto& c = counters_[code];
+  c.sev = sev;
+  c.n += n;
+  if (c.detail.empty() || !detail.empty()) c.detail = detail;
+  c.dirty = true;
+}
+
+void Collector::set_count(const std::string& code, int64_t n, Severity sev,
+                          const std::string& detail) {
+  auto& c = counters_[code];
+  if (c.n == n && c.detail == detail && c.sev == sev && !c.dirty) return;
+  c = {sev, n, detail, true};
+}
+
+void Collector::emit(const Pending& p, const KernelSpan* k) {
+  const NcclCall& c = p.call;
+  Collective row;
+  row.rank = rank_;
+  row.comm = p.comm;
+  row.seq = c.seq;
+  row.op = c.op;
+  row.dtype = sink_.intern(c.dtype);
+  counts_for(c, c.comm ? c.comm->nranks : 1, row.in_count, row.out_count);
+  row.bytes = c.dtype_bytes > 0 ? std::max(row.in_count, row.out_count) * c.dtype_bytes : -1;
+  row.peer_or_root = c.peer_or_root;
+  row.enqueue = c.enqueue;
+  row.group_size = c.group_size;
+  if (k) {
+    row.stream = k->stream;
+    row.start = k->start;
+    row.end = k->end;
+    row.name = k->name;
+    row.kernel_ref = k->correlation;
+  } else {
+    row.stream = -1;
+    row.start = c.enqueue;
+    row.end = c.ret;
+    row.name = sink_.intern(std::string("nccl") + std::string(to_string(c.op)));
+  }
+  if (auto it = details_.find(c.call_id); it != details_.end()) {
+    row.algo = sink_.intern(it->second.algo);
+    row.proto = sink_.intern(it->second.proto);
+    row.channels = it->second.channels;
+    details_.erase(it);
+  }
+  sink_.add(row);
+  ++collectives_;
+}
+
+void Collector::end_cycle(bool final) {
+  int64_t without_kernel = 0;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Pending& p = it->second;
+    auto k = ext_kernels_.find(p.call.external_id);
+    if (k != ext_kernels_.end() && (final || k->second.age > 0 || p.age > 0)) {
+      emit(p, &k->second);
+    } else if (final || ++p.age > kMaxPendingCycles) {
+      emit(p, nullptr);
+      ++without_kernel;
+    } else {
+      ++it;
+      continue;
+    }
+    it = pending_.erase(it);
+  }
+  if (without_kernel)
+    count("capture.collective_without_kernel", without_kernel, Severity::Warning,
+          "NCCL calls whose GPU kernel was not seen (outside the window, CUPTI off, or dropped "
+          "records): times are the host call's");
+  for (auto it = ext_kernels_.begin(); it != ext_kernels_.end();) {
+    if (final || ++it->second.age > kMaxPendingCycles * 2) it = ext_kernels_.erase(it);
+    else ++it;
+  }
+  if (final) {
+    if (!markers_.empty())
+      count("capture.unclosed_range", static_cast<int64_t>(markers_.size()), Severity::Info,
+            "NVTX ranges still open when the capture ended (not stored)");
+    markers_.clear();
+  }
+  if (call_keys_.size() > kMaxInFlight) call_keys_.clear();
+  if (details_.size() > kMaxInFlight) details_.clear();
+  if (info_dirty_) {
+    sink_.set_rank_info(info_);
+    info_dirty_ = false;
+  }
+  for (auto& [code, c] : counters_) {
+    if (!c.dirty) continue;
+    c.dirty = false;
+    Diagnostic d;
+    d.rank = rank_;
+    d.severity = c.sev;
+    d.code = code;
+    d.count = c.n;
+    d.detail = c.detail;
+    sink_.set_diagnostic(d);
+  }
+}
+
+}  // namespace braid::capture

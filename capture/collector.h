@@ -1,0 +1,115 @@
+// Turns parsed CUPTI activity and NCCL events into `.braid` rows, on the agent's writer thread.
+//
+// A collective row needs pieces that arrive separately and in any order: the NCCL call (host
+// side, from the interposer), CUPTI's external-correlation record (our call or group id -> the
+// launch's correlation id), the kernel (correlation id -> stream and GPU times) and, where NCCL's
+// profiler plugin runs, the algorithm, protocol and channels. Calls wait in `pending_` until
+// their kernel is seen; end_cycle() emits what is complete, and at the end (or after a while)
+// the rest with host times only, counted in diagnostics.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "capture/activity.h"
+#include "capture/clock_fit.h"
+#include "capture/nccl_event.h"
+#include "capture/sink.h"
+
+namespace braid::capture {
+
+class Collector final : public ActivityHandler {
+ public:
+  // `nccl_external_kind`: the CUPTI external-correlation kind the interposer pushes its ids as.
+  Collector(Sink& sink, const ClockFit& clock, int32_t rank, uint32_t nccl_external_kind);
+
+  // ActivityHandler (device times are mapped through the clock fit)
+  void on_kernel(const KernelActivity& k) override;
+  void on_mem(const MemActivity& m) override;
+  void on_api(const ApiActivity& a) override;
+  void on_sync(const SyncActivity& s) override;
+  void on_marker(const MarkerActivity& m) override;
+  void on_external_correlation(const ExternalCorrelationActivity& e) override;
+  void on_device(const DeviceActivity& d) override;
+  void on_unhandled(uint32_t cupti_kind) override;
+
+  void on_nccl_call(const NcclCall& c);
+  void on_nccl_detail(const NcclCallDetail& d);
+  void on_nccl_proxy_op(const NcclProxyOp& p);
+  void on_comm(const CommRecord& c);
+
+  // Process identity. set_rank moves rows already written under the old rank.
+  void set_rank_info(const RankInfo& r);
+  int32_t rank() const { return rank_; }
+
+  // Adds to (add) or sets (set) a diagnostics counter.
+  void count(const std::string& code, int64_t n, Severity sev = Severity::Warning,
+             const std::string& detail = "");
+  void set_count(const std::string& code, int64_t n, Severity sev, const std::string& detail);
+
+  // Emits the collectives whose kernels were seen; with `final`, all of them. Writes the
+  // counters and small tables to the sink.
+  void end_cycle(bool final);
+
+  size_t pending_calls() const { return pending_.size(); }
+  int64_t collectives_written() const { return collectives_; }
+
+ private:
+  struct KernelSpan {
+    int64_t start = 0, end = 0, stream = 0;
+    uint32_t correlation = 0;
+    StrId name = 0;
+    int age = 0;
+  };
+  struct Pending {
+    NcclCall call;
+    StrId comm = 0;
+    int age = 0;
+  };
+  void link_kernel(uint64_t ext, const KernelSpan& k);
+  void emit(const Pending& p, const KernelSpan* k);
+  void note_stream(int64_t stream);
+  Ns host(int64_t device_ts) const { return clock_.to_host(device_ts); }
+
+  Sink& sink_;
+  const ClockFit& clock_;
+  int32_t rank_;
+  uint32_t ext_kind_;
+  RankInfo info_;
+  bool info_dirty_ = true;
+  int64_t collectives_ = 0;
+
+  std::unordered_map<uint32_t, uint64_t> corr_to_ext_;
+  std::unordered_map<uint32_t, KernelSpan> unlinked_;  // kernels whose external id is unknown yet
+  std::unordered_map<uint64_t, KernelSpan> ext_kernels_;
+  std::map<int64_t, Pending> pending_;  // by call id
+  std::unordered_map<int64_t, NcclCallDetail> details_;
+  std::unordered_map<int64_t, std::pair<StrId, int64_t>> call_keys_;  // call id -> (comm, seq)
+  std::unordered_map<uint32_t, uint32_t> api_tid_;                    // correlation -> thread
+  struct OpenMarker {
+    int64_t start;
+    StrId name, domain;
+    uint64_t tid;
+    std::string text;
+  };
+  std::unordered_map<uint32_t, OpenMarker> markers_;
+  std::set<int64_t> streams_;
+  std::map<uint32_t, std::string> device_names_;
+  std::set<std::string> comms_written_;
+  struct Counter {
+    Severity sev;
+    int64_t n;
+    std::string detail;
+    bool dirty;
+  };
+  std::map<std::string, Counter> counters_;
+};
+
+// The largest a map of in-flight correlations may grow to before its oldest half is dropped.
+inline constexpr size_t kMaxInFlight = 1 << 18;
+
+}  // namespace braid::capture

@@ -1,0 +1,222 @@
+#include "capture/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+
+#include "trace/error.h"
+
+namespace braid::capture {
+namespace {
+
+std::optional<int64_t> to_int(std::string_view s) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> to_double(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  std::string str(s);
+  char* end = nullptr;
+  double v = std::strtod(str.c_str(), &end);
+  if (end != str.c_str() + str.size() || !(v >= 0)) return std::nullopt;
+  return v;
+}
+
+int env_int(const GetEnv& getenv, const char* name, int fallback) {
+  const char* v = getenv(name);
+  if (!v || !*v) return fallback;
+  auto i = to_int(v);
+  return i ? static_cast<int>(*i) : fallback;
+}
+
+}  // namespace
+
+RankIdentity rank_from_env(const GetEnv& getenv) {
+  struct Source {
+    const char *rank, *size, *local;
+  };
+  static const Source kSources[] = {
+      {"RANK", "WORLD_SIZE", "LOCAL_RANK"},
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+      {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+  };
+  RankIdentity id;
+  for (const auto& s : kSources) {
+    const char* r = getenv(s.rank);
+    if (!r || !*r || !to_int(r)) continue;
+    id.rank = static_cast<int>(*to_int(r));
+    id.world_size = env_int(getenv, s.size, -1);
+    id.local_rank = env_int(getenv, s.local, -1);
+    id.source = s.rank;
+    return id;
+  }
+  return id;
+}
+
+WindowSpec parse_window(std::string_view text) {
+  WindowSpec w;
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorCode::Usage, "capture window '" + std::string(text) + "': " + why);
+  };
+  if (text.empty() || text == "all") return w;
+  if (text == "cuda-profiler-api" || text == "profiler") {
+    w.kind = WindowKind::ProfilerApi;
+    return w;
+  }
+  auto colon = text.find(':');
+  if (colon == std::string_view::npos)
+    throw bad("expected all, cuda-profiler-api, nvtx:NAME, steps:A-B or duration:SECONDS");
+  std::string_view kind = text.substr(0, colon), arg = text.substr(colon + 1);
+  if (kind == "nvtx") {
+    if (arg.empty()) throw bad("no range name");
+    w.kind = WindowKind::Nvtx;
+    w.nvtx_name = std::string(arg);
+  } else if (kind == "steps") {
+    auto dash = arg.find('-');
+    auto a = to_int(arg.substr(0, dash));
+    auto b = dash == std::string_view::npos ? a : to_int(arg.substr(dash + 1));
+    if (!a || !b || *a < 0 || *b < *a) throw bad("expected steps:A-B with 0 <= A <= B");
+    w.kind = WindowKind::Steps;
+    w.first_step = *a;
+    w.last_step = *b;
+  } else if (kind == "duration") {
+    auto at = arg.find('@');
+    auto d = to_double(arg.substr(0, at));
+    auto delay = at == std::string_view::npos ? std::optional<double>(0)
+                                              : to_double(arg.substr(at + 1));
+    if (!d || *d <= 0 || !delay) throw bad("expected duration:SECONDS[@DELAY] with SECONDS > 0");
+    w.kind = WindowKind::Duration;
+    w.duration_s = *d;
+    w.delay_s = *delay;
+  } else {
+    throw bad("unknown kind '" + std::string(kind) + "'");
+  }
+  return w;
+}
+
+std::string to_string(const WindowSpec& w) {
+  switch (w.kind) {
+    case WindowKind::All: return "all";
+    case WindowKind::ProfilerApi: return "cuda-profiler-api";
+    case WindowKind::Nvtx: return "nvtx:" + w.nvtx_name;
+    case WindowKind::Steps:
+      return "steps:" + std::to_string(w.first_step) + "-" + std::to_string(w.last_step);
+    case WindowKind::Duration: {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "duration:%g@%g", w.duration_s, w.delay_s);
+      return buf;
+    }
+  }
+  return "all";
+}
+
+std::optional<int64_t> step_from_range_name(std::string_view name) {
+  std::string lower;
+  for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string_view rest;
+  for (std::string_view prefix : {"profilerstep#", "step#", "step_", "step "}) {
+    if (lower.rfind(prefix, 0) == 0) {
+      rest = std::string_view(name).substr(prefix.size());
+      break;
+    }
+  }
+  if (rest.empty()) return std::nullopt;
+  auto v = to_int(rest);
+  if (!v || *v < 0) return std::nullopt;
+  return v;
+}
+
+CaptureConfig config_from_env(const GetEnv& getenv) {
+  CaptureConfig c;
+  const char* out = getenv("BRAID_CAPTURE_OUTPUT");
+  c.enabled = out && *out;
+  if (c.enabled) c.output = out;
+  if (const char* w = getenv("BRAID_CAPTURE_WINDOW"); w && *w) {
+    try {
+      c.window = parse_window(w);
+    } catch (const Error&) {
+      c.window = WindowSpec{};  // braid record validated it; a hand-set bad value captures all
+    }
+  }
+  if (const char* cmd = getenv("BRAID_CAPTURE_COMMAND")) c.command = cmd;
+  int mb = env_int(getenv, "BRAID_CAPTURE_BUFFER_MB", 8);
+  c.buffer_bytes = static_cast<size_t>(std::clamp(mb, 1, 10)) << 20;
+  c.max_buffers = static_cast<size_t>(std::max(1, env_int(getenv, "BRAID_CAPTURE_MAX_BUFFERS", 64)));
+  c.prealloc_buffers = std::min<size_t>(c.max_buffers, 4);
+  c.flush_ms = std::max(10, env_int(getenv, "BRAID_CAPTURE_FLUSH_MS", 500));
+  c.recalibrate_ms = std::max(10, env_int(getenv, "BRAID_CAPTURE_RECALIBRATE_MS", 2000));
+  return c;
+}
+
+std::string output_path_for(const std::string& output, int rank, long pid) {
+  std::filesystem::path p(output);
+  std::string stem = p.stem().string(), ext = p.extension().string();
+  if (ext.empty()) ext = ".braid";
+  std::string tag = rank >= 0 ? ".rank" + std::to_string(rank) : ".pid" + std::to_string(pid);
+  return (p.parent_path() / (stem + tag + ext)).string();
+}
+
+WindowController::WindowController(WindowSpec spec) : spec_(std::move(spec)) {
+  enabled_ = spec_.kind == WindowKind::All ||
+             (spec_.kind == WindowKind::Duration && spec_.delay_s <= 0);
+}
+
+std::optional<bool> WindowController::set(bool on) {
+  if (finished_ || on == enabled_) return std::nullopt;
+  enabled_ = on;
+  return on;
+}
+
+std::optional<bool> WindowController::on_profiler_api(bool start) {
+  if (spec_.kind != WindowKind::ProfilerApi) return std::nullopt;
+  return set(start);  // cudaProfilerStart/Stop pairs may repeat: each opens a window
+}
+
+std::optional<bool> WindowController::on_range_start(std::string_view name) {
+  if (spec_.kind == WindowKind::Nvtx && name == spec_.nvtx_name) {
+    if (depth_++ == 0) return set(true);
+  } else if (spec_.kind == WindowKind::Steps) {
+    auto step = step_from_range_name(name);
+    if (!step) return std::nullopt;
+    if (*step >= spec_.first_step && *step <= spec_.last_step) return set(true);
+    if (*step > spec_.last_step) {
+      auto r = set(false);
+      finished_ = true;
+      return r;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<bool> WindowController::on_range_end(std::string_view name) {
+  if (spec_.kind == WindowKind::Nvtx && name == spec_.nvtx_name && depth_ > 0) {
+    if (--depth_ == 0) return set(false);
+  } else if (spec_.kind == WindowKind::Steps) {
+    auto step = step_from_range_name(name);
+    if (step && *step == spec_.last_step) {
+      auto r = set(false);
+      finished_ = true;
+      return r;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<bool> WindowController::on_tick(double t) {
+  if (spec_.kind != WindowKind::Duration) return std::nullopt;
+  if (t >= spec_.delay_s + spec_.duration_s) {
+    auto r = set(false);
+    finished_ = true;
+    return r;
+  }
+  if (t >= spec_.delay_s) return set(true);
+  return std::nullopt;
+}
+
+}  // namespace braid::capture

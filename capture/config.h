@@ -1,0 +1,75 @@
+// What a capture is asked to do, as `braid record` passes it to the agent through the
+// environment (BRAID_CAPTURE_*), the process's rank from its launcher's environment, and the
+// capture window as a small state machine the agent feeds with what it observes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace braid::capture {
+
+using GetEnv = std::function<const char*(const char*)>;
+
+struct RankIdentity {
+  int rank = -1, world_size = -1, local_rank = -1;
+  std::string source;  // the variable it came from, e.g. "RANK", "OMPI_COMM_WORLD_RANK"
+};
+// torchrun/torch.distributed (RANK, WORLD_SIZE, LOCAL_RANK), Open MPI (OMPI_COMM_WORLD_*),
+// Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), MPICH/Hydra (PMI_RANK, PMI_SIZE), in
+// that order of preference.
+RankIdentity rank_from_env(const GetEnv& getenv);
+
+enum class WindowKind { All, ProfilerApi, Nvtx, Steps, Duration };
+struct WindowSpec {
+  WindowKind kind = WindowKind::All;
+  std::string nvtx_name;                    // Nvtx: the range that opens the window
+  int64_t first_step = -1, last_step = -1;  // Steps: inclusive
+  double delay_s = 0, duration_s = 0;       // Duration: from the first CUDA activity
+};
+// "all", "cuda-profiler-api", "nvtx:<range name>", "steps:<a>-<b>" (or one step "steps:<a>"),
+// "duration:<seconds>[@<delay seconds>]". Throws braid::Error(Usage) on anything else.
+WindowSpec parse_window(std::string_view text);
+std::string to_string(const WindowSpec& w);
+
+// The step number a range name carries: "ProfilerStep#12", "step 12", "step_12", "Step#12".
+std::optional<int64_t> step_from_range_name(std::string_view name);
+
+struct CaptureConfig {
+  std::string output;   // "dir/job.braid": each process writes dir/job.rank<R>.braid
+  WindowSpec window;
+  std::string command;  // what was recorded (runs.source)
+  size_t buffer_bytes = 8u << 20;
+  size_t prealloc_buffers = 4;
+  size_t max_buffers = 64;
+  int flush_ms = 500;
+  int recalibrate_ms = 2000;
+  bool enabled = false;  // BRAID_CAPTURE_OUTPUT was set
+};
+CaptureConfig config_from_env(const GetEnv& getenv);
+
+// dir/job.braid -> dir/job.rank3.braid, or dir/job.pid1234.braid when the rank is unknown.
+std::string output_path_for(const std::string& output, int rank, long pid);
+
+// Decides when CUPTI activity is on. Each observation returns the new state when it changes.
+class WindowController {
+ public:
+  explicit WindowController(WindowSpec spec);
+  bool enabled() const { return enabled_; }
+  bool finished() const { return finished_; }  // closed for good: nothing more to capture
+  std::optional<bool> on_profiler_api(bool start);
+  std::optional<bool> on_range_start(std::string_view name);
+  std::optional<bool> on_range_end(std::string_view name);
+  std::optional<bool> on_tick(double seconds_since_start);
+  const WindowSpec& spec() const { return spec_; }
+
+ private:
+  std::optional<bool> set(bool on);
+  WindowSpec spec_;
+  bool enabled_ = false, finished_ = false;
+  int depth_ = 0;
+};
+
+}  // namespace braid::capture

@@ -1,0 +1,75 @@
+// A Sink that writes one `.braid` file incrementally and durably: SQLite in WAL mode, rows
+// inserted in small transactions that checkpoint() commits. A process killed with SIGKILL leaves
+// a valid file holding every row committed before the kill (unlike TraceWriter, which builds a
+// temporary file and renames it at the end, right for importers and wrong for a live capture).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+#include "capture/sink.h"
+#include "trace/sqlite_util.h"
+
+namespace braid::capture {
+
+struct FileSinkOptions {
+  std::string source;             // runs.source: what was recorded (the command line)
+  std::string backend = "cupti";  // runs.backend
+  std::string label;              // runs.label
+};
+
+class FileSink final : public Sink {
+ public:
+  // Creates `path` (replacing a file there). Throws braid::Error when it cannot.
+  FileSink(std::string path, const FileSinkOptions& opts);
+  ~FileSink() override;
+
+  StrId intern(std::string_view s) override;
+  void add(const Kernel& k) override;
+  void add(const Memcpy& m) override;
+  void add(const ApiCall& a) override;
+  void add(const Range& r) override;
+  void add(const Collective& c) override;
+  void add(const Step& s) override;
+  void add(const NcclCallRow& c) override;
+  void add(const ProxyOpRow& p) override;
+  void set_rank_info(const RankInfo& r) override;
+  void add_stream(const StreamInfo& s) override;
+  void add_communicator(const Communicator& c) override;
+  void set_diagnostic(const Diagnostic& d) override;
+  void set_meta(std::string_view key, std::string_view value) override;
+  void renumber_rank(int32_t from, int32_t to) override;
+  void checkpoint() override;
+  void close() override;
+
+  const std::string& path() const { return path_; }
+  int64_t rows_committed() const { return committed_; }
+
+  static constexpr int64_t kRun = 1;  // a capture file holds one captured run
+
+ private:
+  void write_small_tables();
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  bool closed_ = false;
+  int64_t pending_ = 0, committed_ = 0;
+  std::unordered_map<std::string, StrId> strings_;
+  StrId next_string_ = 1;
+  sql::Stmt ins_string_, ins_kernel_, ins_memcpy_, ins_api_, ins_range_, ins_coll_, ins_step_,
+      ins_call_, ins_proxy_;
+  // Small tables, rewritten at each checkpoint when they changed.
+  bool small_dirty_ = true;
+  std::map<int32_t, RankInfo> ranks_;
+  std::map<std::tuple<int32_t, int64_t, bool>, std::string> streams_;
+  std::map<std::string, Communicator> comms_;
+  std::map<std::pair<int32_t, std::string>, Diagnostic> diags_;
+  std::map<std::string, std::string> meta_;
+};
+
+}  // namespace braid::capture

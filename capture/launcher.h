@@ -1,0 +1,37 @@
+// `braid record`: run a command with the capture agent injected into it and all its children.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "capture/config.h"
+
+namespace braid::capture {
+
+struct RecordOptions {
+  std::string output = "job.braid";  // each process writes <stem>.rank<R>.braid beside it
+  std::vector<std::string> command;
+  WindowSpec window;
+  bool force = false;   // replace outputs left by an earlier recording
+  bool quiet = false;
+  int buffer_mb = 8;
+  int max_buffers = 64;
+};
+
+// Why nothing can be captured here, or "" when capture can run: no agent built, no CUDA driver
+// (libcuda.so.1), cuInit failing, or no GPU.
+std::string capture_unavailable_reason();
+
+// The environment a recorded command gets (added to the current one): agent injection,
+// NCCL interposer and profiler plugin, NVTX injection and the BRAID_CAPTURE_* settings.
+std::vector<std::pair<std::string, std::string>> capture_environment(const RecordOptions& o);
+
+// Runs the command (capturing when possible) and returns its exit status as a shell would
+// (128 + signal when it was killed). Throws braid::Error on bad options or when the command
+// cannot be started.
+int record(const RecordOptions& o);
+
+// The per-process files of a recording with output `output` (job.rank*.braid, job.pid*.braid).
+std::vector<std::string> recorded_files(const std::string& output);
+
+}  // namespace braid::capture

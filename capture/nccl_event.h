@@ -1,0 +1,56 @@
+// What the NCCL interposer and NCCL's profiler plugin hand to the agent's writer thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "capture/comm_book.h"
+#include "trace/model.h"
+
+namespace braid::capture {
+
+// One NCCL call, built on the application's thread without allocation.
+struct NcclCall {
+  int64_t call_id = 0;
+  int64_t group_id = 0;    // 0: not inside ncclGroupStart/End
+  int32_t group_size = 1;  // calls in its group (set at ncclGroupEnd)
+  uint64_t external_id = 0;  // id pushed to CUPTI around the launch (call or group id)
+  const CommRecord* comm = nullptr;
+  int64_t seq = -1;
+  CollOp op = CollOp::Unknown;
+  const char* dtype = "";  // normalized name, a string literal
+  int dtype_bytes = 0;
+  const char* redop = "";  // "" for ops without a reduction
+  int64_t count = 0;
+  int32_t peer_or_root = -1;
+  uint64_t sendbuff = 0, recvbuff = 0, stream_handle = 0;
+  int64_t tid = 0;
+  int64_t enqueue = 0, ret = 0;  // host ns
+  int32_t result = 0;
+  bool in_window = true;  // made while the capture window was open
+};
+
+// Algorithm, protocol and channels of one call, from the profiler plugin's Coll/P2p events.
+struct NcclCallDetail {
+  int64_t call_id = 0;
+  std::string algo, proto;
+  int32_t channels = -1;
+  int64_t nccl_seq = -1;  // NCCL's own sequence number for the op (per collective type)
+};
+
+// One proxy operation from the profiler plugin (times: host ns).
+struct NcclProxyOp {
+  int64_t call_id = 0;
+  int32_t channel = -1, peer = -1, steps = -1, chunk_size = -1;
+  bool is_send = false;
+  int64_t tid = 0;
+  int64_t start = 0, end = 0;
+};
+
+// A communicator was made (or the process learnt its rank from one).
+struct NcclCommEvent {
+  const CommRecord* comm = nullptr;
+  std::string nccl_version;
+};
+
+}  // namespace braid::capture

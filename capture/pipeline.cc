@@ -1,0 +1,181 @@
+#include "capture/pipeline.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+namespace braid::capture {
+namespace {
+
+int64_t host_now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+Pipeline::Pipeline(std::unique_ptr<Sink> sink, int32_t rank, uint32_t nccl_external_kind,
+                   PipelineHooks hooks, PipelineOptions opts, BufferPool* pool)
+    : sink_(std::move(sink)), hooks_(std::move(hooks)), opts_(opts), pool_(pool) {
+  collector_ = std::make_unique<Collector>(*sink_, clock_, rank, nccl_external_kind);
+  calibrate();
+  queue_.reserve(4096);
+  thread_ = std::thread([this] { run(); });
+}
+
+Pipeline::~Pipeline() { stop(); }
+
+void Pipeline::push(Item item) {
+  std::lock_guard lk(mu_);
+  if (stopped_ || queue_.size() >= opts_.max_queued) {
+    ++dropped_;
+    if (auto* b = std::get_if<Buffer>(&item); b && pool_) pool_->release(b->data);
+    return;
+  }
+  queue_.push_back(std::move(item));
+}
+
+void Pipeline::post(NcclCall c) { push(std::move(c)); }
+void Pipeline::post(NcclCallDetail d) { push(std::move(d)); }
+void Pipeline::post(NcclProxyOp p) { push(std::move(p)); }
+void Pipeline::post(NcclCommEvent e) { push(std::move(e)); }
+void Pipeline::post(RankInfo r) { push(std::move(r)); }
+void Pipeline::post_buffer(uint8_t* buf, size_t valid) { push(Buffer{buf, valid}); }
+
+int64_t Pipeline::dropped() const {
+  std::lock_guard lk(const_cast<std::mutex&>(mu_));
+  return dropped_;
+}
+
+void Pipeline::set_hooks(PipelineHooks hooks) {
+  std::lock_guard dl(drain_mu_);
+  hooks_ = std::move(hooks);
+}
+
+void Pipeline::request_flush() {
+  std::lock_guard lk(mu_);
+  ++flush_requests_;
+  cv_.notify_all();
+}
+
+void Pipeline::calibrate() {
+  if (!hooks_.device_clock) return;
+  clock_.add(ClockFit::sample(hooks_.device_clock, host_now));
+  clock_.refit();
+}
+
+void Pipeline::drain(bool final) {
+  std::lock_guard dl(drain_mu_);
+  // CUPTI's flush calls back into post_buffer(), so it runs before taking mu_.
+  if (hooks_.request_flush) hooks_.request_flush(final);
+  std::vector<Item> items;
+  {
+    std::lock_guard lk(mu_);
+    items.swap(queue_);
+  }
+  Collector& col = *collector_;
+  for (auto& item : items) {
+    if (auto* b = std::get_if<Buffer>(&item)) {
+      if (hooks_.parse) hooks_.parse(b->data, b->valid, col);
+      if (pool_) pool_->release(b->data);
+    } else if (auto* c = std::get_if<NcclCall>(&item)) {
+      col.on_nccl_call(*c);
+    } else if (auto* d = std::get_if<NcclCallDetail>(&item)) {
+      col.on_nccl_detail(*d);
+    } else if (auto* p = std::get_if<NcclProxyOp>(&item)) {
+      col.on_nccl_proxy_op(*p);
+    } else if (auto* e = std::get_if<NcclCommEvent>(&item)) {
+      if (e->comm) col.on_comm(*e->comm);
+    } else if (auto* r = std::get_if<RankInfo>(&item)) {
+      col.set_rank_info(*r);
+    }
+  }
+  if (hooks_.update_counters) hooks_.update_counters(col);
+  if (pool_)
+    col.set_count("capture.buffer_refused", pool_->refused(), Severity::Warning,
+                  "activity buffers CUPTI asked for beyond the pool's cap (its records were "
+                  "dropped; raise BRAID_CAPTURE_MAX_BUFFERS)");
+  int64_t dropped = this->dropped();
+  if (dropped)
+    col.set_count("capture.queue_overflow", dropped, Severity::Warning,
+                  "events dropped because the writer fell behind");
+  auto fits = clock_.fits();
+  if (!fits.empty()) {
+    double worst = 0;
+    for (auto& f : fits) worst = std::max(worst, f.residual_ns);
+    char detail[160];
+    std::snprintf(detail, sizeof detail,
+                  "device-to-host clock fits: %zu, last slope %.9f, worst RMS residual %.0f ns",
+                  fits.size(), fits.back().slope, worst);
+    col.set_count("capture.clock_fit", static_cast<int64_t>(fits.size()), Severity::Info, detail);
+  }
+  col.end_cycle(final);
+  sink_->checkpoint();
+}
+
+void Pipeline::run() {
+  using clock = std::chrono::steady_clock;
+  auto next_cal = clock::now() + std::chrono::milliseconds(opts_.recalibrate_ms);
+  std::unique_lock lk(mu_);
+  for (;;) {
+    cv_.wait_for(lk, std::chrono::milliseconds(opts_.flush_ms),
+                 [&] { return stopping_ || flush_requests_ > flushes_done_; });
+    if (stopping_) return;
+    uint64_t target = flush_requests_;
+    bool forced = forced_;
+    forced_ = false;
+    lk.unlock();
+    {
+      std::lock_guard dl(drain_mu_);
+      if (hooks_.on_tick) hooks_.on_tick();
+    }
+    if (clock::now() >= next_cal) {
+      std::lock_guard dl(drain_mu_);
+      calibrate();
+      next_cal = clock::now() + std::chrono::milliseconds(opts_.recalibrate_ms);
+    }
+    try {
+      drain(forced);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "braid capture: writing failed: %s\n", e.what());
+    }
+    lk.lock();
+    flushes_done_ = std::max(flushes_done_, target);
+    done_cv_.notify_all();
+  }
+}
+
+void Pipeline::flush(bool forced) {
+  std::unique_lock lk(mu_);
+  if (stopped_) return;
+  uint64_t target = ++flush_requests_;
+  forced_ = forced_ || forced;
+  cv_.notify_all();
+  done_cv_.wait(lk, [&] { return flushes_done_ >= target || stopping_; });
+}
+
+void Pipeline::stop() {
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_ || stopping_) return;
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  try {
+    {
+      std::lock_guard dl(drain_mu_);
+      calibrate();
+    }
+    drain(true);
+    sink_->close();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "braid capture: finishing the output failed: %s\n", e.what());
+  }
+  std::lock_guard lk(mu_);
+  stopped_ = true;
+  done_cv_.notify_all();
+}
+
+}  // namespace braid::capture

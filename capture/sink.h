@@ -1,0 +1,46 @@
+// Where a capture's records go. The agent's writer thread is the only caller, so a sink needs no
+// locking of its own. The file sink writes a `.braid` file durably as it goes; the node daemon
+// (its own issue) will add a sink that forwards records instead.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "capture/records.h"
+#include "trace/model.h"
+
+namespace braid::capture {
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+
+  virtual StrId intern(std::string_view s) = 0;
+
+  virtual void add(const Kernel& k) = 0;
+  virtual void add(const Memcpy& m) = 0;
+  virtual void add(const ApiCall& a) = 0;
+  virtual void add(const Range& r) = 0;
+  virtual void add(const Collective& c) = 0;
+  virtual void add(const Step& s) = 0;
+  virtual void add(const NcclCallRow& c) = 0;
+  virtual void add(const ProxyOpRow& p) = 0;
+
+  // Small tables: a later call for the same key replaces the earlier one.
+  virtual void set_rank_info(const RankInfo& r) = 0;
+  virtual void add_stream(const StreamInfo& s) = 0;
+  virtual void add_communicator(const Communicator& c) = 0;
+  // Sets the count of (rank, code); the caller keeps the running totals.
+  virtual void set_diagnostic(const Diagnostic& d) = 0;
+  virtual void set_meta(std::string_view key, std::string_view value) = 0;
+  // The process learnt its rank late (from its largest communicator): rows written under
+  // `from` are moved to `to`.
+  virtual void renumber_rank(int32_t from, int32_t to) = 0;
+
+  // Makes everything added so far durable: a crash or SIGKILL after it returns loses none of it.
+  virtual void checkpoint() = 0;
+  // Final checkpoint; the output is complete. Idempotent.
+  virtual void close() = 0;
+};
+
+}  // namespace braid::capture
