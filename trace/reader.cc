@@ -88,6 +88,9 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
     db_ = nullptr;
     throw Error(ErrorCode::Io, path + ": cannot open: " + msg);
   }
+  // Readers opening the same WAL file at once (e.g. two runs loading in parallel) briefly
+  // contend for its shared-memory index; wait instead of failing with "database is locked".
+  sqlite3_busy_timeout(db_, 5000);
   try {
     auto v = schema::check(db_, path);
     if (v.major < schema::kMajor)
