@@ -11,6 +11,7 @@ packages=(
   libprotobuf-dev protobuf-compiler libarchive-dev
   libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libimgui-dev libstb-dev libglfw3-dev libgl-dev libgl1-mesa-dri libpng-dev xvfb xauth
 )
 missing=()
 for p in "${packages[@]}"; do

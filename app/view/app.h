@@ -1,0 +1,172 @@
+// The state of the braid-view window and the frame that draws it. Everything here uses ImGui
+// only (no GL, no GLFW): the front end (main.cc) owns the window and the renderer, the tests
+// and the frame benchmark build frames with an ImGui context and no backend at all.
+#pragma once
+
+#include <imgui.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/view/core/extras.h"
+#include "app/view/core/layout.h"
+#include "app/view/core/loader.h"
+#include "app/view/core/search.h"
+#include "app/view/core/stats.h"
+#include "app/view/core/time_axis.h"
+
+namespace braid::view {
+
+// One run being shown: loading in the background, then its data and what is derived from it.
+struct RunSlot {
+  int64_t run_id = -1;
+  std::unique_ptr<BackgroundLoad> load;
+  std::shared_ptr<RunData> data;
+  Extras extras;
+  RunMetrics metrics;
+  std::vector<uint8_t> collapsed;  // per rank group
+  RunLayout layout;
+  Ns shift = 0;  // subtracted from its times (compare mode: its step origin)
+  std::string error;
+  // Filled by the loading thread (BackgroundLoad's derive), moved in by app_poll.
+  Extras pending_extras;
+  RunMetrics pending_metrics;
+  bool ready() const { return data != nullptr; }
+};
+
+struct Selection {
+  int slot = 0;  // 0: run A, 1: run B
+  Hit hit;
+};
+
+// Where things were drawn in the last frame (screen pixels), for the screenshot tests.
+struct FrameGeometry {
+  float axis_x0 = 0, axis_x1 = 0;    // the time axis spans these pixels
+  Ns t0 = 0, t1 = 0;                 // and these (axis) times
+  float lanes_y0 = 0, lanes_y1 = 0;  // visible lanes region
+  struct LaneGeom {
+    int slot = 0;
+    int32_t rank = 0;
+    int64_t stream = 0;
+    float y0 = 0, y1 = 0;  // screen y of the lane's rows
+    int rows = 0;
+  };
+  struct SectionGeom {
+    int slot = 0;
+    int64_t run_id = -1;
+    Ns shift = 0;
+    float y0 = 0, y1 = 0;
+    std::vector<LaneGeom> lanes;  // visible lanes
+  };
+  std::vector<SectionGeom> sections;
+  float label_x0 = 0, label_x1 = 0;  // the lane-label column
+};
+
+enum class SideTab {
+  Details,
+  Range,
+  Search,
+  Opportunities,
+  Metrics,
+  Diagnostics,
+  Communicators,
+  Compare
+};
+
+struct App {
+  std::string path;
+  std::vector<RunRow> runs;  // of the file
+  RunSlot slots[2];
+  bool compare = false;
+
+  TimeAxis axis;
+  LayoutOptions layout_opt;
+  bool fit_pending = true;
+  bool show_flows = true;
+
+  std::optional<Selection> selected;
+  std::optional<Selection> hovered;
+
+  // Range selection (axis times) and its statistics, per slot.
+  bool range_active = false;
+  Ns range_t0 = 0, range_t1 = 0;
+  std::optional<RangeStats> range_stats[2];
+
+  char search_text[128] = {};
+  SearchResult search_result;
+  int search_slot = 0;
+  int search_index = -1;
+
+  std::vector<FusedLink> links;  // compare mode: fused ops of B and what they replace in A
+  std::string links_error;
+  std::vector<DiffRow> diff;
+
+  SideTab tab = SideTab::Details;
+  bool tab_requested = false;
+
+  // Mouse drag on the timeline: 0 none, 1 pan, 2 range selection.
+  int drag_mode = 0;
+  float drag_x = 0, drag_y = 0;
+  Ns drag_t = 0;
+  bool drag_moved = false;
+
+  FrameGeometry geom;
+  std::string status;  // one line under the toolbar (errors, hints)
+  float sidebar_width = 380.f;
+
+  bool slot_active(int s) const { return s == 0 || compare; }
+  const RunData* run(int s) const { return slot_active(s) ? slots[s].data.get() : nullptr; }
+  bool all_ready() const { return slots[0].ready() && (!compare || slots[1].ready()); }
+  bool loading() const;
+  double load_fraction() const;
+};
+
+// Opens `path` and starts loading run `run_a` (-1: the first run), and `run_b` in compare mode
+// (-1: no compare). Throws braid::Error when the file cannot be opened.
+void app_open(App& app, const std::string& path, int64_t run_a, int64_t run_b = -1);
+// Starts loading another run into slot `s`.
+void app_load(App& app, int s, int64_t run_id);
+// Takes finished background loads in; call once per frame. Returns true when something changed.
+bool app_poll(App& app);
+// Recomputes layouts, alignment shifts, the diff and the fused links from the loaded runs.
+void app_derive(App& app);
+// Waits (blocking) until every load has finished.
+void app_wait(App& app);
+
+// Builds the whole window between ImGui::NewFrame() and ImGui::Render().
+void build_frame(App& app);
+
+// Navigation, shared by keys, panels and tests.
+// Recomputes the layout of slot `s` (after collapsing or expanding a rank).
+void relayout(App& app, int s);
+void fit_all(App& app);
+void zoom_to(App& app, Ns t0, Ns t1);  // axis times
+void select_event(App& app, int slot, const Hit& hit, bool zoom);
+void show_tab(App& app, SideTab tab);
+// The time shown on the axis for a run's time (its shift applied) and back.
+inline Ns to_axis(const App& app, int slot, Ns t) { return t - app.slots[slot].shift; }
+
+// Text helpers for the panels.
+std::string event_title(const RunData& d, const Event& e);  // "allreduce 64.0 MiB" / kernel name
+std::string short_name(const std::string& s, size_t max_chars);
+
+namespace panels {
+void run_picker(App& app);
+void search_box(App& app);
+void search_results(App& app);
+void overview(App& app, ImVec2 size);
+void timeline(App& app, ImVec2 size);
+void details(App& app);
+void range(App& app);
+// The range statistics of both runs for [range_t0, range_t1] (axis times).
+void update_range_stats(App& app);
+void opportunities(App& app);
+void metrics(App& app);
+void diagnostics(App& app);
+void communicators(App& app);
+void compare(App& app);
+}  // namespace panels
+
+}  // namespace braid::view

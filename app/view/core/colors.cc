@@ -1,0 +1,53 @@
+#include "app/view/core/colors.h"
+
+#include "app/view/core/run_data.h"
+
+namespace braid::view {
+
+Rgb category_color(uint8_t category) {
+  switch (category) {
+    case kCategoryCpu:
+      return {96, 125, 139};
+    case kCategoryAnnotation:
+      return {189, 176, 104};
+    default:
+      break;
+  }
+  switch (static_cast<Category>(category)) {
+    case Category::Other:
+      return {158, 158, 158};
+    case Category::Gemm:
+      return {66, 133, 244};
+    case Category::Attention:
+      return {156, 39, 176};
+    case Category::Elementwise:
+      return {76, 175, 80};
+    case Category::Memory:
+      return {141, 110, 99};
+    case Category::CommAllReduce:
+      return {229, 57, 53};
+    case Category::CommAllGather:
+      return {255, 152, 0};
+    case Category::CommReduceScatter:
+      return {255, 214, 0};
+    case Category::CommBroadcast:
+      return {240, 98, 146};
+    case Category::CommReduce:
+      return {183, 28, 28};
+    case Category::CommAllToAll:
+      return {216, 27, 96};
+    case Category::CommSendRecv:
+      return {0, 172, 193};
+    case Category::CommOther:
+      return {255, 112, 67};
+  }
+  return {158, 158, 158};
+}
+
+std::string category_name(uint8_t category) {
+  if (category == kCategoryCpu) return "cpu";
+  if (category == kCategoryAnnotation) return "annotation";
+  return std::string(to_string(static_cast<Category>(category)));
+}
+
+}  // namespace braid::view

@@ -1,0 +1,57 @@
+// What a `.braid` file holds beyond the events, when earlier stages have written it: the
+// opportunities found by the fusion passes (placed on the timeline through the schedule they
+// name), fused operations and the operations they replace, and the analysis tables.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "app/view/core/run_data.h"
+#include "fusion/ir.h"
+#include "fusion/schedule_store.h"
+
+namespace braid::view {
+
+struct OpportunityView {
+  fusion::StoredOpportunity o;
+  std::vector<int32_t> colls;  // the run's collectives its ops map to (all ranks of each match)
+  Ns t0 = -1, t1 = -1;         // where they are on the run's axis, -1 when none maps
+};
+
+// A table of an analysis stage: every table the core schema does not define that has a
+// `run_id` column, with this run's rows (shown as they are, so new analyses need no GUI change).
+struct AnalysisTable {
+  std::string name;
+  std::vector<std::string> columns;  // without run_id
+  std::vector<std::vector<std::string>> rows;
+  bool truncated = false;
+};
+
+struct Extras {
+  bool has_schedules = false;
+  std::vector<OpportunityView> opportunities;  // largest predicted saving first
+  std::vector<AnalysisTable> analysis;
+  std::string error;  // a problem reading them (shown, never fatal)
+};
+
+Extras load_extras(const RunData& run, size_t max_rows = 5000);
+
+// The run's collectives that stand for op `op_id` of `s`: a schedule's collectives are matched
+// to a trace's by (communicator, order within the communicator on the rank), the same rule
+// that matches them across ranks. Returns every rank's instance of the matched collective.
+std::vector<int32_t> colls_of_op(const RunData& d, const fusion::Schedule& s, int64_t op_id);
+
+// A fused operation of the schedule a replayed run executed, and the parent-schedule
+// operations it replaces, each placed on its run (baseline: the parent's run).
+struct FusedLink {
+  int64_t op_id = -1;
+  std::string what;  // "allreduce on 'dp' (rank 0)"
+  std::vector<int64_t> replaces;
+  std::vector<int32_t> fused_colls;     // in the fused run
+  std::vector<int32_t> replaced_colls;  // in the baseline run
+};
+// Empty when `fused` has no schedule or its schedule has no parent. Throws braid::Error on an
+// unreadable schedule.
+std::vector<FusedLink> fused_links(const RunData& baseline, const RunData& fused);
+
+}  // namespace braid::view

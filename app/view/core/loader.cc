@@ -1,0 +1,387 @@
+#include "app/view/core/loader.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+#include "trace/error.h"
+#include "trace/sqlite_util.h"
+
+namespace braid::view {
+namespace {
+
+// Lanes by (rank, stream), created on first use. Events are collected per lane and split into
+// rows once everything is read.
+class LaneBuilder {
+ public:
+  explicit LaneBuilder(RunData& d) : d_(d) {}
+
+  int lane(int32_t rank, int64_t stream, bool gpu, const std::string& label = "") {
+    auto key = std::make_tuple(rank, stream, gpu);
+    if (key == last_key_ && last_ >= 0) return last_;
+    auto it = index_.find(key);
+    int i;
+    if (it == index_.end()) {
+      i = static_cast<int>(d_.lanes.size());
+      Lane l;
+      l.rank = rank;
+      l.stream = stream;
+      l.gpu = gpu;
+      l.label = label;
+      d_.lanes.push_back(std::move(l));
+      events_.emplace_back();
+      index_.emplace(key, i);
+    } else {
+      i = it->second;
+    }
+    last_key_ = key;
+    last_ = i;
+    return i;
+  }
+  std::vector<Event>& events(int lane) { return events_[lane]; }
+  size_t lane_count() const { return events_.size(); }
+
+ private:
+  RunData& d_;
+  // A CPU thread id may equal a CUDA stream id of the same rank: the key says which it is.
+  std::map<std::tuple<int32_t, int64_t, bool>, int> index_;
+  std::tuple<int32_t, int64_t, bool> last_key_{-1, -1, false};
+  int last_ = -1;
+  std::vector<std::vector<Event>> events_;
+};
+
+// Splits events sorted by (start, end descending) into rows of non-overlapping events: an
+// event goes to the first row that is free at its start, so enclosing ranges sit above what
+// they enclose. Returns how many events had to be shortened to fit (pathological overlap).
+int64_t assign_rows(std::vector<Event>&& ev, std::vector<Row>& rows) {
+  constexpr size_t kMaxRows = 64;
+  bool overlap = false;
+  for (size_t i = 1; i < ev.size() && !overlap; ++i) overlap = ev[i].start < ev[i - 1].end;
+  if (!overlap) {
+    rows.emplace_back();
+    rows.back().events = std::move(ev);
+    return 0;
+  }
+  int64_t clamped = 0;
+  std::vector<Ns> last_end;
+  for (const Event& e : ev) {
+    size_t r = 0;
+    while (r < last_end.size() && last_end[r] > e.start) ++r;
+    Event x = e;
+    if (r == last_end.size()) {
+      if (r < kMaxRows) {
+        rows.emplace_back();
+        last_end.push_back(x.start);
+      } else {
+        r = static_cast<size_t>(std::min_element(last_end.begin(), last_end.end()) -
+                                last_end.begin());
+        x.start = last_end[r];
+        ++clamped;
+        if (x.end <= x.start) continue;
+      }
+    }
+    rows[r].events.push_back(x);
+    last_end[r] = x.end;
+  }
+  return clamped;
+}
+
+bool by_start(const Event& a, const Event& b) {
+  return a.start != b.start ? a.start < b.start : a.end > b.end;
+}
+
+void fill_density(RunData& d) {
+  double span = static_cast<double>(std::max<Ns>(1, d.end - d.start));
+  double bin = span / kOverviewBins;
+  for (Lane& l : d.lanes) {
+    l.density.assign(kOverviewBins, 0.f);
+    if (l.rows.empty()) continue;
+    // Row 0 holds the outermost events: its busy time is the lane's.
+    for (const Event& e : l.rows[0].events) {
+      double a = static_cast<double>(e.start - d.start) / bin;
+      double b = static_cast<double>(e.end - d.start) / bin;
+      int ia = std::clamp(static_cast<int>(a), 0, kOverviewBins - 1);
+      int ib = std::clamp(static_cast<int>(b), 0, kOverviewBins - 1);
+      for (int i = ia; i <= ib; ++i) {
+        double lo = std::max(a, static_cast<double>(i)), hi = std::min(b, i + 1.0);
+        if (hi > lo) l.density[i] += static_cast<float>(hi - lo);
+      }
+    }
+    for (float& v : l.density) v = std::min(v, 1.f);
+  }
+}
+
+// Groups the collectives into cross-rank matches: by (communicator, seq) when every instance
+// of the communicator has a sequence number, else by (communicator, position on each rank).
+void match_collectives(RunData& d) {
+  std::unordered_map<StrId, bool> has_seq;
+  for (const CollRec& c : d.colls) {
+    auto [it, fresh] = has_seq.emplace(c.c.comm, true);
+    if (c.c.seq < 0) it->second = false;
+  }
+  std::vector<int32_t> order(d.colls.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const Collective &x = d.colls[a].c, &y = d.colls[b].c;
+    if (x.rank != y.rank) return x.rank < y.rank;
+    if (x.comm != y.comm) return x.comm < y.comm;
+    return x.start < y.start;
+  });
+  std::map<std::pair<int32_t, StrId>, int64_t> position;  // (rank, comm) -> next position
+  std::map<std::pair<StrId, int64_t>, int32_t> match_of;
+  for (int32_t i : order) {
+    CollRec& r = d.colls[i];
+    if (r.c.comm == 0) continue;  // no communicator identity: cannot match
+    int64_t pos = position[{r.c.rank, r.c.comm}]++;
+    int64_t key = has_seq[r.c.comm] ? r.c.seq : pos;
+    auto [it, fresh] = match_of.emplace(std::make_pair(r.c.comm, key), 0);
+    if (fresh) {
+      it->second = static_cast<int32_t>(d.matches.size());
+      Match m;
+      m.comm = r.c.comm;
+      m.order = key;
+      m.op = r.c.op;
+      m.latest_start = r.c.start;
+      m.earliest_end = r.c.end;
+      d.matches.push_back(m);
+    }
+    Match& m = d.matches[it->second];
+    m.members.push_back(i);
+    m.latest_start = std::max(m.latest_start, r.c.start);
+    m.earliest_end = std::min(m.earliest_end, r.c.end);
+    r.match = it->second;
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadProgress* progress) {
+  TraceReader reader(path);
+  auto d = std::make_shared<RunData>();
+  d->path = path;
+  bool found = false;
+  std::string ids;
+  for (const RunRow& r : reader.runs()) {
+    if (r.run_id == run_id) {
+      d->run = r;
+      found = true;
+    }
+    ids += (ids.empty() ? "" : ", ") + std::to_string(r.run_id);
+  }
+  if (!found)
+    throw Error(ErrorCode::NotFound,
+                path + ": no run " + std::to_string(run_id) +
+                    (ids.empty() ? " (the file has no runs)" : " (runs: " + ids + ")"));
+  sqlite3* db = reader.db();
+  d->ranks = reader.ranks(run_id);
+  d->communicators = reader.communicators(run_id);
+  d->diagnostics = reader.diagnostics(run_id);
+  {
+    sql::Stmt s(db, "SELECT id, text FROM strings");
+    while (s.step()) {
+      auto i = static_cast<size_t>(s.i64(0));
+      if (i >= d->strings.size()) d->strings.resize(i + 1);
+      d->strings[i] = s.text(1);
+    }
+  }
+  std::unordered_map<int32_t, Ns> offset;
+  for (const RankInfo& r : d->ranks) offset[r.rank] = r.clock_offset;
+  auto off = [&](int32_t rank) {
+    auto it = offset.find(rank);
+    return it == offset.end() ? Ns{0} : it->second;
+  };
+
+  std::string where = " WHERE run_id=" + std::to_string(run_id);
+  int64_t total = 0;
+  for (const char* t : {"kernels", "memcpys", "collectives", "api_calls", "nvtx_ranges"})
+    total += sql::scalar(db, std::string("SELECT COUNT(*) FROM ") + t + where);
+  if (progress) progress->total = std::max<int64_t>(1, total);
+  int64_t done = 0;
+  auto tick = [&] {
+    if (progress && (++done & 4095) == 0) {
+      progress->done = done;
+      if (progress->cancel) throw Error(ErrorCode::Internal, path + ": loading cancelled");
+    }
+    return true;
+  };
+
+  LaneBuilder lanes(*d);
+  for (const StreamInfo& s : reader.streams(run_id)) lanes.lane(s.rank, s.stream, s.gpu, s.label);
+
+  reader.kernels(run_id, [&](const Kernel& k) {
+    Ns o = off(k.rank);
+    lanes.events(lanes.lane(k.rank, k.stream, true))
+        .push_back({k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category),
+                    EventKind::Kernel, 0, -1});
+    return tick();
+  });
+  reader.memcpys(run_id, [&](const Memcpy& m) {
+    Ns o = off(m.rank);
+    lanes.events(lanes.lane(m.rank, m.stream, true))
+        .push_back({m.start + o, m.end + o, m.name, static_cast<uint8_t>(Category::Memory),
+                    EventKind::Memcpy, static_cast<uint16_t>(m.kind), -1});
+    return tick();
+  });
+  reader.collectives(run_id, [&](const Collective& c) {
+    CollRec r;
+    r.c = c;
+    Ns o = off(c.rank);
+    r.c.start += o;
+    r.c.end += o;
+    if (r.c.enqueue >= 0) r.c.enqueue += o;
+    d->colls.push_back(r);
+    return tick();
+  });
+  reader.api_calls(run_id, [&](const ApiCall& a) {
+    Ns o = off(a.rank);
+    lanes.events(lanes.lane(a.rank, a.tid, false))
+        .push_back({a.start + o, a.end + o, a.name, kCategoryCpu, EventKind::CpuCall,
+                    static_cast<uint16_t>(a.kind), -1});
+    return tick();
+  });
+  reader.ranges(run_id, [&](const Range& r) {
+    Ns o = off(r.rank);
+    lanes.events(lanes.lane(r.rank, r.stream, r.on_gpu))
+        .push_back(
+            {r.start + o, r.end + o, r.name, kCategoryAnnotation, EventKind::Annotation, 0, -1});
+    return tick();
+  });
+
+  for (size_t i = 0; i < lanes.lane_count(); ++i) {
+    auto& ev = lanes.events(static_cast<int>(i));
+    if (!std::is_sorted(ev.begin(), ev.end(), by_start))
+      std::stable_sort(ev.begin(), ev.end(), by_start);
+  }
+
+  // A collective is drawn as the communication kernel that carried it; one without a kernel
+  // (CPU-side times, or a kernel the trace lacks) becomes an event of its own.
+  for (size_t ci = 0; ci < d->colls.size(); ++ci) {
+    const Collective& c = d->colls[ci].c;
+    bool attached = false;
+    if (c.stream >= 0) {
+      auto& ev = lanes.events(lanes.lane(c.rank, c.stream, true));
+      auto it = std::lower_bound(ev.begin(), ev.end(), c.start,
+                                 [](const Event& e, Ns t) { return e.start < t; });
+      // Prefer the kernel starting exactly with the collective, else the first one inside it.
+      for (; it != ev.end() && it->start < std::max(c.end, c.start + 1); ++it) {
+        if (it->kind == EventKind::Kernel && it->coll < 0 &&
+            is_comm(static_cast<Category>(it->category))) {
+          it->coll = static_cast<int32_t>(ci);
+          attached = true;
+          break;
+        }
+      }
+    }
+    if (!attached) {
+      int lane = c.stream >= 0 ? lanes.lane(c.rank, c.stream, true)
+                               : lanes.lane(c.rank, -1, false, "collectives (host)");
+      Event e{c.start,
+              std::max(c.end, c.start),
+              c.name,
+              static_cast<uint8_t>(comm_category(c.op)),
+              EventKind::Collective,
+              0,
+              static_cast<int32_t>(ci)};
+      auto& ev = lanes.events(lane);
+      ev.insert(std::upper_bound(ev.begin(), ev.end(), e, by_start), e);
+    }
+  }
+
+  int64_t clamped = 0;
+  d->start = INT64_MAX;
+  d->end = INT64_MIN;
+  for (size_t i = 0; i < lanes.lane_count(); ++i) {
+    Lane& l = d->lanes[i];
+    auto& ev = lanes.events(static_cast<int>(i));
+    l.event_count = static_cast<int64_t>(ev.size());
+    d->event_count += l.event_count;
+    for (const Event& e : ev) {
+      d->start = std::min(d->start, e.start);
+      d->end = std::max(d->end, e.end);
+    }
+    clamped += assign_rows(std::move(ev), l.rows);
+    std::vector<Event>().swap(ev);
+  }
+  if (d->start > d->end) d->start = d->end = 0;
+  if (clamped > 0)
+    d->diagnostics.push_back({-1, Severity::Warning, "view.overlap_clamped", clamped,
+                              "events shortened to fit 64 rows of overlapping events"});
+  for (size_t li = 0; li < d->lanes.size(); ++li)
+    for (size_t ri = 0; ri < d->lanes[li].rows.size(); ++ri) {
+      const auto& ev = d->lanes[li].rows[ri].events;
+      for (size_t k = 0; k < ev.size(); ++k)
+        if (ev[k].coll >= 0) {
+          CollRec& r = d->colls[ev[k].coll];
+          r.lane = static_cast<int32_t>(li);
+          r.row = static_cast<int32_t>(ri);
+          r.index = static_cast<int64_t>(k);
+        }
+    }
+  match_collectives(*d);
+
+  // Lanes grouped per rank: GPU streams by stream id, then host lanes.
+  std::map<int32_t, std::vector<int>> by_rank;
+  for (size_t i = 0; i < d->lanes.size(); ++i)
+    by_rank[d->lanes[i].rank].push_back(static_cast<int>(i));
+  for (auto& [rank, ls] : by_rank) {
+    std::sort(ls.begin(), ls.end(), [&](int a, int b) {
+      const Lane &x = d->lanes[a], &y = d->lanes[b];
+      if (x.gpu != y.gpu) return x.gpu;
+      return x.stream < y.stream;
+    });
+    RankGroup g;
+    g.info.rank = rank;
+    for (const RankInfo& r : d->ranks)
+      if (r.rank == rank) g.info = r;
+    g.lanes = ls;
+    d->groups.push_back(std::move(g));
+  }
+  for (Lane& l : d->lanes)
+    if (l.label.empty())
+      l.label = l.gpu ? "stream " + std::to_string(l.stream) : "thread " + std::to_string(l.stream);
+
+  for (Step s : reader.steps(run_id)) {
+    Ns o = off(s.rank);
+    s.start += o;
+    s.end += o;
+    d->steps.push_back(s);
+  }
+  fill_density(*d);
+  if (progress) progress->done = progress->total.load();
+  return d;
+}
+
+BackgroundLoad::BackgroundLoad(std::string path, int64_t run_id,
+                               std::function<void(const RunData&)> derive)
+    : path_(std::move(path)), run_id_(run_id) {
+  thread_ = std::thread([this, derive = std::move(derive)] {
+    try {
+      auto d = load_run(path_, run_id_, &progress_);
+      if (derive) derive(*d);
+      std::lock_guard<std::mutex> lock(mu_);
+      data_ = std::move(d);
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = e.what();
+    }
+    finished_ = true;
+  });
+}
+
+BackgroundLoad::~BackgroundLoad() {
+  progress_.cancel = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<RunData> BackgroundLoad::result() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return data_;
+}
+
+std::string BackgroundLoad::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+}  // namespace braid::view

@@ -1,0 +1,62 @@
+// Loading a run of a `.braid` file into RunData, on the caller's thread or in the background
+// with a progress fraction that frames can show while they keep drawing.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "app/view/core/run_data.h"
+
+namespace braid::view {
+
+struct LoadProgress {
+  std::atomic<int64_t> done{0};
+  std::atomic<int64_t> total{1};
+  std::atomic<bool> cancel{false};
+  double fraction() const {
+    int64_t t = total.load();
+    return t > 0 ? std::min(1.0, static_cast<double>(done.load()) / static_cast<double>(t)) : 0.0;
+  }
+};
+
+// Reads every event of `run_id` (kernels, memcpys, collectives, CPU calls, annotations) into
+// lanes. Throws braid::Error naming the file (missing file, no such run, cancelled).
+std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id,
+                                  LoadProgress* progress = nullptr);
+
+// One load on its own thread. The destructor cancels and joins.
+class BackgroundLoad {
+ public:
+  // `derive`, when given, runs on the loading thread after the data is loaded (statistics
+  // that would otherwise stall a frame); its exceptions count as load errors.
+  BackgroundLoad(std::string path, int64_t run_id,
+                 std::function<void(const RunData&)> derive = nullptr);
+  ~BackgroundLoad();
+  BackgroundLoad(const BackgroundLoad&) = delete;
+  BackgroundLoad& operator=(const BackgroundLoad&) = delete;
+
+  bool finished() const { return finished_.load(); }
+  double fraction() const { return progress_.fraction(); }
+  // After finished(): the data, or null with error() set.
+  std::shared_ptr<RunData> result() const;
+  std::string error() const;
+  const std::string& path() const { return path_; }
+  int64_t run_id() const { return run_id_; }
+
+ private:
+  std::string path_;
+  int64_t run_id_;
+  LoadProgress progress_;
+  std::atomic<bool> finished_{false};
+  mutable std::mutex mu_;
+  std::shared_ptr<RunData> data_;
+  std::string error_;
+  std::thread thread_;
+};
+
+}  // namespace braid::view

@@ -1,0 +1,60 @@
+#include "app/view/core/lod.h"
+
+#include <algorithm>
+
+namespace braid::view {
+
+int64_t first_visible(const Row& row, Ns t) {
+  auto it = std::upper_bound(row.events.begin(), row.events.end(), t,
+                             [](Ns v, const Event& e) { return v < e.end; });
+  return it - row.events.begin();
+}
+
+int64_t first_starting_at(const Row& row, Ns t) {
+  auto it = std::lower_bound(row.events.begin(), row.events.end(), t,
+                             [](const Event& e, Ns v) { return e.start < v; });
+  return it - row.events.begin();
+}
+
+void fold_row(const Row& row, const TimeAxis& axis, Ns shift, float min_px,
+              std::vector<DrawItem>& out) {
+  const auto& ev = row.events;
+  const auto n = static_cast<int64_t>(ev.size());
+  const Ns t_end = axis.t1() + shift;
+  int64_t i = first_visible(row, axis.t0() + shift);
+  while (i < n && ev[i].start < t_end) {
+    float x0 = axis.x_of(ev[i].start - shift);
+    float x1 = axis.x_of(ev[i].end - shift);
+    if (x1 - x0 >= min_px) {
+      out.push_back({x0, x1, i, 1});
+      ++i;
+      continue;
+    }
+    // Fold: jump (binary search) to the first event starting min_px after the block's end,
+    // as long as what lies in between is small and close; each jump advances >= min_px.
+    int64_t j = i + 1;
+    float block_end = x1;
+    while (j < n) {
+      int64_t k = first_starting_at(row, axis.t_of(block_end + min_px) + shift);
+      if (k <= j) {
+        // The next event starts at least min_px after the block: stop unless it is small and
+        // touching (cannot be: it starts min_px away), so the block ends here.
+        break;
+      }
+      // Events j..k-1 start within min_px of the block's end; take them in.
+      float e1 = axis.x_of(ev[k - 1].end - shift);
+      if (e1 - axis.x_of(ev[k - 1].start - shift) >= min_px) {
+        // A wide event inside the window: close the block before it.
+        k = k - 1;
+        if (k <= j) break;
+        e1 = axis.x_of(ev[k - 1].end - shift);
+      }
+      block_end = std::max(block_end, e1);
+      j = k;
+    }
+    out.push_back({x0, std::max(block_end, x0 + 1.f), i, j - i});
+    i = j;
+  }
+}
+
+}  // namespace braid::view

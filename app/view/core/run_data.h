@@ -1,0 +1,95 @@
+// What the GUI shows of one run: per (rank, stream) lanes of events on the job's common time
+// axis, each lane split into rows of non-overlapping events sorted by start (so the visible
+// window of a row is a binary search on start and on end), plus the collectives with their
+// cross-rank matches. Built once by the loader; read-only afterwards, so frames never lock.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trace/model.h"
+#include "trace/reader.h"
+
+namespace braid::view {
+
+enum class EventKind : uint8_t { Kernel, Memcpy, Collective, CpuCall, Annotation };
+
+// Categories beyond trace/model.h's kernel categories, for events that are not kernels.
+inline constexpr uint8_t kCategoryCpu = 200;         // CPU op / runtime call
+inline constexpr uint8_t kCategoryAnnotation = 201;  // NVTX range, user annotation
+
+// One drawn event. 32 bytes, so a 10-million-event trace takes 320 MB.
+struct Event {
+  Ns start = 0, end = 0;  // job axis (rank clock + clock_offset_ns)
+  StrId name = 0;
+  uint8_t category = 0;  // braid::Category code, or kCategoryCpu / kCategoryAnnotation
+  EventKind kind = EventKind::Kernel;
+  uint16_t reserved = 0;
+  int32_t coll = -1;  // index into RunData::colls when the event carries a collective
+};
+static_assert(sizeof(Event) == 32, "Event is a packed 32-byte record");
+
+struct Row {
+  std::vector<Event> events;  // sorted by start, non-overlapping (ends sorted too)
+};
+
+struct Lane {
+  int32_t rank = 0;
+  int64_t stream = 0;
+  bool gpu = true;
+  std::string label;
+  std::vector<Row> rows;
+  int64_t event_count = 0;
+  // Busy fraction per bin of the run's whole span (overview strip), kOverviewBins entries.
+  std::vector<float> density;
+};
+inline constexpr int kOverviewBins = 1024;
+
+struct RankGroup {
+  RankInfo info;
+  std::vector<int> lanes;  // indexes into RunData::lanes, GPU streams first
+};
+
+// A collective as one rank executed it, with its place in the lanes and its cross-rank match.
+struct CollRec {
+  Collective c;  // times on the job axis
+  int32_t lane = -1, row = -1;
+  int64_t index = -1;  // position in the row
+  int32_t match = -1;  // index into RunData::matches, -1 when unmatched
+};
+
+// The instances of one collective across the ranks of its communicator.
+struct Match {
+  StrId comm = 0;
+  int64_t order = 0;  // seq, or position within the communicator on each rank
+  CollOp op = CollOp::Unknown;
+  std::vector<int32_t> members;  // indexes into RunData::colls, by rank
+  Ns latest_start = 0;           // when the last rank arrived
+  Ns earliest_end = 0;
+};
+
+struct RunData {
+  std::string path;
+  RunRow run;
+  std::vector<RankInfo> ranks;
+  std::vector<RankGroup> groups;  // one per rank, by rank
+  std::vector<Lane> lanes;
+  std::vector<CollRec> colls;
+  std::vector<Match> matches;
+  std::vector<Step> steps;  // job axis
+  std::vector<Communicator> communicators;
+  std::vector<Diagnostic> diagnostics;
+  std::vector<std::string> strings;  // interned names, by StrId
+  Ns start = 0, end = 0;             // span of all events on the job axis
+  int64_t event_count = 0;
+
+  const std::string& str(StrId id) const;
+  const Event& event(int lane, int row, int64_t index) const {
+    return lanes[lane].rows[row].events[index];
+  }
+  std::string run_title() const;                    // "run 2 (replayed, sim)"
+  int lane_of(int32_t rank, int64_t stream) const;  // -1 if absent
+};
+
+}  // namespace braid::view

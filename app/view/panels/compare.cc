@@ -1,0 +1,87 @@
+// Compare mode's diff summary: step time, exposed communication and per-operation totals of
+// run B against run A, and the fused operations of B with the operations of A they replace.
+#include <cinttypes>
+#include <cmath>
+
+#include "app/view/app.h"
+#include "trace/summary.h"
+
+namespace braid::view::panels {
+namespace {
+
+std::string value(double v, const std::string& unit) {
+  if (unit == "ns") return format_duration(v);
+  if (unit == "bytes") return format_bytes(static_cast<int64_t>(v));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
+}
+
+}  // namespace
+
+void compare(App& app) {
+  if (!app.compare || !app.all_ready()) {
+    ImGui::TextWrapped("Tick Compare and choose run B to compare two runs.");
+    return;
+  }
+  ImGui::TextWrapped("A: %s", app.slots[0].data->run_title().c_str());
+  ImGui::TextWrapped("B: %s", app.slots[1].data->run_title().c_str());
+  ImGui::TextDisabled("Both are aligned on the start of their first step.");
+  if (ImGui::BeginTable(
+          "diff", 4,
+          ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_Borders)) {
+    for (const char* h : {"", "A", "B", "B - A"}) ImGui::TableSetupColumn(h);
+    ImGui::TableHeadersRow();
+    for (const DiffRow& r : app.diff) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(r.name.c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(value(r.a, r.unit).c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(value(r.b, r.unit).c_str());
+      ImGui::TableNextColumn();
+      double dlt = r.delta();
+      // Less time is better; counts and bytes are neutral.
+      ImVec4 c = r.unit != "ns" || dlt == 0 ? ImVec4(0.8f, 0.8f, 0.8f, 1)
+                 : dlt < 0                  ? ImVec4(0.4f, 0.9f, 0.4f, 1)
+                                            : ImVec4(1, 0.45f, 0.4f, 1);
+      std::string txt = (dlt > 0 ? "+" : dlt < 0 ? "-" : "") + value(std::fabs(dlt), r.unit);
+      if (r.a != 0) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, " (%+.1f%%)", r.percent());
+        txt += buf;
+      }
+      ImGui::TextColored(c, "%s", txt.c_str());
+    }
+    ImGui::EndTable();
+  }
+  ImGui::Separator();
+  if (!app.links_error.empty())
+    ImGui::TextColored(ImVec4(1, 0.6f, 0.4f, 1), "%s", app.links_error.c_str());
+  if (app.links.empty()) {
+    ImGui::TextWrapped(app.slots[1].data->run.schedule_id < 0
+                           ? "B was not produced from a schedule: no fused operations to link."
+                           : "B's schedule replaces no operations of its parent.");
+    return;
+  }
+  ImGui::Text("%zu fused operations (lines join them to what they replace):", app.links.size());
+  for (size_t i = 0; i < app.links.size(); ++i) {
+    const FusedLink& l = app.links[i];
+    std::string label = l.what + " replaces " + std::to_string(l.replaces.size()) + " ops##link" +
+                        std::to_string(i);
+    if (ImGui::Selectable(label.c_str()) && !l.fused_colls.empty()) {
+      const CollRec& c = app.slots[1].data->colls[l.fused_colls.front()];
+      Ns t0 = to_axis(app, 1, c.c.start), t1 = to_axis(app, 1, c.c.end);
+      for (int32_t r : l.replaced_colls) {
+        const CollRec& o = app.slots[0].data->colls[r];
+        t0 = std::min(t0, to_axis(app, 0, o.c.start));
+        t1 = std::max(t1, to_axis(app, 0, o.c.end));
+      }
+      zoom_to(app, t0, t1);
+      if (c.lane >= 0) app.selected = Selection{1, Hit{c.lane, c.row, c.index, 1}};
+    }
+  }
+}
+
+}  // namespace braid::view::panels

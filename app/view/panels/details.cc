@@ -1,0 +1,99 @@
+// Details of the selected event: what it is, where, when, and for a collective its metadata,
+// bus bandwidth, wait versus transfer and its instances on the other ranks.
+#include <cinttypes>
+
+#include "app/view/app.h"
+#include "app/view/core/colors.h"
+#include "trace/summary.h"
+
+namespace braid::view::panels {
+namespace {
+
+void row(const char* k, const std::string& v) {
+  ImGui::TableNextRow();
+  ImGui::TableNextColumn();
+  ImGui::TextDisabled("%s", k);
+  ImGui::TableNextColumn();
+  ImGui::TextWrapped("%s", v.c_str());
+}
+
+std::string dur(Ns ns) { return format_duration(static_cast<double>(ns)); }
+
+}  // namespace
+
+void details(App& app) {
+  if (!app.selected || !app.run(app.selected->slot)) {
+    ImGui::TextWrapped(
+        "Click an event to see its details. Shift+drag (or right-drag) selects a time range.");
+    return;
+  }
+  const Selection sel = *app.selected;
+  const RunData& d = *app.slots[sel.slot].data;
+  const Lane& lane = d.lanes[sel.hit.lane];
+  const Event& e = d.event(sel.hit.lane, sel.hit.row, sel.hit.index);
+  if (sel.hit.count > 1) {
+    const Event& last = d.event(sel.hit.lane, sel.hit.row, sel.hit.index + sel.hit.count - 1);
+    ImGui::Text("%" PRId64 " folded events on rank %d, %s", sel.hit.count, lane.rank,
+                lane.label.c_str());
+    if (ImGui::Button("Zoom to them"))
+      zoom_to(app, to_axis(app, sel.slot, e.start), to_axis(app, sel.slot, last.end));
+    return;
+  }
+  ImGui::TextWrapped("%s",
+                     d.str(e.name).empty() ? event_title(d, e).c_str() : d.str(e.name).c_str());
+  if (ImGui::Button("Zoom to it")) select_event(app, sel.slot, sel.hit, true);
+  if (!ImGui::BeginTable("details", 2, ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg))
+    return;
+  row("run", d.run_title());
+  row("rank / lane", std::to_string(lane.rank) + " / " + lane.label);
+  row("category", category_name(e.category));
+  row("start", dur(e.start - d.start) + " after the run's start");
+  row("duration", dur(e.end - e.start));
+  if (e.kind == EventKind::Memcpy)
+    row("memcpy", std::string(to_string(static_cast<MemKind>(e.reserved))));
+  if (e.coll >= 0) {
+    const CollRec& r = d.colls[e.coll];
+    const Collective& c = r.c;
+    CollTiming t = coll_timing(d, e.coll);
+    row("collective", std::string(to_string(c.op)));
+    std::string comm = d.str(c.comm);
+    for (const Communicator& cm : d.communicators)
+      if (cm.comm == comm && !cm.label.empty()) comm += " (" + cm.label + ")";
+    row("communicator", comm);
+    if (c.seq >= 0) row("seq", std::to_string(c.seq));
+    if (c.bytes >= 0) row("bytes", format_bytes(c.bytes));
+    if (c.dtype)
+      row("dtype / count", d.str(c.dtype) + " / " + std::to_string(c.in_count) + " in, " +
+                               std::to_string(c.out_count) + " out");
+    if (c.algo || c.proto || c.channels >= 0)
+      row("algorithm",
+          d.str(c.algo) + " " + d.str(c.proto) +
+              (c.channels >= 0 ? ", " + std::to_string(c.channels) + " channels" : ""));
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.2f GB/s bus, %.2f GB/s alg (%d ranks)", t.busbw_gbs,
+                  t.algbw_gbs, t.nranks);
+    if (t.busbw_gbs > 0) row("bandwidth", buf);
+    row("wait", dur(t.wait) + (t.late_rank >= 0
+                                   ? " (last to arrive: rank " + std::to_string(t.late_rank) + ")"
+                                   : ""));
+    row("transfer", dur(t.transfer));
+    if (c.enqueue >= 0) row("launch delay", dur(c.start - c.enqueue));
+    ImGui::EndTable();
+    if (r.match >= 0) {
+      ImGui::Separator();
+      ImGui::Text("Instances on %zu ranks:", d.matches[r.match].members.size());
+      for (int32_t m : d.matches[r.match].members) {
+        const CollRec& o = d.colls[m];
+        std::string label = "rank " + std::to_string(o.c.rank) + ": start " +
+                            dur(o.c.start - d.start) + ", " + dur(o.c.end - o.c.start) + "##m" +
+                            std::to_string(m);
+        if (ImGui::Selectable(label.c_str(), m == e.coll) && o.lane >= 0)
+          select_event(app, sel.slot, Hit{o.lane, o.row, o.index, 1}, false);
+      }
+    }
+    return;
+  }
+  ImGui::EndTable();
+}
+
+}  // namespace braid::view::panels

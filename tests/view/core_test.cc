@@ -1,0 +1,464 @@
+// The GL-free core of braid-view: loading, time axis, level of detail, layout, hit-testing,
+// statistics, compare alignment, search, and what it reads beyond the events.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "app/view/core/colors.h"
+#include "app/view/core/extras.h"
+#include "app/view/core/layout.h"
+#include "app/view/core/loader.h"
+#include "app/view/core/lod.h"
+#include "app/view/core/search.h"
+#include "app/view/core/stats.h"
+#include "app/view/core/time_axis.h"
+#include "fusion/schedule_store.h"
+#include "trace/error.h"
+#include "trace/sqlite_util.h"
+#include "trace/store_update.h"
+#include "trace/test_util.h"
+#include "view/known_trace.h"
+
+namespace braid::view {
+namespace {
+
+using test::kBase;
+constexpr Ns us(double v) { return static_cast<Ns>(v * 1000); }
+
+class KnownTrace : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.file("known.braid");
+    test::write_known_trace(path_, true);
+    d_ = load_run(path_, 1);
+  }
+  int lane(int32_t rank, int64_t stream, bool gpu = true) const {
+    for (size_t i = 0; i < d_->lanes.size(); ++i)
+      if (d_->lanes[i].rank == rank && d_->lanes[i].stream == stream && d_->lanes[i].gpu == gpu)
+        return static_cast<int>(i);
+    return -1;
+  }
+  test::TempDir dir_;
+  std::string path_;
+  std::shared_ptr<RunData> d_;
+};
+
+TEST_F(KnownTrace, LanesHoldEventsOnTheJobAxisWithClockOffsetsApplied) {
+  EXPECT_EQ(d_->groups.size(), 2u);
+  EXPECT_EQ(d_->lanes.size(), 6u);  // 2 ranks x (stream 7, stream 20, thread 100)
+  EXPECT_EQ(d_->start, kBase);
+  EXPECT_EQ(d_->end, kBase + us(100));
+  // 5 GPU events per rank (gemm, add, allreduce, attention, memcpy) + 2 CPU calls.
+  EXPECT_EQ(d_->event_count, 14);
+  for (int32_t rank : {0, 1}) {
+    const Lane& l = d_->lanes[lane(rank, 7)];
+    ASSERT_EQ(l.rows.size(), 1u);
+    const auto& ev = l.rows[0].events;
+    ASSERT_EQ(ev.size(), 3u);
+    EXPECT_EQ(ev[0].start, kBase + us(10));  // rank 1's raw times are 1 us earlier
+    EXPECT_EQ(ev[0].end, kBase + us(40));
+    EXPECT_EQ(ev[0].category, static_cast<uint8_t>(Category::Gemm));
+    EXPECT_EQ(d_->str(ev[0].name), "gemm_kernel_A");
+    EXPECT_EQ(ev[2].start, kBase + us(rank == 0 ? 55 : 60));
+    // The collective rides on its kernel instead of being a second event.
+    ASSERT_GE(ev[2].coll, 0);
+    EXPECT_EQ(d_->colls[ev[2].coll].c.rank, rank);
+    EXPECT_EQ(d_->colls[ev[2].coll].index, 2);
+  }
+  // Nested CPU calls go to two rows, the enclosing one on top.
+  const Lane& cpu = d_->lanes[lane(0, 100, false)];
+  EXPECT_FALSE(cpu.gpu);
+  ASSERT_EQ(cpu.rows.size(), 2u);
+  EXPECT_EQ(d_->str(cpu.rows[0].events[0].name), "aten::mm");
+  EXPECT_EQ(d_->str(cpu.rows[1].events[0].name), "cudaLaunchKernel");
+  // GPU lanes first within each rank.
+  EXPECT_TRUE(d_->lanes[d_->groups[0].lanes.front()].gpu);
+  EXPECT_FALSE(d_->lanes[d_->groups[0].lanes.back()].gpu);
+}
+
+TEST_F(KnownTrace, CollectivesMatchAcrossRanksWithWaitTransferAndBusBandwidth) {
+  ASSERT_EQ(d_->colls.size(), 2u);
+  ASSERT_EQ(d_->matches.size(), 1u);
+  EXPECT_EQ(d_->matches[0].members.size(), 2u);
+  EXPECT_EQ(d_->matches[0].latest_start, kBase + us(60));
+  int32_t r0 = d_->colls[0].c.rank == 0 ? 0 : 1;
+  CollTiming t = coll_timing(*d_, r0);
+  EXPECT_EQ(t.duration, us(35));
+  EXPECT_EQ(t.wait, us(5));  // rank 1 arrived 5 us later
+  EXPECT_EQ(t.transfer, us(30));
+  EXPECT_EQ(t.late_rank, 1);
+  EXPECT_EQ(t.nranks, 2);
+  double algbw = static_cast<double>(test::kAllReduceBytes) / us(35);  // B/ns = GB/s
+  EXPECT_DOUBLE_EQ(t.algbw_gbs, algbw);
+  EXPECT_DOUBLE_EQ(t.busbw_gbs, algbw * 2.0 * 1 / 2);  // allreduce: 2(n-1)/n = 1 for n = 2
+  CollTiming t1 = coll_timing(*d_, 1 - r0);
+  EXPECT_EQ(t1.wait, 0);
+  EXPECT_EQ(t1.transfer, us(30));
+  EXPECT_DOUBLE_EQ(bus_factor(CollOp::AllReduce, 8), 2.0 * 7 / 8);
+  EXPECT_DOUBLE_EQ(bus_factor(CollOp::AllGather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(bus_factor(CollOp::Broadcast, 4), 1.0);
+}
+
+TEST_F(KnownTrace, MissingRunAndFileAreNamed) {
+  try {
+    load_run(path_, 7);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::NotFound);
+    EXPECT_NE(std::string(e.what()).find("no run 7 (runs: 1, 2)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_run(dir_.file("absent.braid"), 1), Error);
+}
+
+TEST_F(KnownTrace, BackgroundLoadReportsProgressAndResult) {
+  BackgroundLoad bl(path_, 2, [](const RunData& d) { EXPECT_EQ(d.run.run_id, 2); });
+  while (!bl.finished()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(bl.result()) << bl.error();
+  EXPECT_DOUBLE_EQ(bl.fraction(), 1.0);
+  EXPECT_EQ(bl.result()->start, test::kRun2Base);
+  BackgroundLoad bad(path_, 9);
+  while (!bad.finished()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(bad.result());
+  EXPECT_NE(bad.error().find("no run 9"), std::string::npos);
+}
+
+TEST(TimeAxis, KeepsNanosecondsAtEpochScaleAndZoomsAtThePoint) {
+  TimeAxis a;
+  a.set_origin(kBase);
+  a.set_width(1000);
+  a.set_window(kBase + 100, kBase + 1100);  // 1 ns per pixel
+  EXPECT_DOUBLE_EQ(a.ns_per_px(), 1.0);
+  EXPECT_FLOAT_EQ(a.x_of(kBase + 101), 1.f);
+  EXPECT_EQ(a.t_of(1.f), kBase + 101);
+  EXPECT_EQ(a.t0(), kBase + 100);
+  EXPECT_EQ(a.t1(), kBase + 1100);
+  Ns under = a.t_of(250.f);
+  a.zoom_at(250.f, 0.5);
+  EXPECT_EQ(a.t_of(250.f), under);
+  EXPECT_DOUBLE_EQ(a.ns_per_px(), 0.5);
+  a.pan_px(100);  // content moves right: 50 ns earlier at the left edge
+  EXPECT_EQ(a.t_of(350.f), under);
+  // A width change keeps the visible window.
+  a.set_window(kBase, kBase + 1000);
+  a.set_width(500);
+  EXPECT_EQ(a.t0(), kBase);
+  EXPECT_EQ(a.t1(), kBase + 1000);
+  a.fit(kBase, kBase + 1000, 0.1);
+  EXPECT_EQ(a.t0(), kBase - 100);
+  EXPECT_EQ(a.t1(), kBase + 1100);
+  // Zoom is bounded.
+  for (int i = 0; i < 200; ++i) a.zoom_at(0, 0.1);
+  EXPECT_DOUBLE_EQ(a.ns_per_px(), TimeAxis::kMinNsPerPx);
+}
+
+TEST(TimeAxis, RulerTicksAdaptTheirUnitAndSpacing) {
+  TimeAxis a;
+  a.set_origin(kBase);
+  a.set_width(1000);
+  a.set_window(kBase, kBase + us(100'000));  // 100 ms over 1000 px
+  auto ticks = ruler_ticks(a, 12.f);
+  ASSERT_GE(ticks.size(), 2u);
+  double step_px = a.x_of(ticks[1].t) - a.x_of(ticks[0].t);
+  EXPECT_GE(step_px, 12.f);
+  EXPECT_LE(step_px, 12.f * 2.5f);
+  std::vector<std::string> labels;
+  for (auto& t : ticks)
+    if (t.major) labels.push_back(t.label);
+  ASSERT_GE(labels.size(), 3u);
+  EXPECT_EQ(labels[0], "0 ms");
+  EXPECT_EQ(labels[1], "10 ms");
+  a.set_window(kBase, kBase + 2000);  // 2 us
+  ticks = ruler_ticks(a, 12.f);
+  labels.clear();
+  for (auto& t : ticks)
+    if (t.major) labels.push_back(t.label);
+  ASSERT_GE(labels.size(), 2u);
+  EXPECT_EQ(labels[0], "0.0 us");
+  EXPECT_EQ(labels[1], "0.1 us");
+  EXPECT_EQ(format_duration(12), "12 ns");
+  EXPECT_EQ(format_duration(3400), "3.400 us");
+  EXPECT_EQ(format_duration(1.25e6), "1.250 ms");
+  EXPECT_EQ(format_duration(42.5e9), "42.50 s");
+}
+
+// A row of `n` events of 10 ns every 15 ns.
+Row dense_row(int64_t n) {
+  Row r;
+  for (int64_t i = 0; i < n; ++i)
+    r.events.push_back({i * 15, i * 15 + 10, 1, 1, EventKind::Kernel, 0, -1});
+  return r;
+}
+
+TEST(Lod, FoldsSmallEventsIntoCountedBlocksBoundedByWidth) {
+  Row row = dense_row(1'000'000);
+  TimeAxis a;
+  a.set_width(1000);
+  a.set_window(0, 15'000'000);  // all of it: 15 us per pixel
+  std::vector<DrawItem> items;
+  fold_row(row, a, 0, 3.f, items);
+  ASSERT_FALSE(items.empty());
+  EXPECT_LE(items.size(), 1000u / 3 + 2);
+  int64_t total = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    total += items[i].count;
+    if (i) {
+      EXPECT_EQ(items[i].first, items[i - 1].first + items[i - 1].count);
+    }
+  }
+  EXPECT_EQ(total, 1'000'000);  // every event in exactly one block
+  // Zoomed in: 1 ns per pixel shows whole events, with exact positions, from the binary search.
+  a.set_window(150'000, 151'000);
+  items.clear();
+  fold_row(row, a, 0, 3.f, items);
+  ASSERT_EQ(items.size(), 67u);  // events 10000..10066 overlap [150000, 151000)
+  EXPECT_EQ(items[0].first, 10'000);
+  EXPECT_EQ(items[0].count, 1);
+  EXPECT_FLOAT_EQ(items[0].x0, 0.f);
+  EXPECT_FLOAT_EQ(items[0].x1, 10.f);
+  EXPECT_EQ(first_visible(row, 150'005), 10'000);
+  EXPECT_EQ(first_visible(row, 150'010), 10'001);
+  EXPECT_EQ(first_starting_at(row, 150'001), 10'001);
+}
+
+TEST(Lod, WideEventsAreNeverFoldedIntoBlocks) {
+  Row r;
+  for (int64_t i = 0; i < 100; ++i)
+    r.events.push_back({i * 10, i * 10 + 5, 1, 1, EventKind::Kernel, 0, -1});
+  r.events.push_back({1000, 50'000, 2, 1, EventKind::Kernel, 0, -1});  // wide
+  for (int64_t i = 0; i < 100; ++i)
+    r.events.push_back({50'000 + i * 10, 50'005 + i * 10, 1, 1, EventKind::Kernel, 0, -1});
+  TimeAxis a;
+  a.set_width(1000);
+  a.set_window(0, 100'000);  // 100 ns per px
+  std::vector<DrawItem> items;
+  fold_row(r, a, 0, 3.f, items);
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(items[0].count, 100);
+  EXPECT_EQ(items[1].first, 100);
+  EXPECT_EQ(items[1].count, 1);
+  EXPECT_FLOAT_EQ(items[1].x0, 10.f);
+  EXPECT_FLOAT_EQ(items[1].x1, 500.f);
+  EXPECT_EQ(items[2].count, 100);
+}
+
+TEST_F(KnownTrace, LayoutCollapsesRanksAndHitTestFindsTheEventUnderThePoint) {
+  LayoutOptions opt;
+  RunLayout l = layout_run(*d_, {}, opt);
+  ASSERT_EQ(l.groups.size(), 2u);
+  ASSERT_EQ(l.lanes.size(), 6u);
+  // rank 0: header, stream 7 (1 row), stream 20 (1 row), thread 100 (2 rows)
+  EXPECT_FLOAT_EQ(l.lanes[0].y0, opt.header_h);
+  EXPECT_FLOAT_EQ(l.lanes[2].y1 - l.lanes[2].y0, 2 * opt.row_h);
+  EXPECT_FLOAT_EQ(l.groups[1].y0, opt.header_h + 4 * opt.row_h + 3 * opt.lane_gap);
+  RunLayout c = layout_run(*d_, {1, 0}, opt);
+  EXPECT_EQ(c.lanes.size(), 3u);
+  EXPECT_FLOAT_EQ(c.groups[1].y0, opt.header_h);
+  EXPECT_LT(c.height, l.height);
+
+  TimeAxis a;
+  a.set_origin(d_->start);
+  a.set_width(1000);
+  a.set_window(kBase, kBase + us(100));  // 100 ns per pixel
+  // The gemm on rank 0 stream 7: [10, 40) us -> x [100, 400).
+  float y = l.lanes[0].y0 + opt.row_h / 2;
+  auto h = hit_test(*d_, l, a, 0, 250.f, y, opt);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->lane, l.lanes[0].lane);
+  EXPECT_EQ(h->index, 0);
+  EXPECT_EQ(h->count, 1);
+  EXPECT_FALSE(hit_test(*d_, l, a, 0, 425.f, y, opt));  // the gap between gemm and add
+  // The nested launch on the CPU lane's second row.
+  auto cpu = hit_test(*d_, l, a, 0, 100.f, l.lanes[2].y0 + opt.row_h * 1.5f, opt);
+  ASSERT_TRUE(cpu);
+  EXPECT_EQ(d_->str(d_->event(cpu->lane, cpu->row, cpu->index).name), "cudaLaunchKernel");
+}
+
+TEST_F(KnownTrace, RangeStatsAndRunMetricsHaveTheKnownValues) {
+  RangeStats r = range_stats(*d_, kBase + us(30), kBase + us(60));
+  // gemm [30,40) x2 ranks = 20 us; add [45,50) x2 = 10 us; allreduce rank 0 [55,60) = 5 us.
+  EXPECT_EQ(r.by_category["gemm"].time, us(20));
+  EXPECT_EQ(r.by_category["gemm"].count, 2);
+  EXPECT_EQ(r.by_category["elementwise"].time, us(10));
+  EXPECT_EQ(r.by_category["comm.allreduce"].time, us(5));
+  EXPECT_EQ(r.by_category["cpu"].time, us(18));  // aten::mm [30, 39) on both ranks
+  EXPECT_EQ(r.collectives, 1);
+  EXPECT_EQ(r.collective_bytes, test::kAllReduceBytes);
+  EXPECT_EQ(r.gpu_busy[0], us(10 + 5 + 5));
+  EXPECT_EQ(r.gpu_busy[1], us(10 + 5));
+
+  RunMetrics m = run_metrics(*d_);
+  ASSERT_EQ(m.ranks.size(), 2u);
+  EXPECT_EQ(m.ranks[0].comm, us(35));
+  EXPECT_EQ(m.ranks[0].exposed_comm, us(35));  // nothing overlaps the allreduce
+  EXPECT_EQ(m.ranks[1].exposed_comm, us(30));
+  EXPECT_EQ(m.ranks[0].compute, us(30 + 5 + 8 + 8));
+  EXPECT_EQ(m.ranks[0].span, us(100));
+  EXPECT_EQ(m.ranks[0].idle, us(100 - 35 - 51));
+  EXPECT_TRUE(m.steps_from_trace);
+  EXPECT_EQ(m.steps, 1);
+  EXPECT_EQ(m.step_time, us(100));
+  EXPECT_EQ(m.exposed_comm_per_rank, us(32.5));
+  EXPECT_EQ(m.per_op["allreduce"].count, 2);
+  EXPECT_EQ(m.per_op["allreduce"].time, us(65));
+  EXPECT_EQ(step_origin(*d_), kBase);
+}
+
+TEST_F(KnownTrace, CompareDiffsTheTwoRunsOnTheirStepOrigins) {
+  auto b = load_run(path_, 2);
+  EXPECT_EQ(step_origin(*b), test::kRun2Base);
+  auto rows = diff_runs(run_metrics(*d_), run_metrics(*b));
+  auto find = [&](const std::string& n) {
+    for (auto& r : rows)
+      if (r.name == n) return r;
+    ADD_FAILURE() << n;
+    return DiffRow{};
+  };
+  DiffRow ex = find("exposed communication / rank");
+  EXPECT_EQ(ex.a, us(32.5));
+  EXPECT_EQ(ex.b, us(12.5));  // allreduce ends at 70 us: 15 and 10 us
+  EXPECT_EQ(ex.delta(), -us(20));
+  DiffRow t = find("allreduce time");
+  EXPECT_EQ(t.a, us(65));
+  EXPECT_EQ(t.b, us(25));
+  EXPECT_EQ(find("step time").a, us(100));
+  EXPECT_EQ(find("allreduce count").b, 2);
+}
+
+TEST_F(KnownTrace, SearchFindsNamesCaseInsensitivelyInTimeOrder) {
+  SearchResult r = search_events(*d_, "GEMM_kernel");
+  ASSERT_EQ(r.total, 2);
+  ASSERT_EQ(r.hits.size(), 2u);
+  EXPECT_EQ(d_->str(d_->event(r.hits[0].lane, r.hits[0].row, r.hits[0].index).name),
+            "gemm_kernel_A");
+  EXPECT_EQ(search_events(*d_, "aten::").total, 2);
+  EXPECT_EQ(search_events(*d_, "no such name").total, 0);
+  EXPECT_EQ(search_events(*d_, "a", 3).hits.size(), 3u);
+}
+
+TEST(Intervals, UnionAndDifference) {
+  EXPECT_EQ(union_length({{0, 10}, {5, 15}, {20, 25}}), 20);
+  EXPECT_EQ(union_length({}), 0);
+  EXPECT_EQ(difference_length({{0, 10}, {20, 30}}, {{5, 25}}), 10);
+  EXPECT_EQ(difference_length({{0, 10}}, {}), 10);
+  EXPECT_EQ(difference_length({{0, 10}}, {{0, 3}, {2, 4}, {8, 20}}), 4);
+}
+
+TEST(Colors, CategoriesHaveDistinctColours) {
+  std::vector<uint8_t> cats{
+      0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16, 17, kCategoryCpu, kCategoryAnnotation};
+  for (size_t i = 0; i < cats.size(); ++i)
+    for (size_t j = i + 1; j < cats.size(); ++j)
+      EXPECT_FALSE(category_color(cats[i]) == category_color(cats[j]))
+          << int(cats[i]) << " " << int(cats[j]);
+  EXPECT_EQ(category_name(1), "gemm");
+  EXPECT_EQ(category_name(kCategoryCpu), "cpu");
+}
+
+// A parent schedule with two allreduces on pg0 per rank, a child where one fused allreduce
+// replaces both, a baseline run with two allreduces and a replayed run of the child with one.
+TEST(Extras, OpportunitiesAndFusedOpsArePlacedOnTheirRuns) {
+  test::TempDir dir;
+  std::string path = dir.file("fused.braid");
+  {
+    TraceWriter w(path, TraceWriter::Mode::Overwrite);
+    int64_t base = w.begin_run(RunKind::Imported, "t", "test");
+    int64_t fused = w.begin_run(RunKind::Replayed, "t", "sim", "", 2);
+    StrId pg = w.intern("pg0"), k = w.intern("nccl");
+    for (int32_t rank = 0; rank < 2; ++rank) {
+      RankInfo ri;
+      ri.rank = rank;
+      w.add_rank(base, ri);
+      w.add_rank(fused, ri);
+      auto coll = [&](Ns s, Ns e) {
+        Collective c;
+        c.rank = rank;
+        c.comm = pg;
+        c.op = CollOp::AllReduce;
+        c.bytes = 1024;
+        c.stream = -1;
+        c.start = s;
+        c.end = e;
+        c.name = k;
+        return c;
+      };
+      w.add(base, coll(1000, 2000));
+      w.add(base, coll(3000, 4000));
+      w.add(fused, coll(1000, 2500));
+    }
+    w.commit();
+  }
+  fusion::Schedule parent;
+  for (int32_t rank = 0; rank < 2; ++rank) {
+    parent.add_rank(rank);
+    int s = parent.add_stream(rank, "comm");
+    for (int i = 0; i < 2; ++i) {
+      fusion::Collective c;
+      c.op = CollOp::AllReduce;
+      c.comm = "pg0";
+      c.dtype = "float32";
+      c.count = 256;
+      parent.append(rank, s, c);
+    }
+  }
+  parent.comms.push_back({"pg0", {0, 1}});
+  fusion::Schedule child;
+  child.comms = parent.comms;
+  for (int32_t rank = 0; rank < 2; ++rank) {
+    child.add_rank(rank);
+    int s = child.add_stream(rank, "comm");
+    fusion::Collective c;
+    c.op = CollOp::AllReduce;
+    c.comm = "pg0";
+    c.dtype = "float32";
+    c.count = 512;
+    int64_t id = child.append(rank, s, c);
+    auto ref = child.find_op(id);
+    child.op(*ref).replaces = {parent.ranks[rank].streams[0].ops[0].id,
+                               parent.ranks[rank].streams[0].ops[1].id};
+  }
+  int64_t pid = fusion::store_schedule(path, parent);
+  ASSERT_EQ(pid, 1);
+  ASSERT_EQ(fusion::store_schedule(path, child, pid, "[\"coalesce\"]"), 2);
+  {
+    StoreUpdate up(path);
+    fusion::StoredOpportunity o;
+    o.schedule_id = pid;
+    o.pass = "coalesce";
+    o.ranks = {0, 1};
+    o.ops = {parent.ranks[0].streams[0].ops[1].id};  // the second allreduce of rank 0
+    o.predicted_saving_ns = 700;
+    fusion::insert_opportunities(up.db(), {o});
+    sql::exec(up.db(), "CREATE TABLE comm_labels(run_id INTEGER, comm TEXT, dim TEXT)");
+    sql::exec(up.db(),
+              "INSERT INTO comm_labels VALUES (1, 'pg0', 'DP'), (2, 'pg0', 'DP'), (9, 'x', 'TP')");
+    up.commit();
+  }
+  auto a = load_run(path, 1);
+  auto b = load_run(path, 2);
+  Extras x = load_extras(*a);
+  EXPECT_TRUE(x.error.empty()) << x.error;
+  EXPECT_TRUE(x.has_schedules);
+  ASSERT_EQ(x.opportunities.size(), 1u);
+  EXPECT_EQ(x.opportunities[0].colls.size(), 2u);  // both ranks' instance of that allreduce
+  EXPECT_EQ(x.opportunities[0].t0, 3000);
+  EXPECT_EQ(x.opportunities[0].t1, 4000);
+  ASSERT_EQ(x.analysis.size(), 1u);
+  EXPECT_EQ(x.analysis[0].name, "comm_labels");
+  EXPECT_EQ(x.analysis[0].columns, (std::vector<std::string>{"comm", "dim"}));
+  ASSERT_EQ(x.analysis[0].rows.size(), 1u);  // this run's rows only
+  EXPECT_EQ(x.analysis[0].rows[0][1], "DP");
+
+  auto links = fused_links(*a, *b);
+  ASSERT_EQ(links.size(), 2u);  // one fused op per rank
+  for (const FusedLink& l : links) {
+    EXPECT_EQ(l.replaces.size(), 2u);
+    EXPECT_EQ(l.fused_colls.size(), 2u);     // the fused allreduce on both ranks of run 2
+    EXPECT_EQ(l.replaced_colls.size(), 4u);  // two allreduces x two ranks of run 1
+    for (int32_t c : l.fused_colls) EXPECT_EQ(b->colls[c].c.end, 2500);
+  }
+  EXPECT_TRUE(fused_links(*b, *a).empty());  // run 1 has no schedule
+}
+
+}  // namespace
+}  // namespace braid::view

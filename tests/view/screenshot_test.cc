@@ -1,0 +1,229 @@
+// braid-view --screenshot under Xvfb: the PNG has lanes, events and labels where the known
+// trace puts them (pixels checked at known times, not just a non-empty file), and compare
+// mode shows both runs.
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "app/view/core/colors.h"
+#include "app/view/png_io.h"
+#include "trace/test_util.h"
+#include "view/known_trace.h"
+
+namespace braid::view {
+namespace {
+
+using test::kBase;
+constexpr Ns us(double v) { return static_cast<Ns>(v * 1000); }
+
+struct LaneGeo {
+  int slot;
+  int rank;
+  int64_t stream;
+  double y0, y1;
+};
+struct Geometry {
+  double axis_x0, axis_x1, label_x0, label_x1;
+  Ns t0, t1;
+  std::vector<Ns> shift;  // per section
+  std::vector<LaneGeo> lanes;
+};
+
+bool have_xvfb() { return std::system("command -v xvfb-run >/dev/null 2>&1") == 0; }
+
+// Runs braid-view headless; returns the image and where it drew things.
+std::pair<Image, Geometry> screenshot(const test::TempDir& dir, const std::string& braid,
+                                      const std::string& extra) {
+  std::string png = dir.file("shot.png"), geo = dir.file("shot.json");
+  std::string cmd = std::string("xvfb-run -a -s '-screen 0 1600x1000x24' '") + BRAID_VIEW + "' '" +
+                    braid + "' --screenshot '" + png + "' --geometry '" + geo +
+                    "' --size 1400x800 " + extra + " > " + dir.file("log") + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  EXPECT_EQ(rc, 0) << cmd << "\n" << test::gunzip_file(dir.file("log"));
+  Image img = read_png(png);
+  // BRAID_VIEW_TEST_KEEP=DIR keeps the screenshots for a look.
+  if (const char* keep = std::getenv("BRAID_VIEW_TEST_KEEP"))
+    std::filesystem::copy_file(png,
+                               std::string(keep) + "/" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                                   ".png",
+                               std::filesystem::copy_options::overwrite_existing);
+  simdjson::dom::parser p;
+  simdjson::dom::element j = p.load(geo);
+  Geometry g;
+  g.axis_x0 = j["axis_x0"].get_double();
+  g.axis_x1 = j["axis_x1"].get_double();
+  g.label_x0 = j["label_x0"].get_double();
+  g.label_x1 = j["label_x1"].get_double();
+  g.t0 = j["t0"].get_int64();
+  g.t1 = j["t1"].get_int64();
+  for (auto s : j["sections"].get_array()) {
+    g.shift.push_back(s["shift"].get_int64());
+    for (auto l : s["lanes"].get_array())
+      g.lanes.push_back({static_cast<int>(int64_t(s["slot"].get_int64())),
+                         static_cast<int>(int64_t(l["rank"].get_int64())), l["stream"].get_int64(),
+                         l["y0"].get_double(), l["y1"].get_double()});
+  }
+  return {std::move(img), g};
+}
+
+const LaneGeo& lane(const Geometry& g, int slot, int rank, int64_t stream) {
+  for (const LaneGeo& l : g.lanes)
+    if (l.slot == slot && l.rank == rank && l.stream == stream) return l;
+  throw std::runtime_error("lane not drawn");
+}
+
+// Pixel x of an axis time, computed independently from the axis window the frame used.
+int x_at(const Geometry& g, Ns t) {
+  return static_cast<int>(
+      std::lround(g.axis_x0 + (g.axis_x1 - g.axis_x0) * static_cast<double>(t - g.t0) /
+                                  static_cast<double>(g.t1 - g.t0)));
+}
+
+Rgb pixel(const Image& img, int x, int y) {
+  const uint8_t* p = img.at(x, y);
+  return {p[0], p[1], p[2]};
+}
+
+// Labels are drawn over events, so a point test looks at a 5-pixel-wide column of the row
+// (y .. y + 12) and wants at least 60% of it in the colour (text covers less than that).
+::testing::AssertionResult is_color(const Image& img, int x, int y, Rgb want) {
+  int hit = 0, total = 0;
+  Rgb seen{};
+  for (int yy = y; yy < y + 12; ++yy)
+    for (int xx = x - 2; xx <= x + 2; ++xx) {
+      Rgb c = pixel(img, xx, yy);
+      ++total;
+      if (std::abs(c.r - want.r) <= 2 && std::abs(c.g - want.g) <= 2 && std::abs(c.b - want.b) <= 2)
+        ++hit;
+      else
+        seen = c;
+    }
+  if (hit * 10 >= total * 6) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "around (" << x << ", " << y << ") only " << hit << "/" << total << " pixels are "
+         << int(want.r) << "," << int(want.g) << "," << int(want.b) << " (e.g. " << int(seen.r)
+         << "," << int(seen.g) << "," << int(seen.b) << ")";
+}
+
+// Pixels in [x0, x1) x [y0, y1) within 12 of `c` on each channel (text is antialiased).
+int count_near(const Image& img, int x0, int x1, int y0, int y1, Rgb c) {
+  int n = 0;
+  for (int y = y0; y < y1; ++y)
+    for (int x = x0; x < x1; ++x) {
+      Rgb p = pixel(img, x, y);
+      if (std::abs(p.r - c.r) < 12 && std::abs(p.g - c.g) < 12 && std::abs(p.b - c.b) < 12) ++n;
+    }
+  return n;
+}
+
+class Screenshot : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(have_xvfb()) << "xvfb-run is not installed: the screenshot tests need it "
+                                "(scripts/setup.sh installs the xvfb and xauth packages)";
+  }
+  test::TempDir dir_;
+};
+
+TEST_F(Screenshot, KnownEventsLanesAndLabelsAreWhereTheTraceSays) {
+  std::string braid = dir_.file("known.braid");
+  test::write_known_trace(braid);
+  auto [img, g] = screenshot(dir_, braid, "");
+  ASSERT_EQ(img.width, 1400);
+  ASSERT_EQ(img.height, 800);
+  EXPECT_EQ(g.t0, kBase - us(2));  // fit with 2% margins
+  EXPECT_EQ(g.t1, kBase + us(102));
+  ASSERT_EQ(g.lanes.size(), 6u);
+  const LaneGeo& s7 = lane(g, 0, 0, 7);
+  const LaneGeo& s7r1 = lane(g, 0, 1, 7);
+  const LaneGeo& s20 = lane(g, 0, 0, 20);
+  int y = static_cast<int>(s7.y0 + 2), y1 = static_cast<int>(s7r1.y0 + 2),
+      y20 = static_cast<int>(s20.y0 + 2);
+
+  // Events in their category colours, right of their labels.
+  EXPECT_TRUE(is_color(img, x_at(g, kBase + us(35)), y,
+                       category_color(static_cast<uint8_t>(Category::Gemm))));
+  EXPECT_TRUE(is_color(img, x_at(g, kBase + us(35)), y1,
+                       category_color(static_cast<uint8_t>(Category::Gemm))));
+  EXPECT_TRUE(is_color(img, x_at(g, kBase + us(47.5)), y,
+                       category_color(static_cast<uint8_t>(Category::Elementwise))));
+  EXPECT_TRUE(is_color(img, x_at(g, kBase + us(85)), y,
+                       category_color(static_cast<uint8_t>(Category::CommAllReduce))));
+  EXPECT_TRUE(is_color(img, x_at(g, kBase + us(96)), y20,
+                       category_color(static_cast<uint8_t>(Category::Attention))));
+  EXPECT_TRUE(is_color(img, x_at(g, kBase + us(4)), y20,
+                       category_color(static_cast<uint8_t>(Category::Memory))));
+  // Gaps show the lane's background.
+  EXPECT_TRUE(is_color(img, x_at(g, kBase + us(42.5)), y, kLaneBackground));
+  EXPECT_TRUE(is_color(img, x_at(g, kBase + us(5)), y, kLaneBackground));
+  // The clock offset is applied: at 57.5 us rank 0 is in its allreduce, rank 1 not yet.
+  EXPECT_TRUE(is_color(img, x_at(g, kBase + us(57.5)), y,
+                       category_color(static_cast<uint8_t>(Category::CommAllReduce))));
+  EXPECT_TRUE(is_color(img, x_at(g, kBase + us(57.5)), y1, kLaneBackground));
+  // Edges within a pixel: just inside and just outside the gemm [10, 40) us.
+  int gx0 = x_at(g, kBase + us(10)), gx1 = x_at(g, kBase + us(40));
+  EXPECT_TRUE(is_color(img, gx1 - 3, y, category_color(static_cast<uint8_t>(Category::Gemm))));
+  EXPECT_TRUE(is_color(img, gx1 + 3, y, kLaneBackground));
+  EXPECT_TRUE(is_color(img, gx0 - 3, y, kLaneBackground));
+  EXPECT_TRUE(
+      is_color(img, gx0 + 3 + 14 * 7, y, category_color(static_cast<uint8_t>(Category::Gemm))));
+
+  // Labels: dark text inside the gemm ("gemm_kernel_A"), light text in the label column
+  // ("stream 7"), and the collective labelled with its op and size.
+  int dark = count_near(img, gx0 + 2, gx0 + 100, static_cast<int>(s7.y0), static_cast<int>(s7.y1),
+                        {15, 15, 15});
+  EXPECT_GT(dark, 40);
+  int light = count_near(img, static_cast<int>(g.label_x0), static_cast<int>(g.label_x1),
+                         static_cast<int>(s7.y0), static_cast<int>(s7.y1), {200, 200, 205});
+  EXPECT_GT(light, 30);
+  int ar0 = x_at(g, kBase + us(55));
+  int ar_label = count_near(img, ar0 + 2, ar0 + 130, static_cast<int>(s7.y0),
+                            static_cast<int>(s7.y1), {15, 15, 15});
+  EXPECT_GT(ar_label, 60);  // "allreduce 64.0 MiB"
+  // No text where the gemm's label has ended.
+  EXPECT_EQ(count_near(img, gx1 - 20, gx1 - 4, static_cast<int>(s7.y0), static_cast<int>(s7.y1),
+                       {15, 15, 15}),
+            0);
+}
+
+TEST_F(Screenshot, CompareModeShowsBothRunsAligned) {
+  std::string braid = dir_.file("two.braid");
+  test::write_known_trace(braid, true);
+  auto [img, g] = screenshot(dir_, braid, "--compare 1 2");
+  ASSERT_EQ(g.shift.size(), 2u);
+  EXPECT_EQ(g.shift[0], kBase);
+  EXPECT_EQ(g.shift[1], test::kRun2Base);
+  const LaneGeo& a = lane(g, 0, 0, 7);
+  const LaneGeo& b = lane(g, 1, 0, 7);
+  EXPECT_GT(b.y0, a.y1);
+  int ya = static_cast<int>(a.y0 + 2), yb = static_cast<int>(b.y0 + 2);
+  Rgb ar = category_color(static_cast<uint8_t>(Category::CommAllReduce));
+  Rgb gemm = category_color(static_cast<uint8_t>(Category::Gemm));
+  // Both gemms at the same aligned place; the allreduce ends at 90 us in A, 70 us in B.
+  EXPECT_TRUE(is_color(img, x_at(g, us(35)), ya, gemm));
+  EXPECT_TRUE(is_color(img, x_at(g, us(35)), yb, gemm));
+  EXPECT_TRUE(is_color(img, x_at(g, us(80)), ya, ar));
+  EXPECT_TRUE(is_color(img, x_at(g, us(80)), yb, kLaneBackground));
+  EXPECT_TRUE(is_color(img, x_at(g, us(65)), yb, ar));
+}
+
+TEST_F(Screenshot, BadInputGetsOneLineAndNoFile) {
+  std::string png = dir_.file("none.png");
+  std::string cmd = std::string("'") + BRAID_VIEW + "' '" + dir_.file("absent.braid") +
+                    "' --screenshot '" + png + "' 2> " + dir_.file("err");
+  int rc = std::system(cmd.c_str());
+  EXPECT_NE(rc, 0);
+  std::string err = test::gunzip_file(dir_.file("err"));
+  EXPECT_NE(err.find("braid-view: error: "), std::string::npos) << err;
+  EXPECT_NE(err.find("absent.braid"), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(png));
+  cmd =
+      std::string("'") + BRAID_VIEW + "' x.braid --size 10 --screenshot '" + png + "' 2>/dev/null";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 2);
+}
+
+}  // namespace
+}  // namespace braid::view

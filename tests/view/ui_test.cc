@@ -1,0 +1,213 @@
+// Frames built headless (an ImGui context, no GL backend): what is drawn where, hover, click
+// selection, wheel zoom at the cursor, drag to pan, keys, collapsing a rank, compare mode.
+#include <gtest/gtest.h>
+
+#include "app/view/app.h"
+#include "trace/test_util.h"
+#include "view/known_trace.h"
+
+namespace braid::view {
+namespace {
+
+using test::kBase;
+constexpr Ns us(double v) { return static_cast<Ns>(v * 1000); }
+
+class Headless : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ImGui::CreateContext();
+    ImGuiIO& io = ImGui::GetIO();
+    io.IniFilename = nullptr;
+    unsigned char* px;
+    int w, h;
+    io.Fonts->GetTexDataAsRGBA32(&px, &w, &h);
+    io.DisplaySize = ImVec2(1400, 800);
+    io.DeltaTime = 1.f / 60;
+    path_ = dir_.file("known.braid");
+    test::write_known_trace(path_, true);
+  }
+  void TearDown() override { ImGui::DestroyContext(); }
+
+  void frame() {
+    ImGui::NewFrame();
+    build_frame(app_);
+    ImGui::Render();
+    ImGuiIO& io = ImGui::GetIO();
+    io.MouseWheel = 0;
+    for (bool& k : io.KeysDown) k = false;
+  }
+  void open(int64_t a, int64_t b = -1) {
+    app_open(app_, path_, a, b);
+    app_wait(app_);
+    frame();
+    frame();
+  }
+  // A copy: the geometry is rebuilt by every frame.
+  std::optional<FrameGeometry::LaneGeom> lane(int slot, int32_t rank, int64_t stream) {
+    for (auto& s : app_.geom.sections)
+      if (s.slot == slot)
+        for (auto& l : s.lanes)
+          if (l.rank == rank && l.stream == stream) return l;
+    return std::nullopt;
+  }
+  float x_of(Ns t) const { return app_.geom.axis_x0 + app_.axis.x_of(t); }
+  void move(float x, float y) { ImGui::GetIO().MousePos = ImVec2(x, y); }
+
+  test::TempDir dir_;
+  std::string path_;
+  App app_;
+};
+
+TEST_F(Headless, FitShowsTheWholeRunWithEveryLane) {
+  open(1);
+  ASSERT_TRUE(app_.all_ready());
+  EXPECT_EQ(app_.geom.sections.size(), 1u);
+  EXPECT_EQ(app_.geom.sections[0].lanes.size(), 6u);
+  // fit: the run's span with 2% margins.
+  EXPECT_EQ(app_.geom.t0, kBase - us(2));
+  EXPECT_EQ(app_.geom.t1, kBase + us(102));
+  EXPECT_GT(app_.geom.axis_x1 - app_.geom.axis_x0, 500.f);
+  EXPECT_GT(lane(0, 1, 7)->y0, lane(0, 0, 7)->y1);  // rank 1 below rank 0
+}
+
+TEST_F(Headless, HoverClickWheelDragAndKeys) {
+  open(1);
+  const auto l = lane(0, 0, 7);
+  ASSERT_TRUE(l.has_value());
+  float y = l->y0 + 8;
+  move(x_of(kBase + us(25)), y);  // middle of the gemm
+  frame();
+  ASSERT_TRUE(app_.hovered);
+  const RunData& d = *app_.slots[0].data;
+  EXPECT_EQ(
+      d.str(d.event(app_.hovered->hit.lane, app_.hovered->hit.row, app_.hovered->hit.index).name),
+      "gemm_kernel_A");
+  // Click (press and release without moving) selects it.
+  ImGui::GetIO().MouseDown[0] = true;
+  frame();
+  ImGui::GetIO().MouseDown[0] = false;
+  frame();
+  ASSERT_TRUE(app_.selected);
+  EXPECT_EQ(app_.selected->hit.index, 0);
+  EXPECT_EQ(app_.tab, SideTab::Details);
+
+  // The wheel zooms in with the time under the cursor fixed.
+  float mx = x_of(kBase + us(25));
+  Ns under = app_.axis.t_of(mx - app_.geom.axis_x0);
+  double npp = app_.axis.ns_per_px();
+  ImGui::GetIO().MouseWheel = 1;
+  frame();
+  EXPECT_NEAR(app_.axis.ns_per_px(), npp * 0.8, npp * 1e-9);
+  EXPECT_NEAR(static_cast<double>(app_.axis.t_of(mx - app_.geom.axis_x0) - under), 0.0,
+              app_.axis.ns_per_px());
+
+  // Dragging 100 px to the right moves the view 100 px earlier.
+  Ns t0 = app_.axis.t0();
+  npp = app_.axis.ns_per_px();
+  ImGui::GetIO().MouseDown[0] = true;
+  frame();
+  move(mx + 100, y);
+  frame();
+  ImGui::GetIO().MouseDown[0] = false;
+  frame();
+  EXPECT_NEAR(static_cast<double>(t0 - app_.axis.t0()), 100 * npp, 2 * npp);
+
+  // Keys: W zooms in, S out, D pans right, F fits.
+  npp = app_.axis.ns_per_px();
+  ImGui::GetIO().KeysDown['W'] = true;
+  frame();
+  EXPECT_NEAR(app_.axis.ns_per_px(), npp * 0.8, npp * 1e-9);
+  ImGui::GetIO().KeysDown['S'] = true;
+  frame();
+  EXPECT_NEAR(app_.axis.ns_per_px(), npp, npp * 1e-9);
+  t0 = app_.axis.t0();
+  ImGui::GetIO().KeysDown['D'] = true;
+  frame();
+  EXPECT_GT(app_.axis.t0(), t0);
+  ImGui::GetIO().KeysDown['F'] = true;
+  frame();
+  EXPECT_EQ(app_.axis.t0(), kBase - us(2));
+}
+
+TEST_F(Headless, ShiftDragSelectsARangeWithItsStatistics) {
+  open(1);
+  const auto l = lane(0, 0, 7);
+  float y = l->y0 + 8;
+  ImGuiIO& io = ImGui::GetIO();
+  io.KeyShift = true;
+  move(x_of(kBase + us(30)), y);
+  frame();
+  io.MouseDown[0] = true;
+  frame();
+  move(x_of(kBase + us(60)), y);
+  frame();
+  io.MouseDown[0] = false;
+  frame();
+  io.KeyShift = false;
+  ASSERT_TRUE(app_.range_active);
+  ASSERT_TRUE(app_.range_stats[0]);
+  EXPECT_EQ(app_.tab, SideTab::Range);
+  // Pixel-exact ends: the gemm's part in the range is 10 us per rank, within a pixel.
+  double px = app_.axis.ns_per_px();
+  EXPECT_NEAR(static_cast<double>(app_.range_stats[0]->by_category["gemm"].time), us(20), 4 * px);
+  EXPECT_EQ(app_.range_stats[0]->collectives, 1);
+}
+
+TEST_F(Headless, ClickingARankHeaderCollapsesIt) {
+  open(1);
+  const auto& g = app_.slots[0].layout.groups[0];
+  float header_y = app_.geom.sections[0].y0 + 20 + g.y0 + 5;  // below the section's title bar
+  move(app_.geom.label_x0 + 10, header_y);
+  frame();
+  ImGui::GetIO().MouseDown[0] = true;
+  frame();
+  ImGui::GetIO().MouseDown[0] = false;
+  frame();
+  frame();
+  EXPECT_EQ(app_.slots[0].collapsed[0], 1);
+  EXPECT_FALSE(lane(0, 0, 7));
+  EXPECT_TRUE(lane(0, 1, 7));
+}
+
+TEST_F(Headless, CompareStacksBothRunsOnTheirStepOrigins) {
+  open(1, 2);
+  ASSERT_TRUE(app_.all_ready());
+  ASSERT_EQ(app_.geom.sections.size(), 2u);
+  EXPECT_EQ(app_.geom.sections[0].run_id, 1);
+  EXPECT_EQ(app_.geom.sections[1].run_id, 2);
+  EXPECT_EQ(app_.slots[0].shift, kBase);
+  EXPECT_EQ(app_.slots[1].shift, test::kRun2Base);
+  EXPECT_GT(app_.geom.sections[1].y0, app_.geom.sections[0].y1);
+  // Aligned: both runs' gemm starts at the same x.
+  EXPECT_EQ(app_.geom.t0, -us(2));
+  EXPECT_EQ(app_.tab, SideTab::Compare);
+  ASSERT_FALSE(app_.diff.empty());
+  EXPECT_EQ(app_.diff[0].name, "step time");
+  // Hovering B's allreduce at 65 us (aligned) finds B's event; at 80 us there is none in B.
+  const auto lb = lane(1, 0, 7);
+  ASSERT_TRUE(lb.has_value());
+  float yb = lb->y0 + 8;  // geom is rebuilt by every frame
+  move(x_of(us(65)), yb);
+  frame();
+  ASSERT_TRUE(app_.hovered);
+  EXPECT_EQ(app_.hovered->slot, 1);
+  move(x_of(us(80)), yb);
+  frame();
+  EXPECT_FALSE(app_.hovered);
+}
+
+TEST_F(Headless, SearchJumpsToTheFirstMatch) {
+  open(1);
+  std::snprintf(app_.search_text, sizeof app_.search_text, "vector_add");
+  // Enter in the search box is ImGui input; the search itself is what it calls.
+  app_.search_result = search_events(*app_.slots[0].data, app_.search_text);
+  ASSERT_EQ(app_.search_result.total, 2);
+  select_event(app_, 0, app_.search_result.hits[0], true);
+  frame();
+  EXPECT_LE(app_.axis.t0(), kBase + us(45));
+  EXPECT_GE(app_.axis.t1(), kBase + us(50));
+  EXPECT_LT(app_.axis.t1() - app_.axis.t0(), us(10));
+}
+
+}  // namespace
+}  // namespace braid::view
