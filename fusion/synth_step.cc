@@ -1,0 +1,433 @@
+// One rank's training step: the 1F1B order of forward and backward micro-batches, pipeline
+// point-to-point transfers on their own streams, and gradient reduction on the DP stream
+// (bucketed All-Reduce overlapping backward, or ZeRO 1/2/3) followed by the optimizer.
+#include <algorithm>
+
+#include "fusion/synth_builder.h"
+#include "trace/error.h"
+
+namespace braid::fusion::synth_detail {
+
+RankBuilder::RankBuilder(Schedule& s, const ModelShape& m, const ParallelLayout& p,
+                         const analysis::CostModel& cost, int32_t rank)
+    : s_(s), m_(m), p_(p), cost_(cost), rank_(rank), c_(coord_of(p, rank)) {
+  dtype_ = normalize_dtype(m.dtype);
+  dbytes_ = dtype_size(dtype_);
+  T_ = m.tokens();
+  M_ = T_ * m.hidden;
+  Ms_ = M_ / p.tp;
+  X_ = p.sp_on() ? Ms_ : M_;
+  int64_t per_stage = m.layers / p.pp;
+  first_layer_ = static_cast<int>(c_.pp * per_stage);
+  end_layer_ = static_cast<int>(first_layer_ + per_stage);
+
+  const int64_t t = p.tp, h = m.hidden, d = m.ffn_size();
+  int64_t off = 0;
+  auto place = [&off](int64_t n) {
+    WeightRef w{off, n};
+    off += n;
+    return w;
+  };
+  w_qkv_ = place(3 * h * h / t);
+  w_o_ = place(h * h / t);
+  if (m.moe()) {
+    w_router_ = place(h * m.experts);
+  } else {
+    w_fc1_ = place(h * d / t);
+    w_fc2_ = place(d * h / t);
+  }
+  int64_t dense_per_layer = off;
+  off = 0;
+  if (m.moe()) {
+    int64_t local = m.experts / p.ep;
+    w_efc1_ = place(local * h * d);
+    w_efc2_ = place(local * d * h);
+  }
+  dense_.per_layer = dense_per_layer;
+  expert_.per_layer = off;
+}
+
+// ---------------------------------------------------------------- buffers, streams, ops
+
+Slice RankBuilder::buffer(const std::string& nm, int64_t size, const std::string& dtype) {
+  RankSchedule& rs = s_.ranks[rank_];
+  if (const Buffer* b = rs.find_buffer(nm)) {
+    if (b->size != size)
+      throw Error(ErrorCode::Internal, "synth: buffer '" + nm + "' declared with sizes " +
+                                           std::to_string(b->size) + " and " + std::to_string(size));
+    return Slice{nm, 0, size};
+  }
+  s_.add_buffer(rank_, nm, dtype.empty() ? dtype_ : dtype, size);
+  return Slice{nm, 0, size};
+}
+
+int RankBuilder::stream(const std::string& nm) {
+  const RankSchedule& rs = s_.ranks[rank_];
+  for (size_t i = 0; i < rs.streams.size(); ++i)
+    if (rs.streams[i].name == nm) return static_cast<int>(i);
+  return s_.add_stream(rank_, nm);
+}
+
+void RankBuilder::compute(int st, const std::string& lab, std::vector<Slice> reads,
+                          std::vector<Slice> writes, Ns duration) {
+  Compute c;
+  c.label = lab;
+  c.duration_ns = duration;
+  c.reads = std::move(reads);
+  c.writes = std::move(writes);
+  s_.append(rank_, st, std::move(c));
+}
+
+// A GEMM [m x k] * [k x n]: 2mnk FLOPs, reading both operands and writing the result once.
+void RankBuilder::gemm(const std::string& lab, std::vector<Slice> reads, std::vector<Slice> writes,
+                       int64_t m, int64_t n, int64_t k) {
+  double flops = 2.0 * double(m) * double(n) * double(k);
+  double bytes = (double(m) * k + double(k) * n + double(m) * n) * dbytes_;
+  compute(compute_, lab, std::move(reads), std::move(writes), cost_.compute_ns(flops, bytes, dbytes_));
+}
+
+// A memory-bound kernel: reads every read slice and writes every written slice once.
+void RankBuilder::elementwise(const std::string& lab, std::vector<Slice> reads,
+                              std::vector<Slice> writes, double flops_per_out) {
+  double in = 0, out = 0;
+  for (const Slice& r : reads) in += double(r.count);
+  for (const Slice& w : writes) out += double(w.count);
+  compute(compute_, lab, std::move(reads), std::move(writes),
+          cost_.compute_ns(flops_per_out * out, (in + out) * dbytes_, dbytes_));
+}
+
+void RankBuilder::collective(int st, CollOp op, const std::string& comm, int64_t count, Slice in,
+                             Slice out, const std::string& lab, const std::string& dtype) {
+  Collective c;
+  c.op = op;
+  c.comm = comm;
+  c.dtype = dtype.empty() ? dtype_ : dtype;
+  c.count = count;
+  c.in = std::move(in);
+  c.out = std::move(out);
+  c.label = lab;
+  s_.append(rank_, st, std::move(c));
+}
+
+void RankBuilder::p2p(int st, CollOp op, const std::string& comm, int32_t peer, Slice sl,
+                      const std::string& lab) {
+  Collective c;
+  c.op = op;
+  c.comm = comm;
+  c.dtype = dtype_;
+  c.count = sl.count;
+  (op == CollOp::Send ? c.in : c.out) = std::move(sl);
+  c.peer = peer;
+  c.label = lab;
+  s_.append(rank_, st, std::move(c));
+}
+
+void RankBuilder::record(int st, const std::string& event) { s_.append(rank_, st, Record{event}); }
+void RankBuilder::wait(int st, const std::string& event) { s_.append(rank_, st, Wait{event}); }
+
+std::string RankBuilder::name(int layer, std::string_view what, int mb) const {
+  return "L" + std::to_string(layer) + "." + std::string(what) + ".mb" + std::to_string(mb);
+}
+std::string RankBuilder::label(int layer, std::string_view what) const {
+  return "L" + std::to_string(layer) + "." + std::string(what);
+}
+
+std::string RankBuilder::tp_comm() const {
+  return "tp.pp" + std::to_string(c_.pp) + ".dp" + std::to_string(c_.dp);
+}
+std::string RankBuilder::ep_comm() const {
+  return "ep.pp" + std::to_string(c_.pp) + ".tp" + std::to_string(c_.tp) + ".g" +
+         std::to_string(c_.group);
+}
+std::string RankBuilder::pp_fwd_comm(int from) const {
+  return "pp.fwd" + std::to_string(from) + ".tp" + std::to_string(c_.tp) + ".dp" +
+         std::to_string(c_.dp);
+}
+std::string RankBuilder::pp_bwd_comm(int from) const {
+  return "pp.bwd" + std::to_string(from) + ".tp" + std::to_string(c_.tp) + ".dp" +
+         std::to_string(c_.dp);
+}
+
+// ---------------------------------------------------------------- parameter groups
+
+void RankBuilder::setup_groups() {
+  const int layers = end_layer_ - first_layer_;
+  dense_.name = "dense";
+  dense_.n = p_.dp;
+  dense_.index = c_.dp;
+  if (p_.dp > 1)
+    dense_.comm = "dp.pp" + std::to_string(c_.pp) + ".tp" + std::to_string(c_.tp);
+  expert_.name = "expert";
+  expert_.prefix = "expert_";
+  expert_.n = p_.dp / p_.ep;
+  expert_.index = c_.group;
+  if (expert_.n > 1)
+    expert_.comm = "edp.pp" + std::to_string(c_.pp) + ".tp" + std::to_string(c_.tp) + ".ep" +
+                   std::to_string(c_.ep);
+  for (ParamGroup* g : {&dense_, &expert_}) {
+    g->total = g->per_layer * layers;
+    g->zero = g->n > 1 ? p_.zero : 0;
+    if (g->per_layer == 0) continue;
+    // Buckets in backward order: whole layers from the last, closed once they reach
+    // bucket_elems (Megatron); one layer each under ZeRO-2/3.
+    bool per_layer = g->zero >= 2;
+    int last = end_layer_ - 1;
+    int64_t acc = 0;
+    for (int l = end_layer_ - 1; l >= first_layer_; --l) {
+      acc += g->per_layer;
+      if (per_layer || acc >= p_.bucket_elems || l == first_layer_) {
+        Bucket b;
+        b.first_layer = l;
+        b.last_layer = last;
+        b.offset = (l - first_layer_) * g->per_layer;
+        b.count = acc;
+        b.shard_offset = b.offset / g->n;
+        g->buckets.push_back(b);
+        acc = 0;
+        last = l - 1;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- micro-batches
+
+void RankBuilder::gather_weights(int l, int mb, bool backward) {
+  for (ParamGroup* g : {&dense_, &expert_}) {
+    if (g->zero != 3 || g->per_layer == 0) continue;
+    const bool expert = g == &expert_;
+    std::string phase = backward ? "bwd" : "fwd";
+    std::string full = "L" + std::to_string(l) + (expert ? ".expert_w." : ".w.") + phase;
+    // One gathered copy per (layer, phase) is reused by every micro-batch only after the
+    // compute that read it has finished, so each micro-batch gathers into its own name.
+    full += ".mb" + std::to_string(mb);
+    int64_t shard = g->per_layer / g->n;
+    Slice in = buffer(g->buf("params"), g->total / g->n).sub((l - first_layer_) * shard, shard);
+    Slice out = buffer(full, g->per_layer);
+    collective(dp_stream_, CollOp::AllGather, g->comm, shard, in, out,
+               label(l, g->name + ".params." + phase + ".allgather"));
+    record(dp_stream_, full + ".ready");
+    dp_used_ = true;
+  }
+}
+
+void RankBuilder::forward_microbatch(int mb) {
+  const int stage = c_.pp;
+  if (stage > 0) {
+    bool full = p_.sp_on() && p_.pp_send_full;
+    Slice in = full ? buffer(name(first_layer_, "x_full", mb), M_)
+                    : buffer(name(first_layer_, "x", mb), X_);
+    int st = stream("p2p_recv_fwd");
+    p2p(st, CollOp::Recv, pp_fwd_comm(stage - 1), rank_of(p_, c_.tp, c_.dp, stage - 1), in,
+        "pp.fwd.mb" + std::to_string(mb));
+    std::string ev = "pp.fwd.mb" + std::to_string(mb) + ".received";
+    record(st, ev);
+    wait(compute_, ev);
+  }
+  for (int l = first_layer_; l < end_layer_; ++l) {
+    if (p_.zero == 3) {
+      // Prefetch: the next layer's weights are gathered while this one computes.
+      if (l == first_layer_) gather_weights(l, mb, false);
+      if (l + 1 < end_layer_) gather_weights(l + 1, mb, false);
+      for (const ParamGroup* g : {&dense_, &expert_})
+        if (g->zero == 3 && g->per_layer > 0)
+          wait(compute_, "L" + std::to_string(l) + (g == &expert_ ? ".expert_w." : ".w.") +
+                             "fwd.mb" + std::to_string(mb) + ".ready");
+    }
+    backward_phase_ = false;
+    weight_mb_ = mb;
+    forward_layer(l, mb);
+  }
+  std::string out_label = "pp.fwd.mb" + std::to_string(mb);
+  if (stage + 1 < p_.pp) {
+    Slice out = buffer(name(end_layer_, "x", mb), X_);
+    if (p_.sp_on() && p_.pp_send_full)
+      out = sp_gather(end_layer_ - 1, mb, "output_full", out, "output.allgather");
+    std::string ev = "pp.fwd.mb" + std::to_string(mb) + ".ready";
+    record(compute_, ev);
+    int st = stream("p2p_send_fwd");
+    wait(st, ev);
+    p2p(st, CollOp::Send, pp_fwd_comm(stage), rank_of(p_, c_.tp, c_.dp, stage + 1), out, out_label);
+  } else {
+    Slice y = buffer(name(end_layer_, "x", mb), X_);
+    Slice loss = buffer("loss.mb" + std::to_string(mb), 1);
+    elementwise("loss", {y}, {loss}, 4);
+  }
+}
+
+void RankBuilder::backward_microbatch(int mb) {
+  const int stage = c_.pp;
+  Slice dy = buffer(name(end_layer_, "dx", mb), X_);
+  if (stage + 1 < p_.pp) {
+    int st = stream("p2p_recv_bwd");
+    p2p(st, CollOp::Recv, pp_bwd_comm(stage), rank_of(p_, c_.tp, c_.dp, stage + 1), dy,
+        "pp.bwd.mb" + std::to_string(mb));
+    std::string ev = "pp.bwd.mb" + std::to_string(mb) + ".received";
+    record(st, ev);
+    wait(compute_, ev);
+  } else {
+    elementwise("loss.bwd", {buffer(name(end_layer_, "x", mb), X_)}, {dy}, 4);
+  }
+  const bool last_mb = mb + 1 == m_.micro_batches;
+  for (int l = end_layer_ - 1; l >= first_layer_; --l) {
+    if (p_.zero == 3) {
+      if (l == end_layer_ - 1) gather_weights(l, mb, true);
+      if (l - 1 >= first_layer_) gather_weights(l - 1, mb, true);
+      for (const ParamGroup* g : {&dense_, &expert_})
+        if (g->zero == 3 && g->per_layer > 0)
+          wait(compute_, "L" + std::to_string(l) + (g == &expert_ ? ".expert_w." : ".w.") +
+                             "bwd.mb" + std::to_string(mb) + ".ready");
+    }
+    backward_phase_ = true;
+    weight_mb_ = mb;
+    backward_layer(l, mb);
+    if (last_mb) layer_grads_ready(l);
+  }
+  if (stage > 0) {
+    Slice dx = buffer(name(first_layer_, "dx", mb), X_);
+    std::string ev = "pp.bwd.mb" + std::to_string(mb) + ".ready";
+    record(compute_, ev);
+    int st = stream("p2p_send_bwd");
+    wait(st, ev);
+    p2p(st, CollOp::Send, pp_bwd_comm(stage - 1), rank_of(p_, c_.tp, c_.dp, stage - 1), dx,
+        "pp.bwd.mb" + std::to_string(mb));
+  }
+  if (last_mb) backward_done();
+}
+
+// ---------------------------------------------------------------- gradients and optimizer
+
+// Called after the last micro-batch's backward of layer l: buckets (ZeRO 0), layers (ZeRO 2/3)
+// whose gradients are complete go to the DP stream, overlapping the rest of the backward.
+void RankBuilder::layer_grads_ready(int l) {
+  for (ParamGroup* g : {&dense_, &expert_}) {
+    if (g->comm.empty() || g->zero == 1) continue;
+    for (size_t k = 0; k < g->buckets.size(); ++k) {
+      const Bucket& b = g->buckets[k];
+      if (b.first_layer != l) continue;
+      std::string ev = g->name + ".bucket" + std::to_string(k) + ".ready";
+      record(compute_, ev);
+      wait(dp_stream_, ev);
+      Slice grads = buffer(g->buf("grads"), g->total).sub(b.offset, b.count);
+      std::string lab = "dp." + g->name + ".bucket" + std::to_string(k);
+      if (g->zero == 0) {
+        collective(dp_stream_, CollOp::AllReduce, g->comm, b.count, grads, grads, lab + ".allreduce");
+      } else {
+        Slice shard = buffer(g->buf("grad_shard"), g->total / g->n).sub(b.shard_offset, b.count / g->n);
+        collective(dp_stream_, CollOp::ReduceScatter, g->comm, b.count / g->n, grads, shard,
+                   lab + ".reducescatter");
+      }
+      dp_used_ = true;
+    }
+  }
+}
+
+// ZeRO-1 reduce-scatters the gradients once the whole backward is done (seed 002).
+void RankBuilder::backward_done() {
+  bool announced = false;
+  for (ParamGroup* g : {&dense_, &expert_}) {
+    if (g->comm.empty() || g->zero != 1 || g->per_layer == 0) continue;
+    if (!announced) {
+      record(compute_, "backward.done");
+      wait(dp_stream_, "backward.done");
+      announced = true;
+    }
+    for (size_t k = 0; k < g->buckets.size(); ++k) {
+      const Bucket& b = g->buckets[k];
+      Slice grads = buffer(g->buf("grads"), g->total).sub(b.offset, b.count);
+      Slice shard = buffer(g->buf("grad_shard"), g->total / g->n).sub(b.shard_offset, b.count / g->n);
+      collective(dp_stream_, CollOp::ReduceScatter, g->comm, b.count / g->n, grads, shard,
+                 "dp." + g->name + ".bucket" + std::to_string(k) + ".reducescatter");
+      dp_used_ = true;
+    }
+  }
+}
+
+void RankBuilder::optimizer_and_param_gather() {
+  if (dp_used_) {
+    record(dp_stream_, "grads.reduced");
+    wait(compute_, "grads.reduced");
+  }
+  // Adam: fp32 master weights, momentum and variance (3 floats per parameter) next to the
+  // model-precision parameters and gradients; about 12 FLOPs and 32 bytes moved per parameter.
+  auto adam = [&](const std::string& lab, Slice g, Slice w, Slice state) {
+    double n = double(w.count);
+    compute(compute_, lab, {g, w, state}, {w, state},
+            cost_.compute_ns(12 * n, n * (2.0 * dbytes_ + dbytes_ + 24.0), 4));
+  };
+  bool gather = false;
+  for (ParamGroup* g : {&dense_, &expert_}) {
+    if (g->per_layer == 0) continue;
+    std::string lab = "optimizer." + g->name;
+    if (!g->sharded()) {
+      adam(lab, buffer(g->buf("grads"), g->total), buffer(g->buf("params"), g->total),
+           buffer(g->buf("opt_state"), 3 * g->total, "float32"));
+      continue;
+    }
+    const int64_t shard_total = g->total / g->n;
+    Slice shard = buffer(g->buf("grad_shard"), shard_total);
+    Slice state = buffer(g->buf("opt_state"), 3 * shard_total, "float32");
+    if (g->zero == 3) {
+      adam(lab, shard, buffer(g->buf("params"), shard_total), state);
+      continue;
+    }
+    gather = true;
+    Slice params = buffer(g->buf("params"), g->total);
+    for (const Bucket& b : g->buckets) {
+      int64_t c = b.count / g->n;
+      adam(lab, shard.sub(b.shard_offset, c), params.sub(b.offset + g->index * c, c),
+           state.sub(3 * b.shard_offset, 3 * c));
+    }
+  }
+  if (!gather) return;
+  record(compute_, "optimizer.done");
+  wait(dp_stream_, "optimizer.done");
+  for (ParamGroup* g : {&dense_, &expert_}) {
+    if (g->per_layer == 0 || !g->sharded() || g->zero == 3) continue;
+    Slice params = buffer(g->buf("params"), g->total);
+    for (size_t k = 0; k < g->buckets.size(); ++k) {
+      const Bucket& b = g->buckets[k];
+      int64_t c = b.count / g->n;
+      collective(dp_stream_, CollOp::AllGather, g->comm, c, params.sub(b.offset + g->index * c, c),
+                 params.sub(b.offset, b.count),
+                 "dp." + g->name + ".bucket" + std::to_string(k) + ".params.allgather");
+    }
+  }
+}
+
+void RankBuilder::set_outputs() {
+  RankSchedule& rs = s_.ranks[rank_];
+  std::vector<std::string> out;
+  if (c_.pp + 1 == p_.pp)
+    for (int mb = 0; mb < m_.micro_batches; ++mb) out.push_back("loss.mb" + std::to_string(mb));
+  if (c_.pp == 0)  // gradients w.r.t. the embedded input, for the embedding's backward
+    for (int mb = 0; mb < m_.micro_batches; ++mb) out.push_back(name(0, "dx", mb));
+  for (const ParamGroup* g : {&dense_, &expert_}) {
+    if (g->per_layer == 0) continue;
+    out.push_back(g->buf(g->sharded() ? "grad_shard" : "grads"));
+    out.push_back(g->buf("params"));
+    out.push_back(g->buf("opt_state"));
+  }
+  rs.outputs = std::move(out);
+}
+
+void RankBuilder::build() {
+  s_.add_rank(rank_);
+  compute_ = stream("compute");
+  setup_groups();
+  if (!dense_.comm.empty() || !expert_.comm.empty()) dp_stream_ = stream("dp");
+  // 1F1B: stage s runs min(pp - s - 1, m) warm-up forwards, then alternates one forward and
+  // one backward, then drains the remaining backwards. pp == 1 gives F0 B0 F1 B1 ...
+  const int m = static_cast<int>(m_.micro_batches);
+  const int warmup = std::min(p_.pp - c_.pp - 1, m);
+  for (int i = 0; i < warmup; ++i) forward_microbatch(i);
+  for (int i = 0; i < m - warmup; ++i) {
+    forward_microbatch(warmup + i);
+    backward_microbatch(i);
+  }
+  for (int i = m - warmup; i < m; ++i) backward_microbatch(i);
+  optimizer_and_param_gather();
+  set_outputs();
+}
+
+}  // namespace braid::fusion::synth_detail
