@@ -35,11 +35,16 @@ int64_t write_synthetic_job(const std::string& path, const SyntheticJob& job) {
   cm.ranks = "[";
   for (int r = 0; r < job.nranks; ++r) cm.ranks += (r ? ", " : "") + std::to_string(r);
   cm.ranks += "]";
-  cm.label = "data parallel";
+  cm.label = "synthetic all-reduce group";
   cm.backend = "nccl";
   w.add_communicator(run, cm);
 
+  auto written = [&](int r) {
+    return job.only_ranks.empty() ||
+           std::find(job.only_ranks.begin(), job.only_ranks.end(), r) != job.only_ranks.end();
+  };
   for (int r = 0; r < job.nranks; ++r) {
+    if (!written(r)) continue;
     RankInfo info;
     info.rank = r;
     info.world_size = job.nranks;
@@ -67,6 +72,7 @@ int64_t write_synthetic_job(const std::string& path, const SyntheticJob& job) {
       last_b = std::max(last_b, std::max(end_a, S + 300 * us + d_of(r)));
     const Ns end_b = last_b + 80 * us;
     for (int r = 0; r < job.nranks; ++r) {
+      if (!written(r)) continue;
       const Ns skew = r < static_cast<int>(job.clock_skew.size()) ? job.clock_skew[r] : 0;
       const Ns d = d_of(r);
       const int64_t tid = 100 + r;

@@ -36,6 +36,7 @@ struct SyntheticJob {
   bool record_seq = true;             // collectives carry sequence numbers
   int drop_rank = -1, drop_step = -1; // drop all-reduce A of that step on that rank
   std::string comm = "dp";
+  std::vector<int> only_ranks;        // write only these ranks (a per-process file); empty: all
   int64_t count = 1 << 20;            // float32 elements per all-reduce
   Ns step_period = 1'000'000;
   Ns base = 1'700'000'000'000'000'000;  // the true time of step 0

@@ -75,6 +75,50 @@ CREATE TABLE opportunities(
   predicted_saving_ns INTEGER, detail TEXT);
 )SQL";
 
+// Analysis results (schema 1.1, written by `braid analyze`; docs/schema.md). IF NOT EXISTS, so
+// the same text creates them in new files and in files migrated from 1.0.
+static const char* kAnalysisTables = R"SQL(
+CREATE TABLE IF NOT EXISTS analysis_ranks(
+  run_id INTEGER NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, busy_ns INTEGER NOT NULL,
+  idle_ns INTEGER NOT NULL, compute_ns INTEGER NOT NULL, comm_ns INTEGER NOT NULL,
+  memory_ns INTEGER NOT NULL, non_compute_ns INTEGER NOT NULL, overlap_ns INTEGER NOT NULL,
+  exposed_comm_ns INTEGER NOT NULL, overlap_pct REAL NOT NULL,
+  PRIMARY KEY (run_id, rank, step));
+CREATE TABLE IF NOT EXISTS analysis_collectives(
+  run_id INTEGER NOT NULL, group_id INTEGER NOT NULL, comm TEXT NOT NULL, seq INTEGER NOT NULL,
+  match_method TEXT NOT NULL, op TEXT NOT NULL, bytes INTEGER NOT NULL, nranks INTEGER NOT NULL,
+  step INTEGER NOT NULL, complete INTEGER NOT NULL, problem TEXT,
+  first_arrival_ns INTEGER NOT NULL, last_arrival_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL,
+  wait_ns INTEGER NOT NULL, transfer_ns INTEGER NOT NULL, late_rank INTEGER NOT NULL,
+  algbw_gbps REAL NOT NULL, busbw_gbps REAL NOT NULL, predicted_ns INTEGER NOT NULL,
+  PRIMARY KEY (run_id, group_id));
+CREATE TABLE IF NOT EXISTS analysis_collective_members(
+  run_id INTEGER NOT NULL, group_id INTEGER NOT NULL, rank INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, wait_ns INTEGER NOT NULL,
+  PRIMARY KEY (run_id, group_id, rank, start_ns));
+CREATE TABLE IF NOT EXISTS analysis_critical_path(
+  run_id INTEGER NOT NULL, step INTEGER NOT NULL, position INTEGER NOT NULL,
+  kind TEXT NOT NULL, rank INTEGER NOT NULL, stream INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, name TEXT, category TEXT, comm TEXT,
+  group_id INTEGER NOT NULL, late_rank INTEGER NOT NULL,
+  PRIMARY KEY (run_id, step, position));
+CREATE TABLE IF NOT EXISTS analysis_communicators(
+  run_id INTEGER NOT NULL, comm TEXT NOT NULL, parallel_dim TEXT NOT NULL, evidence TEXT,
+  nranks INTEGER, ranks TEXT, alpha_ns REAL, ns_per_byte REAL, cost_source TEXT,
+  cv_error REAL, samples INTEGER,
+  PRIMARY KEY (run_id, comm));
+CREATE TABLE IF NOT EXISTS analysis_clocks(
+  run_id INTEGER NOT NULL, rank INTEGER NOT NULL, offset_ns INTEGER NOT NULL,
+  error_ns INTEGER NOT NULL, residual_rms_ns REAL NOT NULL, anchors INTEGER NOT NULL,
+  aligned INTEGER NOT NULL, flagged INTEGER NOT NULL, reference_rank INTEGER NOT NULL,
+  PRIMARY KEY (run_id, rank));
+CREATE TABLE IF NOT EXISTS analysis_reports(
+  run_id INTEGER NOT NULL, step INTEGER NOT NULL, profile TEXT, created_at TEXT NOT NULL,
+  report TEXT NOT NULL,
+  PRIMARY KEY (run_id, step));
+)SQL";
+
 static const char* kIndexes = R"SQL(
 CREATE INDEX IF NOT EXISTS kernels_window ON kernels(run_id, rank, stream, start_ns);
 CREATE INDEX IF NOT EXISTS memcpys_window ON memcpys(run_id, rank, stream, start_ns);
@@ -86,6 +130,7 @@ CREATE INDEX IF NOT EXISTS collectives_match ON collectives(run_id, comm_id, seq
 
 void create_tables(sqlite3* db) {
   sql::exec(db, kTables);
+  sql::exec(db, kAnalysisTables);
   sql::Stmt cat(db, "INSERT INTO categories(id, name) VALUES (?, ?)");
   for (int i = 0; i < 32; ++i) {
     auto name = to_string(static_cast<Category>(i));
@@ -144,7 +189,7 @@ static const char* const kMigrations[] = {nullptr};
 
 void migrate(sqlite3* db, const std::string& path) {
   Version v = check(db, path);
-  if (v.major >= kMajor) return;
+  if (v.major > kMajor || (v.major == kMajor && v.minor >= kMinor)) return;
   sql::exec(db, "BEGIN IMMEDIATE");
   try {
     for (int m = v.major; m < kMajor; ++m) {
@@ -153,6 +198,8 @@ void migrate(sqlite3* db, const std::string& path) {
                     path + ": no migration from schema version " + std::to_string(m));
       sql::exec(db, kMigrations[m - 1]);
     }
+    // Minor versions of the current major only add tables: 1.1 the analysis results.
+    sql::exec(db, kAnalysisTables);
     sql::Stmt up(db, "UPDATE meta SET value=? WHERE key='schema_version'");
     up.bind(1, std::to_string(kMajor) + "." + std::to_string(kMinor));
     up.run();

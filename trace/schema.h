@@ -9,7 +9,7 @@
 namespace braid::schema {
 
 inline constexpr int kMajor = 1;  // a reader refuses files of a newer major version
-inline constexpr int kMinor = 0;  // newer minor versions only add tables/columns a reader ignores
+inline constexpr int kMinor = 1;  // newer minor versions only add tables/columns a reader ignores
 
 // Creates every table of the current version in an empty database (indexes: see below).
 void create_tables(sqlite3* db);

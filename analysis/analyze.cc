@@ -1,0 +1,322 @@
+#include "analysis/analyze.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "trace/error.h"
+#include "trace/summary.h"
+
+namespace braid::analysis {
+
+namespace {
+
+template <typename T>
+T median_of(std::vector<T> v) {
+  if (v.empty()) return T{};
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string pct(Ns part, Ns whole) {
+  return whole > 0 ? fmt("%.1f%%", 100.0 * static_cast<double>(part) / whole) : "-";
+}
+
+std::string q(const std::string& s) { return "\"" + json_escape(s) + "\""; }
+
+}  // namespace
+
+Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt) {
+  Analysis a;
+  a.path = reader.path();
+  a.run_id = opt.run >= 0 ? opt.run : default_run(reader);
+  a.step = opt.step;
+  a.profile = load_profile(opt.profile);
+  RunData run = load_run(reader, a.run_id);
+  if (run.ranks.empty())
+    throw Error(ErrorCode::Empty, reader.path() + ": run " + std::to_string(a.run_id) + " has no ranks");
+  a.ranks = run.rank_ids();
+  if (opt.step >= 0) {
+    bool any = false;
+    for (const auto& [r, t] : run.ranks)
+      for (const Step& s : t.steps) any = any || s.step == opt.step;
+    if (!any) {
+      std::set<int64_t> steps;
+      for (const auto& [r, t] : run.ranks)
+        for (const Step& s : t.steps) steps.insert(s.step);
+      std::string have;
+      for (int64_t s : steps) have += (have.empty() ? "" : ", ") + std::to_string(s);
+      throw Error(ErrorCode::Usage, reader.path() + ": run " + std::to_string(a.run_id) +
+                                        " has no step " + std::to_string(opt.step) +
+                                        (have.empty() ? " (it has no steps)" : " (steps: " + have + ")"));
+    }
+  }
+  for (const auto& [r, t] : run.ranks)
+    a.collectives_per_rank[r] = static_cast<int64_t>(t.collectives.size());
+  a.match = match_collectives(run);
+  a.clocks = opt.solve_clocks ? align_clocks(run, a.match) : stored_clocks(run);
+  a.diagnostics = a.match.diagnostics;
+  a.diagnostics.insert(a.diagnostics.end(), a.clocks.diagnostics.begin(), a.clocks.diagnostics.end());
+
+  MetricsOptions mo;
+  mo.step = opt.step;
+  mo.top_kernels = opt.top_kernels;
+  a.metrics = compute_metrics(run, a.match, a.clocks, mo);
+
+  std::map<int32_t, RankTimeline> timelines;
+  for (const auto& [r, t] : run.ranks) timelines[r] = build_timeline(t);
+  std::set<int64_t> steps;
+  for (const auto& [r, t] : run.ranks)
+    for (const Step& s : t.steps)
+      if (opt.step < 0 || s.step == opt.step) steps.insert(s.step);
+  if (steps.empty()) steps.insert(-1);
+  for (int64_t s : steps) {
+    CriticalPathOptions co;
+    co.step = s;
+    a.paths.push_back(critical_path(run, a.match, a.clocks, timelines, co));
+  }
+
+  CostModel model(a.profile);
+  a.costs = calibrate(run, a.match, a.clocks, model);
+  a.labels = infer_parallelism(run, a.match, a.profile.gpus_per_node);
+
+  // Per (communicator, op, size).
+  std::map<std::tuple<std::string, CollOp, int64_t>, std::vector<const CollectiveMetrics*>> groups;
+  for (const CollectiveMetrics& c : a.metrics.collectives)
+    if (c.complete && c.members.size() >= 2) groups[{c.comm, c.op, c.bytes}].push_back(&c);
+  for (auto& [key, v] : groups) {
+    CollectiveSummary s;
+    std::tie(s.comm, s.op, s.bytes) = key;
+    s.nranks = v[0]->nranks;
+    s.count = static_cast<int64_t>(v.size());
+    std::vector<Ns> waits, transfers;
+    std::vector<double> bw;
+    for (auto* c : v) waits.push_back(c->wait_ns), transfers.push_back(c->transfer_ns), bw.push_back(c->busbw_gbps);
+    s.median_wait_ns = median_of(waits);
+    s.median_transfer_ns = median_of(transfers);
+    s.median_busbw_gbps = median_of(bw);
+    if (s.bytes > 0) s.predicted_ns = model.collective_ns(s.op, s.bytes, s.nranks, s.comm, comm_members(run, s.comm));
+    a.summary.push_back(s);
+  }
+  return a;
+}
+
+std::string report_text(const Analysis& a) {
+  std::string o;
+  o += a.path + ": run " + std::to_string(a.run_id) + ", " + std::to_string(a.ranks.size()) +
+       " ranks" + (a.step >= 0 ? ", step " + std::to_string(a.step) : "") + "\n\n";
+
+  o += "clocks (reference rank " + std::to_string(a.clocks.reference) + ", " +
+       std::to_string(a.clocks.anchors_used) + " anchors, residual " +
+       fmt("%.2f", a.clocks.residual_rms_ns / 1000) + " µs RMS)\n";
+  for (const RankClock& c : a.clocks.ranks)
+    o += "  rank " + std::to_string(c.rank) + "  offset " + fmt("%+.3f", c.offset / 1000.0) +
+         " µs" + (c.error >= 0 ? "  ± " + fmt("%.3f", c.error / 1000.0) + " µs" : "") +
+         (c.aligned ? "" : "  (not aligned: no shared collective)") +
+         (c.flagged ? "  FLAGGED: residual " + fmt("%.1f", c.residual_rms_ns / 1000) + " µs" : "") + "\n";
+
+  o += "\ntime per rank (HTA temporal breakdown; overlap = HTA comm/comp overlap)\n";
+  o += "  rank  step        span     compute        comm     exposed        idle  overlap\n";
+  for (const RankMetrics& m : a.metrics.ranks) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %4d  %4s  %10s  %10s  %10s  %10s  %10s  %6.1f%%\n", m.rank,
+                  m.step < 0 ? "all" : std::to_string(m.step).c_str(), format_ns(m.span()).c_str(),
+                  format_ns(m.compute_ns).c_str(), format_ns(m.comm_ns).c_str(),
+                  format_ns(m.exposed_comm_ns).c_str(), format_ns(m.idle_ns).c_str(), m.overlap_pct);
+    o += line;
+  }
+
+  o += "\ncollectives (matched " + std::to_string(a.match.groups.size()) + " groups; " +
+       std::to_string(a.match.unmatched) + " unmatched, " + std::to_string(a.match.mismatched) +
+       " mismatched)\n";
+  o += "  comm            op             size    n  count   wait(med)  transfer(med)   busbw  predicted\n";
+  for (const CollectiveSummary& s : a.summary) {
+    char line[320];
+    std::snprintf(line, sizeof line, "  %-14s  %-13s %9s %4d %6lld  %10s  %13s  %6s  %9s\n",
+                  (s.comm.empty() ? "(none)" : s.comm).c_str(), std::string(to_string(s.op)).c_str(),
+                  s.bytes >= 0 ? format_bytes(s.bytes).c_str() : "?", s.nranks,
+                  static_cast<long long>(s.count), format_ns(s.median_wait_ns).c_str(),
+                  format_ns(s.median_transfer_ns).c_str(),
+                  s.median_busbw_gbps > 0 ? fmt("%.1f", s.median_busbw_gbps).c_str() : "-",
+                  s.predicted_ns >= 0 ? format_ns(s.predicted_ns).c_str() : "-");
+    o += line;
+  }
+  // Stragglers: who arrives last, how often.
+  std::map<int32_t, std::pair<int64_t, Ns>> late;
+  for (const CollectiveMetrics& c : a.metrics.collectives)
+    if (c.late_rank >= 0 && c.complete) {
+      late[c.late_rank].first++;
+      late[c.late_rank].second += c.wait_ns;
+    }
+  if (!late.empty()) {
+    o += "  last to arrive:";
+    for (auto& [r, v] : late)
+      o += "  rank " + std::to_string(r) + " " + std::to_string(v.first) + "x (others waited " +
+           format_ns(v.second) + ")";
+    o += "\n";
+  }
+
+  for (const CriticalPath& p : a.paths) {
+    o += "\ncritical path" + (p.step >= 0 ? " of step " + std::to_string(p.step) : std::string(" of the run")) +
+         ": " + format_ns(p.length()) + ", " + std::to_string(p.chain.size()) + " segments\n";
+    std::vector<std::pair<Ns, std::string>> shares;
+    for (auto& [c, ns] : p.by_category) shares.push_back({ns, c});
+    std::sort(shares.rbegin(), shares.rend());
+    o += "  by category:";
+    for (auto& [ns, c] : shares) o += "  " + c + " " + pct(ns, p.length());
+    o += "\n";
+    if (!p.by_comm.empty()) {
+      o += "  by communicator:";
+      for (auto& [c, ns] : p.by_comm) o += "  " + (c.empty() ? "(none)" : c) + " " + pct(ns, p.length());
+      o += "\n";
+    }
+    size_t shown = 0;
+    for (const PathSegment& s : p.chain) {
+      if (++shown > 12) {
+        o += "  ... " + std::to_string(p.chain.size() - 12) + " more\n";
+        break;
+      }
+      std::string what = s.kind == SegmentKind::Collective
+                             ? s.name + " on '" + s.comm + "' (last arrival: rank " + std::to_string(s.late_rank) + ")"
+                             : s.name;
+      if (what.size() > 70) what = what.substr(0, 67) + "...";
+      o += "  rank " + std::to_string(s.rank) + "  " + format_ns(s.duration()) + "  " +
+           std::string(to_string(s.kind)) + "  " + what + "\n";
+    }
+  }
+
+  if (!a.costs.empty()) {
+    o += "\ncost model (profile " + a.profile.name + "), calibrated per communicator\n";
+    for (auto& [c, cc] : a.costs)
+      o += "  " + (c.empty() ? "(none)" : c) + "  alpha " + fmt("%.2f", cc.link.alpha_ns / 1000) +
+           " µs  bandwidth " + (cc.link.ns_per_byte > 0 ? fmt("%.1f", 1.0 / cc.link.ns_per_byte) : "inf") +
+           " GB/s  cv error " + (cc.cv_error >= 0 ? fmt("%.1f%%", 100 * cc.cv_error) : "-") + "  (" +
+           cc.source + ")\n";
+  }
+  if (!a.labels.empty()) {
+    o += "\nparallelism\n";
+    for (const CommLabel& l : a.labels)
+      o += "  " + (l.comm.empty() ? "(none)" : l.comm) + "  " + l.dim + "  " + l.evidence + "\n";
+  }
+  o += "\ntop kernels\n";
+  for (const KernelStat& k : a.metrics.kernels) {
+    std::string n = k.name.size() > 60 ? k.name.substr(0, 57) + "..." : k.name;
+    o += "  rank " + std::to_string(k.rank) + "  " + format_ns(k.total_ns) + "  " +
+         std::to_string(k.count) + "x  " + std::string(to_string(k.category)) + "  " + n + "\n";
+  }
+  if (!a.diagnostics.empty()) {
+    o += "\ndiagnostics\n";
+    for (const Diagnostic& d : a.diagnostics)
+      o += "  " + std::string(to_string(d.severity)) + "  " + d.code + "  " + std::to_string(d.count) +
+           "  " + d.detail + "\n";
+  }
+  return o;
+}
+
+std::string report_json(const Analysis& a) {
+  std::string o = "{\"file\":" + q(a.path) + ",\"run\":" + std::to_string(a.run_id) +
+                  ",\"step\":" + std::to_string(a.step) + ",\"profile\":" + q(a.profile.name);
+  o += ",\"clocks\":{\"reference\":" + std::to_string(a.clocks.reference) +
+       ",\"anchors\":" + std::to_string(a.clocks.anchors_used) +
+       ",\"anchors_dropped\":" + std::to_string(a.clocks.anchors_dropped) +
+       ",\"residual_rms_ns\":" + fmt("%.1f", a.clocks.residual_rms_ns) + ",\"ranks\":[";
+  for (size_t i = 0; i < a.clocks.ranks.size(); ++i) {
+    const RankClock& c = a.clocks.ranks[i];
+    o += std::string(i ? "," : "") + "{\"rank\":" + std::to_string(c.rank) + ",\"offset_ns\":" +
+         std::to_string(c.offset) + ",\"error_ns\":" + std::to_string(c.error) +
+         ",\"residual_rms_ns\":" + fmt("%.1f", c.residual_rms_ns) + ",\"anchors\":" +
+         std::to_string(c.anchors) + ",\"aligned\":" + (c.aligned ? "true" : "false") +
+         ",\"flagged\":" + (c.flagged ? "true" : "false") + "}";
+  }
+  o += "]},\"ranks\":[";
+  for (size_t i = 0; i < a.metrics.ranks.size(); ++i) {
+    const RankMetrics& m = a.metrics.ranks[i];
+    o += std::string(i ? "," : "") + "{\"rank\":" + std::to_string(m.rank) + ",\"step\":" +
+         std::to_string(m.step) + ",\"start_ns\":" + std::to_string(m.start) + ",\"end_ns\":" +
+         std::to_string(m.end) + ",\"busy_ns\":" + std::to_string(m.busy_ns) + ",\"idle_ns\":" +
+         std::to_string(m.idle_ns) + ",\"compute_ns\":" + std::to_string(m.compute_ns) +
+         ",\"comm_ns\":" + std::to_string(m.comm_ns) + ",\"memory_ns\":" + std::to_string(m.memory_ns) +
+         ",\"non_compute_ns\":" + std::to_string(m.non_compute_ns) + ",\"overlap_ns\":" +
+         std::to_string(m.overlap_ns) + ",\"exposed_comm_ns\":" + std::to_string(m.exposed_comm_ns) +
+         ",\"overlap_pct\":" + fmt("%.2f", m.overlap_pct) + "}";
+  }
+  o += "],\"collectives\":[";
+  for (size_t i = 0; i < a.metrics.collectives.size(); ++i) {
+    const CollectiveMetrics& c = a.metrics.collectives[i];
+    o += std::string(i ? "," : "") + "{\"group\":" + std::to_string(c.group) + ",\"comm\":" + q(c.comm) +
+         ",\"seq\":" + std::to_string(c.seq) + ",\"op\":" + q(std::string(to_string(c.op))) +
+         ",\"bytes\":" + std::to_string(c.bytes) + ",\"nranks\":" + std::to_string(c.nranks) +
+         ",\"step\":" + std::to_string(c.step) + ",\"complete\":" + (c.complete ? "true" : "false") +
+         ",\"members\":" + std::to_string(c.members.size()) + ",\"wait_ns\":" +
+         std::to_string(c.wait_ns) + ",\"transfer_ns\":" + std::to_string(c.transfer_ns) +
+         ",\"late_rank\":" + std::to_string(c.late_rank) + ",\"algbw_gbps\":" +
+         fmt("%.3f", c.algbw_gbps) + ",\"busbw_gbps\":" + fmt("%.3f", c.busbw_gbps) + "}";
+  }
+  o += "],\"summary\":[";
+  for (size_t i = 0; i < a.summary.size(); ++i) {
+    const CollectiveSummary& s = a.summary[i];
+    o += std::string(i ? "," : "") + "{\"comm\":" + q(s.comm) + ",\"op\":" + q(std::string(to_string(s.op))) +
+         ",\"bytes\":" + std::to_string(s.bytes) + ",\"nranks\":" + std::to_string(s.nranks) +
+         ",\"count\":" + std::to_string(s.count) + ",\"median_wait_ns\":" + std::to_string(s.median_wait_ns) +
+         ",\"median_transfer_ns\":" + std::to_string(s.median_transfer_ns) +
+         ",\"median_busbw_gbps\":" + fmt("%.3f", s.median_busbw_gbps) +
+         ",\"predicted_ns\":" + std::to_string(s.predicted_ns) + "}";
+  }
+  o += "],\"critical_paths\":[";
+  for (size_t i = 0; i < a.paths.size(); ++i) {
+    const CriticalPath& p = a.paths[i];
+    o += std::string(i ? "," : "") + "{\"step\":" + std::to_string(p.step) + ",\"start_ns\":" +
+         std::to_string(p.start) + ",\"end_ns\":" + std::to_string(p.end) + ",\"by_category\":{";
+    size_t k = 0;
+    for (auto& [c, ns] : p.by_category) o += std::string(k++ ? "," : "") + q(c) + ":" + std::to_string(ns);
+    o += "},\"by_comm\":{";
+    k = 0;
+    for (auto& [c, ns] : p.by_comm) o += std::string(k++ ? "," : "") + q(c) + ":" + std::to_string(ns);
+    o += "},\"chain\":[";
+    for (size_t j = 0; j < p.chain.size(); ++j) {
+      const PathSegment& s = p.chain[j];
+      o += std::string(j ? "," : "") + "{\"kind\":" + q(std::string(to_string(s.kind))) +
+           ",\"rank\":" + std::to_string(s.rank) + ",\"stream\":" + std::to_string(s.stream) +
+           ",\"start_ns\":" + std::to_string(s.start) + ",\"end_ns\":" + std::to_string(s.end) +
+           ",\"name\":" + q(s.name) + ",\"category\":" + q(s.category) + ",\"comm\":" + q(s.comm) +
+           ",\"group\":" + std::to_string(s.group) + ",\"late_rank\":" + std::to_string(s.late_rank) + "}";
+    }
+    o += "]}";
+  }
+  o += "],\"costs\":[";
+  size_t k = 0;
+  for (auto& [c, cc] : a.costs)
+    o += std::string(k++ ? "," : "") + "{\"comm\":" + q(c) + ",\"alpha_ns\":" + fmt("%.1f", cc.link.alpha_ns) +
+         ",\"ns_per_byte\":" + fmt("%.6g", cc.link.ns_per_byte) + ",\"samples\":" +
+         std::to_string(cc.samples) + ",\"cv_error\":" + fmt("%.4f", cc.cv_error) + ",\"source\":" +
+         q(cc.source) + "}";
+  o += "],\"parallelism\":[";
+  for (size_t i = 0; i < a.labels.size(); ++i)
+    o += std::string(i ? "," : "") + "{\"comm\":" + q(a.labels[i].comm) + ",\"dim\":" + q(a.labels[i].dim) +
+         ",\"nranks\":" + std::to_string(a.labels[i].nranks) + ",\"evidence\":" + q(a.labels[i].evidence) + "}";
+  o += "],\"kernels\":[";
+  for (size_t i = 0; i < a.metrics.kernels.size(); ++i) {
+    const KernelStat& s = a.metrics.kernels[i];
+    o += std::string(i ? "," : "") + "{\"rank\":" + std::to_string(s.rank) + ",\"name\":" + q(s.name) +
+         ",\"category\":" + q(std::string(to_string(s.category))) + ",\"count\":" + std::to_string(s.count) +
+         ",\"total_ns\":" + std::to_string(s.total_ns) + ",\"min_ns\":" + std::to_string(s.min_ns) +
+         ",\"max_ns\":" + std::to_string(s.max_ns) + "}";
+  }
+  o += "],\"diagnostics\":[";
+  for (size_t i = 0; i < a.diagnostics.size(); ++i) {
+    const Diagnostic& d = a.diagnostics[i];
+    o += std::string(i ? "," : "") + "{\"rank\":" + std::to_string(d.rank) + ",\"severity\":" +
+         q(std::string(to_string(d.severity))) + ",\"code\":" + q(d.code) + ",\"count\":" +
+         std::to_string(d.count) + ",\"detail\":" + q(d.detail) + "}";
+  }
+  o += "]}\n";
+  return o;
+}
+
+}  // namespace braid::analysis

@@ -1,0 +1,189 @@
+#include "analysis/merge.h"
+
+#include <filesystem>
+#include <map>
+#include <unordered_map>
+
+#include "analysis/matching.h"
+#include "analysis/run_data.h"
+#include "trace/error.h"
+#include "trace/reader.h"
+#include "trace/sqlite_util.h"
+#include "trace/store_update.h"
+#include "trace/temp_cleanup.h"
+#include "trace/writer.h"
+
+namespace braid::analysis {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+void copy_run(const TraceReader& r, int64_t src, TraceWriter& w, int64_t dst, int64_t& events) {
+  std::unordered_map<StrId, StrId> ids;
+  auto map = [&](StrId id) -> StrId {
+    if (id == 0) return 0;
+    auto it = ids.find(id);
+    if (it != ids.end()) return it->second;
+    StrId n = w.intern(r.str(id));
+    ids.emplace(id, n);
+    return n;
+  };
+  for (const StreamInfo& s : r.streams(src)) w.add_stream(dst, s);
+  for (const Step& s : r.steps(src)) w.add_step(dst, s);
+  for (const Diagnostic& d : r.diagnostics(src)) w.add_diagnostic(dst, d);
+  r.kernels(src, [&](Kernel k) {
+    k.name = map(k.name);
+    w.add(dst, k);
+    ++events;
+    return true;
+  });
+  r.memcpys(src, [&](Memcpy m) {
+    m.name = map(m.name);
+    w.add(dst, m);
+    ++events;
+    return true;
+  });
+  r.api_calls(src, [&](ApiCall a) {
+    a.name = map(a.name);
+    w.add(dst, a);
+    ++events;
+    return true;
+  });
+  r.ranges(src, [&](Range x) {
+    x.name = map(x.name);
+    x.domain = map(x.domain);
+    x.payload = map(x.payload);
+    w.add(dst, x);
+    ++events;
+    return true;
+  });
+  r.collectives(src, [&](Collective c) {
+    c.comm = map(c.comm);
+    c.dtype = map(c.dtype);
+    c.algo = map(c.algo);
+    c.proto = map(c.proto);
+    c.name = map(c.name);
+    w.add(dst, c);
+    ++events;
+    return true;
+  });
+}
+
+}  // namespace
+
+MergeResult merge_files(const std::vector<std::string>& inputs, const std::string& output,
+                        bool solve_clocks) {
+  if (inputs.size() < 2)
+    throw Error(ErrorCode::Usage, "braid merge needs at least two input files");
+  std::error_code ec;
+  for (const std::string& in : inputs)
+    if (fs::exists(output, ec) && fs::equivalent(in, output, ec))
+      throw Error(ErrorCode::Usage, "the output " + output + " is also an input");
+
+  // Open every input and check that no rank appears twice.
+  std::vector<std::unique_ptr<TraceReader>> readers;
+  std::vector<int64_t> runs;
+  std::map<int32_t, std::string> owner;
+  for (const std::string& in : inputs) {
+    readers.push_back(std::make_unique<TraceReader>(in));
+    int64_t run = default_run(*readers.back());
+    runs.push_back(run);
+    auto ranks = readers.back()->ranks(run);
+    if (ranks.empty())
+      throw Error(ErrorCode::Empty, in + ": run " + std::to_string(run) + " has no ranks");
+    for (const RankInfo& r : ranks) {
+      auto [it, fresh] = owner.emplace(r.rank, in);
+      if (!fresh)
+        throw Error(ErrorCode::Usage, "rank " + std::to_string(r.rank) + " is in both " +
+                                          it->second + " and " + in +
+                                          "; merge takes each rank from one file");
+    }
+  }
+
+  MergeResult res;
+  for (auto& [r, _] : owner) res.ranks.push_back(r);
+  const std::string tmp = output + ".merge-tmp";
+  fs::remove(tmp, ec);
+  register_temp_for_cleanup(tmp);
+  try {
+    {
+      TraceWriter w(tmp, TraceWriter::Mode::Overwrite);
+      const RunRow first = [&] {
+        for (const RunRow& r : readers[0]->runs())
+          if (r.run_id == runs[0]) return r;
+        return RunRow{};
+      }();
+      std::string sources;
+      for (size_t i = 0; i < inputs.size(); ++i) sources += (i ? ";" : "") + inputs[i];
+      res.run_id = w.begin_run(first.kind, sources, first.backend,
+                               "merged from " + std::to_string(inputs.size()) + " files");
+      std::map<std::string, Communicator> comms;
+      for (size_t i = 0; i < readers.size(); ++i) {
+        for (RankInfo r : readers[i]->ranks(runs[i])) {
+          r.clock_offset = 0;
+          r.offset_error = -1;
+          if (r.source.empty()) r.source = inputs[i];
+          w.add_rank(res.run_id, r);
+        }
+        for (const Communicator& c : readers[i]->communicators(runs[i])) {
+          auto [it, fresh] = comms.emplace(c.comm, c);
+          if (!fresh && it->second.ranks.size() < c.ranks.size()) it->second = c;
+        }
+        copy_run(*readers[i], runs[i], w, res.run_id, res.events);
+      }
+      for (auto& [_, c] : comms) w.add_communicator(res.run_id, c);
+      w.commit();
+    }
+    // Clock alignment on the merged run, stored in the same file before it is renamed.
+    {
+      TraceReader merged(tmp);
+      RunData run = load_run(merged, res.run_id);
+      MatchResult match = match_collectives(run);
+      res.clocks = solve_clocks ? align_clocks(run, match) : stored_clocks(run);
+    }
+    {
+      StoreUpdate u(tmp);
+      sql::Stmt up(u.db(), "UPDATE ranks SET clock_offset_ns=?, offset_error_ns=? WHERE run_id=? AND rank=?");
+      for (const RankClock& c : res.clocks.ranks) {
+        if (!c.aligned) continue;
+        up.bind(1, static_cast<int64_t>(c.offset));
+        up.bind(2, static_cast<int64_t>(c.error));
+        up.bind(3, res.run_id);
+        up.bind(4, c.rank);
+        up.run();
+      }
+      sql::Stmt diag(u.db(), "INSERT INTO diagnostics(run_id, rank, severity, code, count, detail) VALUES (?,?,?,?,?,?)");
+      auto add = [&](const Diagnostic& d) {
+        diag.bind(1, res.run_id);
+        diag.bind(2, d.rank);
+        diag.bind(3, to_string(d.severity));
+        diag.bind(4, d.code);
+        diag.bind(5, d.count);
+        diag.bind(6, d.detail);
+        diag.run();
+      };
+      int unaligned = 0;
+      for (const RankClock& c : res.clocks.ranks) unaligned += c.aligned ? 0 : 1;
+      if (solve_clocks && unaligned > 0)
+        add({-1, Severity::Warning, "merge.clock_unanchored", unaligned,
+             "ranks with no matched collective shared with rank " +
+                 std::to_string(res.clocks.reference) +
+                 ": their own clocks are kept (offset 0), so their times may not line up"});
+      for (const Diagnostic& d : res.clocks.diagnostics)
+        if (d.code != "analysis.clock_unanchored") add(d);
+      u.commit();
+    }
+    fs::rename(tmp, output);
+    unregister_temp_for_cleanup();
+  } catch (...) {
+    unregister_temp_for_cleanup();
+    fs::remove(tmp, ec);
+    fs::remove(tmp + "-wal", ec);
+    fs::remove(tmp + "-shm", ec);
+    throw;
+  }
+  return res;
+}
+
+}  // namespace braid::analysis

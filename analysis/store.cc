@@ -1,0 +1,166 @@
+#include "analysis/store.h"
+
+#include <tuple>
+
+#include "trace/sqlite_util.h"
+#include "trace/store_update.h"
+
+namespace braid::analysis {
+
+void store_analysis(const std::string& path, const Analysis& a) {
+  StoreUpdate u(path);
+  sqlite3* db = u.db();
+  const int64_t run = a.run_id;
+  auto clear = [&](const char* table, bool by_step) {
+    sql::Stmt s(db, std::string("DELETE FROM ") + table + " WHERE run_id=?" +
+                        (by_step && a.step >= 0 ? " AND step=?" : ""));
+    s.bind(1, run);
+    if (by_step && a.step >= 0) s.bind(2, a.step);
+    s.run();
+  };
+  clear("analysis_ranks", true);
+  clear("analysis_critical_path", true);
+  clear("analysis_reports", true);
+  // Group ids are those of this analysis's matching: all group rows are replaced together.
+  clear("analysis_collectives", false);
+  clear("analysis_collective_members", false);
+  clear("analysis_communicators", false);
+  clear("analysis_clocks", false);
+
+  {
+    sql::Stmt s(db, "INSERT INTO analysis_ranks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    for (const RankMetrics& m : a.metrics.ranks) {
+      int i = 1;
+      s.bind(i++, run);
+      s.bind(i++, m.rank);
+      s.bind(i++, m.step);
+      for (Ns v : {m.start, m.end, m.busy_ns, m.idle_ns, m.compute_ns, m.comm_ns, m.memory_ns,
+                   m.non_compute_ns, m.overlap_ns, m.exposed_comm_ns})
+        s.bind(i++, static_cast<int64_t>(v));
+      s.bind(i++, m.overlap_pct);
+      s.run();
+    }
+  }
+  {
+    std::map<std::tuple<std::string, CollOp, int64_t>, Ns> predicted;
+    for (const CollectiveSummary& cs : a.summary) predicted[{cs.comm, cs.op, cs.bytes}] = cs.predicted_ns;
+    sql::Stmt s(db, "INSERT INTO analysis_collectives VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    sql::Stmt m(db, "INSERT OR REPLACE INTO analysis_collective_members VALUES (?,?,?,?,?,?)");
+    for (const CollectiveMetrics& c : a.metrics.collectives) {
+      const CollGroup& g = a.match.groups[c.group];
+      int i = 1;
+      s.bind(i++, run);
+      s.bind(i++, c.group);
+      s.bind(i++, c.comm);
+      s.bind(i++, c.seq);
+      s.bind(i++, to_string(g.method));
+      s.bind(i++, to_string(c.op));
+      s.bind(i++, c.bytes);
+      s.bind(i++, c.nranks);
+      s.bind(i++, c.step);
+      s.bind(i++, c.complete ? 1 : 0);
+      if (g.problem.empty()) s.bind_null(i++);
+      else s.bind(i++, g.problem);
+      for (Ns v : {c.first_arrival, c.last_arrival, c.end, c.wait_ns, c.transfer_ns})
+        s.bind(i++, static_cast<int64_t>(v));
+      s.bind(i++, c.late_rank);
+      s.bind(i++, c.algbw_gbps);
+      s.bind(i++, c.busbw_gbps);
+      auto p = predicted.find({c.comm, c.op, c.bytes});
+      s.bind(i++, static_cast<int64_t>(p == predicted.end() ? -1 : p->second));
+      s.run();
+      for (const MemberTiming& mt : c.members) {
+        m.bind(1, run);
+        m.bind(2, c.group);
+        m.bind(3, mt.rank);
+        m.bind(4, static_cast<int64_t>(mt.arrival));
+        m.bind(5, static_cast<int64_t>(mt.end));
+        m.bind(6, static_cast<int64_t>(mt.wait_ns));
+        m.run();
+      }
+    }
+  }
+  {
+    sql::Stmt s(db, "INSERT INTO analysis_critical_path VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    for (const CriticalPath& p : a.paths)
+      for (size_t k = 0; k < p.chain.size(); ++k) {
+        const PathSegment& g = p.chain[k];
+        int i = 1;
+        s.bind(i++, run);
+        s.bind(i++, p.step);
+        s.bind(i++, static_cast<int64_t>(k));
+        s.bind(i++, to_string(g.kind));
+        s.bind(i++, g.rank);
+        s.bind(i++, g.stream);
+        s.bind(i++, static_cast<int64_t>(g.start));
+        s.bind(i++, static_cast<int64_t>(g.end));
+        s.bind(i++, g.name);
+        s.bind(i++, g.category);
+        s.bind(i++, g.comm);
+        s.bind(i++, g.group);
+        s.bind(i++, g.late_rank);
+        s.run();
+      }
+  }
+  {
+    sql::Stmt s(db, "INSERT INTO analysis_communicators VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+    for (const CommLabel& l : a.labels) {
+      std::string ranks = "[";
+      for (size_t k = 0; k < l.members.size(); ++k) ranks += (k ? ", " : "") + std::to_string(l.members[k]);
+      ranks += "]";
+      int i = 1;
+      s.bind(i++, run);
+      s.bind(i++, l.comm);
+      s.bind(i++, l.dim);
+      s.bind(i++, l.evidence);
+      s.bind(i++, l.nranks);
+      s.bind(i++, ranks);
+      auto c = a.costs.find(l.comm);
+      if (c == a.costs.end()) {
+        for (int k = 0; k < 5; ++k) s.bind_null(i++);
+      } else {
+        s.bind(i++, c->second.link.alpha_ns);
+        s.bind(i++, c->second.link.ns_per_byte);
+        s.bind(i++, c->second.source);
+        s.bind(i++, c->second.cv_error);
+        s.bind(i++, c->second.samples);
+      }
+      s.run();
+    }
+  }
+  {
+    sql::Stmt s(db, "INSERT INTO analysis_clocks VALUES (?,?,?,?,?,?,?,?,?)");
+    sql::Stmt up(db, "UPDATE ranks SET clock_offset_ns=?, offset_error_ns=? WHERE run_id=? AND rank=?");
+    for (const RankClock& c : a.clocks.ranks) {
+      int i = 1;
+      s.bind(i++, run);
+      s.bind(i++, c.rank);
+      s.bind(i++, static_cast<int64_t>(c.offset));
+      s.bind(i++, static_cast<int64_t>(c.error));
+      s.bind(i++, c.residual_rms_ns);
+      s.bind(i++, c.anchors);
+      s.bind(i++, c.aligned ? 1 : 0);
+      s.bind(i++, c.flagged ? 1 : 0);
+      s.bind(i++, a.clocks.reference);
+      s.run();
+      if (!c.aligned) continue;
+      up.bind(1, static_cast<int64_t>(c.offset));
+      up.bind(2, static_cast<int64_t>(c.error));
+      up.bind(3, run);
+      up.bind(4, c.rank);
+      up.run();
+    }
+  }
+  {
+    sql::Stmt s(db, "INSERT INTO analysis_reports VALUES (?,?,?,?,?)");
+    s.bind(1, run);
+    s.bind(2, a.step);
+    s.bind(3, a.profile.name);
+    s.bind(4, utc_now_iso8601());
+    s.bind(5, report_json(a));
+    s.run();
+  }
+  u.commit();
+}
+
+}  // namespace braid::analysis
