@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,7 @@ class RankBuilder {
   int compute_ = 0;              // the compute stream's index
   int dp_stream_ = -1;
   bool dp_used_ = false;
+  std::unordered_map<std::string, int64_t> buffer_sizes_;  // declared buffers (lookups stay O(1))
 };
 
 }  // namespace braid::fusion::synth_detail

@@ -50,11 +50,11 @@ RankBuilder::RankBuilder(Schedule& s, const ModelShape& m, const ParallelLayout&
 // ---------------------------------------------------------------- buffers, streams, ops
 
 Slice RankBuilder::buffer(const std::string& nm, int64_t size, const std::string& dtype) {
-  RankSchedule& rs = s_.ranks[rank_];
-  if (const Buffer* b = rs.find_buffer(nm)) {
-    if (b->size != size)
+  auto [it, added] = buffer_sizes_.emplace(nm, size);
+  if (!added) {
+    if (it->second != size)
       throw Error(ErrorCode::Internal, "synth: buffer '" + nm + "' declared with sizes " +
-                                           std::to_string(b->size) + " and " + std::to_string(size));
+                                           std::to_string(it->second) + " and " + std::to_string(size));
     return Slice{nm, 0, size};
   }
   s_.add_buffer(rank_, nm, dtype.empty() ? dtype_ : dtype, size);
