@@ -105,6 +105,9 @@ void Collector::on_mem(const MemActivity& a) {
                                                   : "Memcpy " + std::string(to_string(a.kind)));
   m.correlation = a.correlation;
   note_stream(a.stream);
+  // NCCL on one rank copies instead of launching a kernel: the copy carries the collective.
+  if (auto it = corr_to_ext_.find(a.correlation); it != corr_to_ext_.end())
+    link_kernel(it->second, {m.start, m.end, m.stream, a.correlation, m.name, 0});
   sink_.add(m);
 }
 

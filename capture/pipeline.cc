@@ -92,7 +92,7 @@ void Pipeline::drain(bool final) {
     }
   }
   if (hooks_.update_counters) hooks_.update_counters(col);
-  if (pool_)
+  if (pool_ && pool_->refused() > 0)
     col.set_count("capture.buffer_refused", pool_->refused(), Severity::Warning,
                   "activity buffers CUPTI asked for beyond the pool's cap (its records were "
                   "dropped; raise BRAID_CAPTURE_MAX_BUFFERS)");

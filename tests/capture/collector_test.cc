@@ -1,0 +1,281 @@
+// The writer side of the agent on synthetic input: activity and NCCL events through the
+// Collector into a FileSink, read back with TraceReader. Covers linking a collective to its
+// kernel through CUPTI external correlation in either arrival order, grouped calls sharing one
+// launch, profiler-plugin details, host-only fallbacks counted in diagnostics, NVTX ranges and
+// steps, clock mapping and late rank renumbering.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "capture/collector.h"
+#include "capture/file_sink.h"
+#include "trace/reader.h"
+#include "trace/sqlite_util.h"
+#include "trace/test_util.h"
+
+namespace braid::capture {
+namespace {
+
+constexpr uint32_t kExt = 5;
+
+struct Fixture {
+  test::TempDir tmp;
+  std::string path = tmp.file("c.braid");
+  std::unique_ptr<FileSink> sink = std::make_unique<FileSink>(path, FileSinkOptions{"unit", "cupti", "t"});
+  ClockFit clock;
+  CommBook book;
+  std::unique_ptr<Collector> col;
+  CommRecord* world = nullptr;
+  Fixture() {
+    // host = device + 1'000'000 (a pure offset), from two exact samples.
+    clock.add({10'000'000, 11'000'000});
+    clock.add({20'000'000, 21'000'000});
+    clock.refit();
+    col = std::make_unique<Collector>(*sink, clock, 0, kExt);
+    static int h = 0;
+    world = book.add(&h, "nccl:00000000000000aa", "uid", 0, 4);
+  }
+  NcclCall call(int64_t id, CollOp op, uint64_t ext, int64_t count = 1024) {
+    NcclCall c;
+    c.call_id = id;
+    c.external_id = ext;
+    c.comm = world;
+    c.seq = world->next_seq++;
+    c.op = op;
+    c.dtype = "float32";
+    c.dtype_bytes = 4;
+    c.redop = op == CollOp::AllReduce ? "sum" : "";
+    c.count = count;
+    c.enqueue = 12'000'000 + id * 1000;
+    c.ret = c.enqueue + 500;
+    c.tid = 77;
+    return c;
+  }
+  void close() {
+    col->end_cycle(true);
+    sink->close();
+  }
+};
+
+std::vector<Collective> collectives(const TraceReader& r) {
+  std::vector<Collective> out;
+  r.collectives(1, [&](const Collective& c) {
+    out.push_back(c);
+    return true;
+  });
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.seq < b.seq; });
+  return out;
+}
+
+TEST(Collector, LinksCollectivesToKernelsInEitherOrder) {
+  Fixture f;
+  // Call 1: external correlation, then kernel, then the call record (the usual order).
+  f.col->on_external_correlation({kExt, 1, 501});
+  f.col->on_kernel({0, 1, 7, 501, 13'000'000, 13'400'000, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"});
+  f.col->on_nccl_call(f.call(1, CollOp::AllReduce, 1));
+  // Call 2: the kernel arrives before its external correlation record.
+  f.col->on_nccl_call(f.call(2, CollOp::AllGather, 2, 256));
+  f.col->on_kernel({0, 1, 7, 502, 14'000'000, 14'100'000, "ncclDevKernel_AllGather_RING_LL(x)"});
+  f.col->end_cycle(false);
+  f.col->on_external_correlation({kExt, 2, 502});
+  // An external id of another kind (a framework's) is not ours.
+  f.col->on_external_correlation({3, 3, 503});
+  f.col->on_kernel({0, 1, 8, 503, 15'000'000, 15'000'100, "void gemm_kernel<float>()"});
+  f.col->end_cycle(false);
+  f.col->end_cycle(false);
+  EXPECT_EQ(f.col->pending_calls(), 0u);
+  f.close();
+
+  TraceReader r(f.path);
+  auto cs = collectives(r);
+  ASSERT_EQ(cs.size(), 2u);
+  EXPECT_EQ(r.str(cs[0].comm), "nccl:00000000000000aa");
+  EXPECT_EQ(cs[0].seq, 0);
+  EXPECT_EQ(cs[0].op, CollOp::AllReduce);
+  EXPECT_EQ(cs[0].stream, 7);
+  EXPECT_EQ(cs[0].start, 14'000'000);  // device 13'000'000 on the host clock
+  EXPECT_EQ(cs[0].end, 14'400'000);
+  EXPECT_EQ(cs[0].kernel_ref, 501);
+  EXPECT_EQ(cs[0].enqueue, 12'001'000);
+  EXPECT_EQ(cs[0].bytes, 4096);
+  EXPECT_EQ(cs[0].group_size, 1);
+  EXPECT_EQ(r.str(cs[0].dtype), "float32");
+  EXPECT_EQ(cs[1].op, CollOp::AllGather);
+  EXPECT_EQ(cs[1].kernel_ref, 502);
+  EXPECT_EQ(cs[1].in_count, 256);
+  EXPECT_EQ(cs[1].out_count, 1024);  // 4 ranks
+  EXPECT_EQ(cs[1].bytes, 4096);
+  std::map<int64_t, Kernel> ks;
+  r.kernels(1, [&](const Kernel& k) {
+    ks[k.correlation] = k;
+    return true;
+  });
+  ASSERT_EQ(ks.size(), 3u);
+  EXPECT_EQ(ks[501].external_id, 1);
+  EXPECT_EQ(ks[503].external_id, 0);
+  EXPECT_EQ(ks[501].category, Category::CommAllReduce);
+  EXPECT_EQ(ks[503].category, Category::Gemm);
+  EXPECT_EQ(r.streams(1).size(), 2u);
+  auto ranks = r.ranks(1);
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].device, 0);
+  EXPECT_TRUE(r.diagnostics(1).empty() ||
+              std::none_of(r.diagnostics(1).begin(), r.diagnostics(1).end(), [](auto& d) {
+                return d.code == "capture.collective_without_kernel";
+              }));
+}
+
+TEST(Collector, GroupedCallsShareTheGroupsKernelAndGetDetails) {
+  Fixture f;
+  const uint64_t group = 100;
+  auto send = f.call(101, CollOp::Send, group, 64);
+  send.group_id = group;
+  send.group_size = 2;
+  send.peer_or_root = 1;
+  auto recv = f.call(102, CollOp::Recv, group, 64);
+  recv.group_id = group;
+  recv.group_size = 2;
+  recv.peer_or_root = 3;
+  NcclCallDetail d;
+  d.call_id = 101;
+  d.channels = 2;
+  f.col->on_nccl_detail(d);  // the plugin's event precedes the call record
+  f.col->on_nccl_call(send);
+  f.col->on_nccl_call(recv);
+  f.col->on_external_correlation({kExt, group, 900});
+  f.col->on_kernel({0, 1, 9, 900, 30'000'000, 30'050'000, "ncclDevKernel_SendRecv(x)"});
+  f.col->on_nccl_proxy_op({101, 0, 1, 8, 65536, true, 555, 29'500'000, 29'600'000});
+  // A collective detailed by the plugin, whose kernel was never seen.
+  auto ar = f.call(103, CollOp::AllReduce, 103);
+  NcclCallDetail d2;
+  d2.call_id = 103;
+  d2.algo = "RING";
+  d2.proto = "LL128";
+  d2.channels = 4;
+  f.col->on_nccl_detail(d2);
+  f.col->on_nccl_call(ar);
+  f.close();
+
+  TraceReader r(f.path);
+  auto cs = collectives(r);
+  ASSERT_EQ(cs.size(), 3u);
+  EXPECT_EQ(cs[0].op, CollOp::Send);
+  EXPECT_EQ(cs[0].peer_or_root, 1);
+  EXPECT_EQ(cs[0].group_size, 2);
+  EXPECT_EQ(cs[0].kernel_ref, 900);
+  EXPECT_EQ(cs[0].channels, 2);
+  EXPECT_EQ(cs[1].op, CollOp::Recv);
+  EXPECT_EQ(cs[1].peer_or_root, 3);
+  EXPECT_EQ(cs[1].kernel_ref, 900);
+  EXPECT_EQ(cs[1].start, cs[0].start);
+  EXPECT_EQ(cs[2].stream, -1);  // host-side only
+  EXPECT_EQ(cs[2].start, ar.enqueue);
+  EXPECT_EQ(cs[2].end, ar.ret);
+  EXPECT_EQ(r.str(cs[2].algo), "RING");
+  EXPECT_EQ(r.str(cs[2].proto), "LL128");
+  EXPECT_EQ(cs[2].channels, 4);
+  bool counted = false;
+  for (auto& dg : r.diagnostics(1))
+    if (dg.code == "capture.collective_without_kernel") counted = dg.count == 1;
+  EXPECT_TRUE(counted);
+  sql::Stmt q(r.db(), "SELECT call_id, group_id, op, peer_or_root, tid FROM nccl_calls ORDER BY call_id");
+  std::vector<std::tuple<int64_t, int64_t, std::string, int64_t, int64_t>> rows;
+  while (q.step()) rows.emplace_back(q.i64(0), q.i64(1), q.text(2), q.i64(3), q.i64(4));
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0], std::make_tuple(int64_t{101}, int64_t{100}, std::string("send"), int64_t{1}, int64_t{77}));
+  EXPECT_EQ(std::get<1>(rows[2]), 0);
+  sql::Stmt p(r.db(), "SELECT call_id, seq, channel, steps, is_send, end_ns - start_ns FROM nccl_proxy_ops");
+  ASSERT_TRUE(p.step());
+  EXPECT_EQ(p.i64(0), 101);
+  EXPECT_EQ(p.i64(1), send.seq);
+  EXPECT_EQ(p.i64(2), 0);
+  EXPECT_EQ(p.i64(3), 8);
+  EXPECT_EQ(p.i64(4), 1);
+  EXPECT_EQ(p.i64(5), 100'000);
+  auto comms = r.communicators(1);
+  ASSERT_EQ(comms.size(), 1u);
+  EXPECT_EQ(comms[0].nranks, 4);
+}
+
+TEST(Collector, MemcpysApisSyncsMarkersStepsAndRenumbering) {
+  Fixture f;
+  f.col->on_api({ApiKind::Runtime, 211, "cudaMemcpyAsync", 16'000'000, 16'000'900, 1, 4242, 700, 0});
+  f.col->on_mem({MemKind::HtoD, 1 << 20, 0, 1, 3, 700, 16'100'000, 16'200'000});
+  f.col->on_mem({MemKind::Memset, 4096, 0, 1, 3, 701, 16'300'000, 16'300'100});
+  f.col->on_api({ApiKind::Runtime, 131, "cudaStreamSynchronize", 16'400'000, 16'900'000, 1, 4242, 702, 0});
+  f.col->on_sync({"stream", 1, 3, 702, 16'400'100, 16'899'000});
+  MarkerActivity m;
+  m.phase = MarkerActivity::Start;
+  m.id = 1;
+  m.timestamp = 17'000'000;
+  m.name = "ProfilerStep#4";
+  m.domain = "";
+  m.tid = 4242;
+  f.col->on_marker(m);
+  m.id = 2;
+  m.timestamp = 17'100'000;
+  m.name = "forward";
+  f.col->on_marker(m);
+  MarkerActivity e;
+  e.phase = MarkerActivity::End;
+  e.id = 2;
+  e.timestamp = 17'500'000;
+  f.col->on_marker(e);
+  e.id = 1;
+  e.timestamp = 18'000'000;
+  f.col->on_marker(e);
+  e.id = 99;  // its start came before the window
+  f.col->on_marker(e);
+  f.col->end_cycle(false);
+  // The process learns it is rank 5 (from its largest communicator).
+  RankInfo ri;
+  ri.rank = 5;
+  ri.world_size = 8;
+  ri.host = "n1";
+  f.col->set_rank_info(ri);
+  f.col->on_mem({MemKind::DtoH, 64, 0, 1, 3, 703, 19'000'000, 19'000'500});
+  f.close();
+
+  TraceReader r(f.path);
+  std::vector<Memcpy> ms;
+  r.memcpys(1, [&](const Memcpy& x) {
+    ms.push_back(x);
+    return true;
+  });
+  ASSERT_EQ(ms.size(), 3u);
+  for (auto& x : ms) EXPECT_EQ(x.rank, 5);
+  EXPECT_EQ(ms[0].kind, MemKind::HtoD);
+  EXPECT_EQ(ms[0].bytes, 1 << 20);
+  EXPECT_EQ(ms[0].start, 17'100'000);
+  std::map<std::string, ApiCall> apis;
+  r.api_calls(1, [&](const ApiCall& a) {
+    apis[r.str(a.name)] = a;
+    return true;
+  });
+  ASSERT_EQ(apis.size(), 3u);
+  EXPECT_EQ(apis["sync:stream"].tid, 4242);  // the thread of the API call it belongs to
+  EXPECT_EQ(apis["sync:stream"].kind, ApiKind::Other);
+  EXPECT_EQ(apis["cudaMemcpyAsync"].kind, ApiKind::Runtime);
+  std::vector<Range> rs;
+  r.ranges(1, [&](const Range& x) {
+    rs.push_back(x);
+    return true;
+  });
+  ASSERT_EQ(rs.size(), 2u);
+  auto steps = r.steps(1);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].step, 4);
+  EXPECT_EQ(steps[0].rank, 5);
+  EXPECT_EQ(steps[0].end - steps[0].start, 1'000'000);
+  auto ranks = r.ranks(1);
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].rank, 5);
+  EXPECT_EQ(ranks[0].world_size, 8);
+  for (auto& s : r.streams(1)) EXPECT_EQ(s.rank, 5);
+  bool unmatched = false;
+  for (auto& d : r.diagnostics(1)) unmatched |= d.code == "capture.unmatched_marker_end" && d.rank == 5;
+  EXPECT_TRUE(unmatched);
+}
+
+}  // namespace
+}  // namespace braid::capture

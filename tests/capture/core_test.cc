@@ -1,0 +1,280 @@
+// CPU tests of the capture agent's CUDA-free core: buffer pool, clock fit, configuration and
+// capture windows, communicator identities, and the launcher's environment.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+
+#include "capture/buffer_pool.h"
+#include "capture/clock_fit.h"
+#include "capture/comm_book.h"
+#include "capture/config.h"
+#include "capture/launcher.h"
+#include "trace/error.h"
+
+namespace braid::capture {
+namespace {
+
+TEST(BufferPool, PreallocatesReusesAndRefusesAtTheCap) {
+  BufferPool pool(1 << 20, 2, 3);
+  EXPECT_EQ(pool.allocated(), 2u);
+  uint8_t* a = pool.acquire();
+  uint8_t* b = pool.acquire();
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(pool.allocated(), 2u);  // both came from the preallocated ones
+  uint8_t* c = pool.acquire();       // grows to the cap
+  ASSERT_TRUE(c);
+  EXPECT_EQ(pool.allocated(), 3u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(c) % 8, 0u);
+  EXPECT_EQ(pool.acquire(), nullptr);  // at the cap
+  EXPECT_EQ(pool.acquire(), nullptr);
+  EXPECT_EQ(pool.refused(), 2);
+  EXPECT_EQ(pool.in_use(), 3u);
+  pool.release(b);
+  EXPECT_EQ(pool.acquire(), b);  // reused, not reallocated
+  EXPECT_EQ(pool.allocated(), 3u);
+  a[0] = 1;
+  a[(1 << 20) - 1] = 2;  // the whole buffer is usable
+  EXPECT_THROW(BufferPool(0, 0, 1), Error);
+}
+
+// host = base + rate * (device - d0) + offset, with noise.
+struct Clocks {
+  int64_t base = 1'763'800'000'000'000'000;
+  int64_t d0 = 5'000'000'000;
+  double rate = 1.0000125;
+  int64_t truth(int64_t d, double r) const {
+    return base + static_cast<int64_t>(std::llround(r * static_cast<double>(d - d0)));
+  }
+};
+
+TEST(ClockFit, RecoversALinearRelationFromNoisySamples) {
+  Clocks c;
+  ClockFit fit(16);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> noise(-40, 40);
+  for (int i = 0; i < 16; ++i) {
+    int64_t d = c.d0 + i * 100'000'000;  // one sample each 100 ms
+    fit.add({d, c.truth(d, c.rate) + noise(rng)});
+  }
+  ASSERT_TRUE(fit.refit());
+  auto f = fit.fits().back();
+  EXPECT_NEAR(f.slope, c.rate, 1e-7);
+  EXPECT_LT(f.residual_ns, 60);
+  for (int64_t d : {c.d0, c.d0 + 777'777'777, c.d0 + 1'500'000'000})
+    EXPECT_NEAR(static_cast<double>(fit.to_host(d)), static_cast<double>(c.truth(d, c.rate)), 100);
+}
+
+TEST(ClockFit, RecalibrationFollowsAChangeOfRate) {
+  // The device clock changes rate at T: a single fit drifts, refits keep both sides exact.
+  Clocks c;
+  const int64_t T = c.d0 + 10'000'000'000;
+  double rate2 = 1.0001;
+  auto truth = [&](int64_t d) {
+    if (d <= T) return c.truth(d, c.rate);
+    return c.truth(T, c.rate) + static_cast<int64_t>(std::llround(rate2 * static_cast<double>(d - T)));
+  };
+  ClockFit fit(4), single(64);
+  for (int i = 0; i <= 40; ++i) {
+    int64_t d = c.d0 + int64_t{i} * 500'000'000;  // every 0.5 s for 20 s
+    fit.add({d, truth(d)});
+    fit.refit();
+    single.add({d, truth(d)});
+  }
+  single.refit();
+  EXPECT_GT(fit.fits().size(), 10u);
+  for (int64_t d : {c.d0 + 2'250'000'000, T - 250'000'000, T + 4'250'000'000, c.d0 + 19'750'000'000}) {
+    EXPECT_NEAR(static_cast<double>(fit.to_host(d)), static_cast<double>(truth(d)), 1000) << d;
+  }
+  // The one-line fit is off by far more somewhere, which is why the agent refits.
+  double worst = 0;
+  for (int64_t d = c.d0; d <= c.d0 + 20'000'000'000; d += 250'000'000)
+    worst = std::max(worst, std::abs(static_cast<double>(single.to_host(d) - truth(d))));
+  EXPECT_GT(worst, 50'000);
+}
+
+TEST(ClockFit, MapsIdentityUntilCalibratedAndKeepsRateOnOneSample) {
+  ClockFit fit;
+  EXPECT_EQ(fit.to_host(1234), 1234);
+  fit.add({1000, 5000});
+  ASSERT_TRUE(fit.refit());
+  EXPECT_EQ(fit.to_host(1500), 5500);
+}
+
+TEST(Config, ParsesWindows) {
+  EXPECT_EQ(parse_window("all").kind, WindowKind::All);
+  EXPECT_EQ(parse_window("cuda-profiler-api").kind, WindowKind::ProfilerApi);
+  auto n = parse_window("nvtx:train step");
+  EXPECT_EQ(n.kind, WindowKind::Nvtx);
+  EXPECT_EQ(n.nvtx_name, "train step");
+  auto s = parse_window("steps:10-20");
+  EXPECT_EQ(s.first_step, 10);
+  EXPECT_EQ(s.last_step, 20);
+  EXPECT_EQ(parse_window("steps:7").last_step, 7);
+  auto d = parse_window("duration:2.5@1");
+  EXPECT_DOUBLE_EQ(d.duration_s, 2.5);
+  EXPECT_DOUBLE_EQ(d.delay_s, 1);
+  for (const char* bad : {"steps:20-10", "steps:x", "duration:0", "duration:-1", "nvtx:",
+                          "sometimes", "bogus:1"})
+    EXPECT_THROW(parse_window(bad), Error) << bad;
+  for (const char* w : {"all", "cuda-profiler-api", "nvtx:fwd", "steps:3-9", "duration:2@0.5"})
+    EXPECT_EQ(to_string(parse_window(w)), w);
+}
+
+TEST(Config, StepNumbersFromRangeNames) {
+  EXPECT_EQ(step_from_range_name("ProfilerStep#12"), 12);
+  EXPECT_EQ(step_from_range_name("step 3"), 3);
+  EXPECT_EQ(step_from_range_name("Step_40"), 40);
+  EXPECT_EQ(step_from_range_name("step#0"), 0);
+  EXPECT_FALSE(step_from_range_name("forward"));
+  EXPECT_FALSE(step_from_range_name("step"));
+  EXPECT_FALSE(step_from_range_name("step 3a"));
+}
+
+TEST(Config, RankFromLaunchersEnvironments) {
+  auto env = [](std::map<std::string, std::string> m) {
+    return [m](const char* k) -> const char* {
+      auto it = m.find(k);
+      return it == m.end() ? nullptr : it->second.c_str();
+    };
+  };
+  auto t = rank_from_env(env({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
+                              {"OMPI_COMM_WORLD_RANK", "5"}}));
+  EXPECT_EQ(t.rank, 3);
+  EXPECT_EQ(t.world_size, 8);
+  EXPECT_EQ(t.local_rank, 1);
+  EXPECT_EQ(t.source, "RANK");
+  auto o = rank_from_env(env({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "16"},
+                              {"OMPI_COMM_WORLD_LOCAL_RANK", "5"}}));
+  EXPECT_EQ(o.rank, 5);
+  EXPECT_EQ(o.world_size, 16);
+  EXPECT_EQ(o.source, "OMPI_COMM_WORLD_RANK");
+  auto s = rank_from_env(env({{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "32"}, {"RANK", "x"}}));
+  EXPECT_EQ(s.rank, 9);
+  EXPECT_EQ(s.world_size, 32);
+  EXPECT_EQ(s.source, "SLURM_PROCID");
+  EXPECT_EQ(rank_from_env(env({})).rank, -1);
+}
+
+TEST(Config, PerProcessOutputNames) {
+  EXPECT_EQ(output_path_for("/tmp/x/job.braid", 3, 99), "/tmp/x/job.rank3.braid");
+  EXPECT_EQ(output_path_for("/tmp/x/job.braid", -1, 99), "/tmp/x/job.pid99.braid");
+  EXPECT_EQ(output_path_for("/tmp/x/run", 0, 1), "/tmp/x/run.rank0.braid");
+}
+
+TEST(Config, FromEnvironmentWithBoundsOnBuffers) {
+  std::map<std::string, std::string> m{{"BRAID_CAPTURE_OUTPUT", "/o/job.braid"},
+                                       {"BRAID_CAPTURE_WINDOW", "steps:2-4"},
+                                       {"BRAID_CAPTURE_BUFFER_MB", "64"}};
+  auto c = config_from_env([&](const char* k) -> const char* {
+    auto it = m.find(k);
+    return it == m.end() ? nullptr : it->second.c_str();
+  });
+  EXPECT_TRUE(c.enabled);
+  EXPECT_EQ(c.window.kind, WindowKind::Steps);
+  EXPECT_EQ(c.buffer_bytes, 10u << 20);  // clamped to CUPTI's useful 1-10 MB
+  EXPECT_FALSE(config_from_env([](const char*) -> const char* { return nullptr; }).enabled);
+}
+
+TEST(Window, ProfilerApiOpensAndClosesRepeatedly) {
+  WindowController w(parse_window("cuda-profiler-api"));
+  EXPECT_FALSE(w.enabled());
+  EXPECT_EQ(w.on_profiler_api(true), true);
+  EXPECT_EQ(w.on_profiler_api(true), std::nullopt);  // already open
+  EXPECT_EQ(w.on_profiler_api(false), false);
+  EXPECT_EQ(w.on_profiler_api(true), true);
+  EXPECT_EQ(w.on_range_start("anything"), std::nullopt);
+}
+
+TEST(Window, NvtxRangeNestedAndOtherRangesIgnored) {
+  WindowController w(parse_window("nvtx:capture me"));
+  EXPECT_FALSE(w.enabled());
+  EXPECT_EQ(w.on_range_start("other"), std::nullopt);
+  EXPECT_EQ(w.on_range_start("capture me"), true);
+  EXPECT_EQ(w.on_range_start("capture me"), std::nullopt);  // nested
+  EXPECT_EQ(w.on_range_end("other"), std::nullopt);
+  EXPECT_EQ(w.on_range_end("capture me"), std::nullopt);
+  EXPECT_EQ(w.on_range_end("capture me"), false);
+  EXPECT_EQ(w.on_range_end("capture me"), std::nullopt);
+}
+
+TEST(Window, StepsFromFirstToLastThenFinished) {
+  WindowController w(parse_window("steps:2-3"));
+  EXPECT_EQ(w.on_range_start("ProfilerStep#1"), std::nullopt);
+  EXPECT_EQ(w.on_range_end("ProfilerStep#1"), std::nullopt);
+  EXPECT_EQ(w.on_range_start("ProfilerStep#2"), true);
+  EXPECT_EQ(w.on_range_start("forward"), std::nullopt);
+  EXPECT_EQ(w.on_range_start("ProfilerStep#3"), std::nullopt);
+  EXPECT_EQ(w.on_range_end("ProfilerStep#3"), false);
+  EXPECT_TRUE(w.finished());
+  EXPECT_EQ(w.on_range_start("ProfilerStep#2"), std::nullopt);  // no reopening
+  WindowController skip(parse_window("steps:2-3"));
+  EXPECT_EQ(skip.on_range_start("step 5"), std::nullopt);  // jumped past: closed, never opened
+  EXPECT_TRUE(skip.finished());
+}
+
+TEST(Window, DurationWithDelay) {
+  WindowController w(parse_window("duration:2@1"));
+  EXPECT_FALSE(w.enabled());
+  EXPECT_EQ(w.on_tick(0.5), std::nullopt);
+  EXPECT_EQ(w.on_tick(1.0), true);
+  EXPECT_EQ(w.on_tick(2.9), std::nullopt);
+  EXPECT_EQ(w.on_tick(3.0), false);
+  EXPECT_TRUE(w.finished());
+  EXPECT_TRUE(WindowController(parse_window("duration:1")).enabled());
+  EXPECT_TRUE(WindowController(parse_window("all")).enabled());
+}
+
+TEST(CommBook, IdentitiesAgreeAcrossRanksAndDifferAcrossCommunicators) {
+  unsigned char id_a[128], id_b[128];
+  for (int i = 0; i < 128; ++i) id_a[i] = id_b[i] = static_cast<unsigned char>(i * 7);
+  id_b[127] ^= 1;
+  std::string a = CommBook::identity_from_unique_ids(id_a, sizeof id_a);
+  EXPECT_EQ(a, CommBook::identity_from_unique_ids(id_a, sizeof id_a));
+  EXPECT_NE(a, CommBook::identity_from_unique_ids(id_b, sizeof id_b));
+  EXPECT_EQ(a.rfind("nccl:", 0), 0u);
+  EXPECT_EQ(a.size(), 5u + 16u);
+
+  // Two "ranks" (two books, different handles) split the same parent the same way.
+  CommBook r0, r1;
+  int h0 = 0, h1 = 0;
+  r0.add(&h0, a, "uid", 0, 2);
+  r1.add(&h1, a, "uid", 1, 2);
+  std::string s0 = r0.child_identity(&h0, "split", 1);
+  std::string s1 = r1.child_identity(&h1, "split", 1);
+  EXPECT_EQ(s0, s1);
+  EXPECT_EQ(s0, a + "/split0.1");
+  EXPECT_NE(r0.child_identity(&h0, "split", 1), s0);  // the next split is another communicator
+  EXPECT_NE(r0.child_identity(&h0, "split", 2), r1.child_identity(&h1, "split", 1));
+
+  int small = 0;
+  r0.add(&small, s0, "split", 0, 1, a);
+  EXPECT_EQ(r0.largest()->nranks, 2);
+  r0.destroyed(&h0);
+  EXPECT_EQ(r0.largest()->nranks, 1);
+  EXPECT_EQ(r0.find(&h0), nullptr);
+  int unknown = 0;
+  CommRecord* u = r0.find_or_add_unknown(&unknown);
+  EXPECT_EQ(u->next_seq.fetch_add(1), 0);
+  EXPECT_EQ(r0.find_or_add_unknown(&unknown), u);
+  EXPECT_EQ(u->next_seq.load(), 1);
+}
+
+TEST(Launcher, EnvironmentInjectsTheAgentAndSettings) {
+  RecordOptions o;
+  o.output = "/tmp/out/job.braid";
+  o.command = {"python", "train.py", "--lr", "1e-3 x"};
+  o.window = parse_window("steps:1-2");
+  auto env = capture_environment(o);
+  std::map<std::string, std::string> m(env.begin(), env.end());
+  EXPECT_FALSE(m["CUDA_INJECTION64_PATH"].empty());
+  EXPECT_EQ(m["LD_PRELOAD"].rfind(m["CUDA_INJECTION64_PATH"], 0), 0u);
+  EXPECT_EQ(m["BRAID_CAPTURE_OUTPUT"], "/tmp/out/job.braid");
+  EXPECT_EQ(m["BRAID_CAPTURE_WINDOW"], "steps:1-2");
+  EXPECT_EQ(m["BRAID_CAPTURE_COMMAND"], "python train.py --lr '1e-3 x'");
+}
+
+}  // namespace
+}  // namespace braid::capture

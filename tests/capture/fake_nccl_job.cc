@@ -1,0 +1,70 @@
+// One rank of a simulated NCCL job, run against the fake NCCL with libbraid_capture.so first in
+// the link order (as LD_PRELOAD puts it). Usage: fake_nccl_job RANK NRANKS DIR. Prints the number
+// of calls the fake NCCL received.
+#include <nccl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+extern "C" int fake_nccl_calls();
+
+#define CHECK(x)                                                 \
+  do {                                                           \
+    ncclResult_t r_ = (x);                                       \
+    if (r_ != ncclSuccess) {                                     \
+      std::fprintf(stderr, "%s failed: %d\n", #x, static_cast<int>(r_)); \
+      return 1;                                                  \
+    }                                                            \
+  } while (0)
+
+int main(int argc, char** argv) {
+  if (argc != 4) return 2;
+  int rank = std::atoi(argv[1]), n = std::atoi(argv[2]);
+  std::string dir = argv[3];
+  ncclUniqueId id;
+  std::string uid = dir + "/uid";
+  if (rank == 0) {
+    CHECK(ncclGetUniqueId(&id));
+    std::ofstream(uid + ".tmp", std::ios::binary).write(id.internal, sizeof id.internal);
+    std::rename((uid + ".tmp").c_str(), uid.c_str());
+  } else {
+    for (int i = 0; access(uid.c_str(), R_OK) != 0; ++i) {
+      if (i > 3000) return 3;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::ifstream(uid, std::ios::binary).read(id.internal, sizeof id.internal);
+  }
+  float buf[4096];
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(0x1234);
+  ncclComm_t world;
+  CHECK(ncclCommInitRank(&world, n, id, rank));
+  for (int i = 0; i < 3; ++i) CHECK(ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, world, stream));
+  CHECK(ncclGroupStart());
+  CHECK(ncclSend(buf, 256, ncclInt32, (rank + 1) % n, world, stream));
+  CHECK(ncclRecv(buf, 256, ncclInt32, (rank + n - 1) % n, world, stream));
+  CHECK(ncclGroupEnd());
+  CHECK(ncclAllGather(buf, buf, 128, ncclBfloat16, world, stream));
+  CHECK(ncclReduceScatter(buf, buf, 64, ncclFloat16, ncclMax, world, stream));
+  CHECK(ncclBroadcast(buf, buf, 32, ncclInt64, 0, world, stream));
+  CHECK(ncclBcast(buf, 16, ncclUint8, 1, world, stream));  // calls ncclBroadcast inside
+  CHECK(ncclReduce(buf, buf, 8, ncclFloat64, ncclMin, 0, world, stream));
+  CHECK(ncclAlltoAll(buf, buf, 4, ncclInt8, world, stream));
+  CHECK(ncclGather(buf, buf, 2, ncclFloat32, 0, world, stream));
+  CHECK(ncclScatter(buf, buf, 2, ncclFloat32, 1, world, stream));
+  ncclComm_t half;
+  CHECK(ncclCommSplit(world, rank % 2, rank, &half, nullptr));
+  for (int i = 0; i < 2; ++i) CHECK(ncclAllReduce(buf, buf, 512, ncclFloat32, ncclAvg, half, stream));
+  ncclComm_t evens = nullptr;
+  CHECK(ncclCommSplit(world, rank % 2 ? NCCL_SPLIT_NOCOLOR : 0, rank, &evens, nullptr));
+  if (evens) CHECK(ncclAllReduce(buf, buf, 7, ncclFloat32, ncclSum, evens, stream));
+  if (evens) CHECK(ncclCommDestroy(evens));
+  CHECK(ncclCommDestroy(half));
+  CHECK(ncclCommDestroy(world));
+  std::printf("calls=%d\n", fake_nccl_calls());
+  return 0;
+}
