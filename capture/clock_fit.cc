@@ -53,9 +53,9 @@ bool ClockFit::refit() {
   }
   double ss = 0;
   for (auto& s : samples_) {
-    double pred = static_cast<double>(f.ref_host) +
-                  f.slope * static_cast<double>(s.device - f.ref_device);
-    double e = static_cast<double>(s.host) - pred;
+    // Differences first: absolute ns do not fit a double's mantissa.
+    double e = static_cast<double>(s.host - f.ref_host) -
+               f.slope * static_cast<double>(s.device - f.ref_device);
     ss += e * e;
   }
   f.residual_ns = std::sqrt(ss / static_cast<double>(samples_.size()));
