@@ -223,6 +223,43 @@ TEST(Synth, DpBucketsSumToTheStageParametersPerTpRank) {
   }
 }
 
+// Position of the first record of `event` on the compute stream, and of the last compute op.
+std::pair<int, int> record_and_last_compute(const Schedule& s, int32_t rank, const std::string& ev) {
+  const auto& ops = s.ranks[rank].streams[0].ops;
+  int rec = -1, last = -1;
+  for (int i = 0; i < int(ops.size()); ++i) {
+    if (ops[i].record() && ops[i].record()->event == ev && rec < 0) rec = i;
+    if (ops[i].compute() && ops[i].compute()->label.rfind("L", 0) == 0) last = i;
+  }
+  return {rec, last};
+}
+
+TEST(Synth, DpReductionOverlapsBackwardExceptZeroOne) {
+  for (int zero : {0, 1, 2}) {
+    auto [m, p] = tiny({"dense", 2, 1, 1, 2, zero, 2, 1});
+    Schedule s = synthesize(m, p);
+    int dp_stream = -1;
+    for (size_t i = 0; i < s.ranks[0].streams.size(); ++i)
+      if (s.ranks[0].streams[i].name == "dp") dp_stream = int(i);
+    ASSERT_GE(dp_stream, 0);
+    int reductions = 0;
+    for (const Op& op : s.ranks[0].streams[dp_stream].ops)
+      if (const Collective* c = op.collective();
+          c && (c->op == CollOp::AllReduce || c->op == CollOp::ReduceScatter))
+        ++reductions;
+    EXPECT_EQ(reductions, m.layers) << "zero " << zero;  // bucket of one layer each
+    // The last layer's bucket is handed over while the first layer's backward still runs
+    // (ZeRO 0 and 2); ZeRO-1 reduces after the whole backward.
+    auto [rec, last] = record_and_last_compute(
+        s, 0, zero == 1 ? "backward.done" : "dense.bucket0.ready");
+    ASSERT_GE(rec, 0);
+    if (zero == 1)
+      EXPECT_GT(rec, last);  // after the last layer kernel
+    else
+      EXPECT_LT(rec, last - 10);
+  }
+}
+
 TEST(Synth, GemmDurationsAreTheRoofline) {
   // tp-sp at its real shape: fc1 is [T x h] x [h x d/t] with T = b*s tokens.
   Preset p = preset("tp-sp");
