@@ -114,7 +114,7 @@ struct App {
 
   FrameGeometry geom;
   std::string status;  // one line under the toolbar (errors, hints)
-  float sidebar_width = 380.f;
+  float sidebar_width = 470.f;
 
   bool slot_active(int s) const { return s == 0 || compare; }
   const RunData* run(int s) const { return slot_active(s) ? slots[s].data.get() : nullptr; }

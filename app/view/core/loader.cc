@@ -110,6 +110,15 @@ void fill_density(RunData& d) {
     }
     for (float& v : l.density) v = std::min(v, 1.f);
   }
+  d.gpu_density.assign(kOverviewBins, 0.f);
+  int gpu_lanes = 0;
+  for (const Lane& l : d.lanes)
+    if (l.gpu) {
+      ++gpu_lanes;
+      for (int i = 0; i < kOverviewBins; ++i) d.gpu_density[i] += l.density[i];
+    }
+  if (gpu_lanes)
+    for (float& v : d.gpu_density) v /= static_cast<float>(gpu_lanes);
 }
 
 // Groups the collectives into cross-rank matches: by (communicator, seq) when every instance
@@ -203,50 +212,93 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
       progress->done = done;
       if (progress->cancel) throw Error(ErrorCode::Internal, path + ": loading cancelled");
     }
-    return true;
   };
 
   LaneBuilder lanes(*d);
   for (const StreamInfo& s : reader.streams(run_id)) lanes.lane(s.rank, s.stream, s.gpu, s.label);
 
-  reader.kernels(run_id, [&](const Kernel& k) {
-    Ns o = off(k.rank);
-    lanes.events(lanes.lane(k.rank, k.stream, true))
-        .push_back({k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category),
-                    EventKind::Kernel, 0, -1});
-    return tick();
-  });
-  reader.memcpys(run_id, [&](const Memcpy& m) {
-    Ns o = off(m.rank);
-    lanes.events(lanes.lane(m.rank, m.stream, true))
-        .push_back({m.start + o, m.end + o, m.name, static_cast<uint8_t>(Category::Memory),
-                    EventKind::Memcpy, static_cast<uint16_t>(m.kind), -1});
-    return tick();
-  });
-  reader.collectives(run_id, [&](const Collective& c) {
-    CollRec r;
-    r.c = c;
-    Ns o = off(c.rank);
-    r.c.start += o;
-    r.c.end += o;
-    if (r.c.enqueue >= 0) r.c.enqueue += o;
-    d->colls.push_back(r);
-    return tick();
-  });
-  reader.api_calls(run_id, [&](const ApiCall& a) {
-    Ns o = off(a.rank);
-    lanes.events(lanes.lane(a.rank, a.tid, false))
-        .push_back({a.start + o, a.end + o, a.name, kCategoryCpu, EventKind::CpuCall,
-                    static_cast<uint16_t>(a.kind), -1});
-    return tick();
-  });
-  reader.ranges(run_id, [&](const Range& r) {
-    Ns o = off(r.rank);
-    lanes.events(lanes.lane(r.rank, r.stream, r.on_gpu))
-        .push_back(
-            {r.start + o, r.end + o, r.name, kCategoryAnnotation, EventKind::Annotation, 0, -1});
-    return tick();
-  });
+  // Tables are read in storage order ("+run_id" keeps SQLite off the window index, whose order
+  // would cost a random row lookup per event); lanes are sorted afterwards.
+  auto scan = [&](const char* sql, auto&& row) {
+    sql::Stmt s(db, sql);
+    s.bind(1, run_id);
+    while (s.step()) {
+      row(s);
+      tick();
+    }
+  };
+  scan("SELECT rank, stream, start_ns, end_ns, name_id, category FROM kernels WHERE +run_id=?",
+       [&](const sql::Stmt& s) {
+         auto rank = static_cast<int32_t>(s.i64(0));
+         Ns o = off(rank);
+         lanes.events(lanes.lane(rank, s.i64(1), true))
+             .push_back({s.i64(2) + o, s.i64(3) + o, static_cast<StrId>(s.i64(4)),
+                         static_cast<uint8_t>(s.i64(5)), EventKind::Kernel, 0, -1});
+       });
+  scan("SELECT rank, stream, start_ns, end_ns, name_id, kind FROM memcpys WHERE +run_id=?",
+       [&](const sql::Stmt& s) {
+         auto rank = static_cast<int32_t>(s.i64(0));
+         Ns o = off(rank);
+         std::string kind = s.text(5);
+         uint16_t k = static_cast<uint16_t>(MemKind::Unknown);
+         for (auto m : {MemKind::HtoD, MemKind::DtoH, MemKind::DtoD, MemKind::HtoH, MemKind::PtoP,
+                        MemKind::Memset})
+           if (to_string(m) == kind) k = static_cast<uint16_t>(m);
+         lanes.events(lanes.lane(rank, s.i64(1), true))
+             .push_back({s.i64(2) + o, s.i64(3) + o, static_cast<StrId>(s.i64(4)),
+                         static_cast<uint8_t>(Category::Memory), EventKind::Memcpy, k, -1});
+       });
+  scan(
+      "SELECT rank, comm_id, seq, op, dtype_id, in_count, out_count, bytes, peer_or_root, stream,"
+      " start_ns, end_ns, enqueue_ns, algo_id, proto_id, channels, group_size, name_id, kernel_ref"
+      " FROM collectives WHERE +run_id=?",
+      [&](const sql::Stmt& s) {
+        CollRec r;
+        Collective& c = r.c;
+        c.rank = static_cast<int32_t>(s.i64(0));
+        c.comm = static_cast<StrId>(s.i64(1));
+        c.seq = s.i64(2);
+        c.op = coll_op_from_string(s.text(3)).value_or(CollOp::Unknown);
+        c.dtype = static_cast<StrId>(s.i64(4));
+        c.in_count = s.i64(5);
+        c.out_count = s.i64(6);
+        c.bytes = s.i64(7);
+        c.peer_or_root = static_cast<int32_t>(s.i64(8));
+        c.stream = s.i64(9);
+        Ns o = off(c.rank);
+        c.start = s.i64(10) + o;
+        c.end = s.i64(11) + o;
+        c.enqueue = s.i64(12) >= 0 ? s.i64(12) + o : -1;
+        c.algo = static_cast<StrId>(s.i64(13));
+        c.proto = static_cast<StrId>(s.i64(14));
+        c.channels = static_cast<int32_t>(s.i64(15));
+        c.group_size = static_cast<int32_t>(s.i64(16));
+        c.name = static_cast<StrId>(s.i64(17));
+        c.kernel_ref = s.i64(18);
+        d->colls.push_back(r);
+      });
+  scan("SELECT rank, tid, start_ns, end_ns, name_id, kind FROM api_calls WHERE +run_id=?",
+       [&](const sql::Stmt& s) {
+         auto rank = static_cast<int32_t>(s.i64(0));
+         Ns o = off(rank);
+         std::string k = s.text(5);
+         ApiKind kind = k == "cpu_op"    ? ApiKind::CpuOp
+                        : k == "runtime" ? ApiKind::Runtime
+                        : k == "driver"  ? ApiKind::Driver
+                        : k == "python"  ? ApiKind::Python
+                                         : ApiKind::Other;
+         lanes.events(lanes.lane(rank, s.i64(1), false))
+             .push_back({s.i64(2) + o, s.i64(3) + o, static_cast<StrId>(s.i64(4)), kCategoryCpu,
+                         EventKind::CpuCall, static_cast<uint16_t>(kind), -1});
+       });
+  scan("SELECT rank, stream, on_gpu, start_ns, end_ns, name_id FROM nvtx_ranges WHERE +run_id=?",
+       [&](const sql::Stmt& s) {
+         auto rank = static_cast<int32_t>(s.i64(0));
+         Ns o = off(rank);
+         lanes.events(lanes.lane(rank, s.i64(1), s.i64(2) != 0))
+             .push_back({s.i64(3) + o, s.i64(4) + o, static_cast<StrId>(s.i64(5)),
+                         kCategoryAnnotation, EventKind::Annotation, 0, -1});
+       });
 
   for (size_t i = 0; i < lanes.lane_count(); ++i) {
     auto& ev = lanes.events(static_cast<int>(i));

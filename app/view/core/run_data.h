@@ -82,6 +82,7 @@ struct RunData {
   std::vector<Diagnostic> diagnostics;
   std::vector<std::string> strings;  // interned names, by StrId
   Ns start = 0, end = 0;             // span of all events on the job axis
+  std::vector<float> gpu_density;    // mean busy fraction of the GPU lanes, kOverviewBins
   int64_t event_count = 0;
 
   const std::string& str(StrId id) const;

@@ -47,9 +47,9 @@ void compare(App& app) {
                  : dlt < 0                  ? ImVec4(0.4f, 0.9f, 0.4f, 1)
                                             : ImVec4(1, 0.45f, 0.4f, 1);
       std::string txt = (dlt > 0 ? "+" : dlt < 0 ? "-" : "") + value(std::fabs(dlt), r.unit);
-      if (r.a != 0) {
+      if (r.a != 0 && dlt != 0) {
         char buf[32];
-        std::snprintf(buf, sizeof buf, " (%+.1f%%)", r.percent());
+        std::snprintf(buf, sizeof buf, " (%+.0f%%)", r.percent());
         txt += buf;
       }
       ImGui::TextColored(c, "%s", txt.c_str());

@@ -33,14 +33,7 @@ void overview(App& app, ImVec2 size) {
     const RunData* d = app.run(s);
     if (!d) continue;
     float y0 = p0.y + 2 + strip_h * static_cast<float>(k++);
-    // Busy fraction of the run's GPU lanes, averaged, per bin of its span, placed on the strip.
-    std::vector<float> bins(kOverviewBins, 0.f);
-    int lanes = 0;
-    for (const Lane& l : d->lanes) {
-      if (!l.gpu || l.density.empty()) continue;
-      ++lanes;
-      for (int i = 0; i < kOverviewBins; ++i) bins[i] += l.density[i];
-    }
+    const std::vector<float>& bins = d->gpu_density;  // busy fraction of its GPU lanes
     float rx0 =
         p0.x +
         static_cast<float>(static_cast<double>(d->start - app.slots[s].shift - lo) / span) * size.x;
@@ -49,7 +42,7 @@ void overview(App& app, ImVec2 size) {
         static_cast<float>(static_cast<double>(d->end - app.slots[s].shift - lo) / span) * size.x;
     float bw = (rx1 - rx0) / kOverviewBins;
     for (int i = 0; i < kOverviewBins; ++i) {
-      float v = lanes ? std::min(1.f, bins[i] / static_cast<float>(lanes)) : 0.f;
+      float v = i < static_cast<int>(bins.size()) ? bins[i] : 0.f;
       if (v <= 0) continue;
       auto a = static_cast<int>(60 + 195 * v);
       ImU32 c = s == 0 ? IM_COL32(90, 160, 255, a) : IM_COL32(255, 170, 90, a);

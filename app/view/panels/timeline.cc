@@ -90,9 +90,11 @@ void draw_ruler(App& app, ImDrawList* dl, ImVec2 p0, float axis_x0, float axis_w
     if (t.major)
       dl->AddText(ImVec2(x + 3, p0.y + 1), IM_COL32(210, 210, 215, 255), t.label.c_str());
   }
+  // The visible span, in the label column (clipped to it).
   std::string scale = format_duration(app.axis.ns_per_px() * app.axis.width()) + " shown";
-  if (app.compare) scale += " (aligned on the first step)";
+  dl->PushClipRect(p0, ImVec2(axis_x0 - 4, p0.y + kRulerHeight), true);
   dl->AddText(ImVec2(p0.x + 4, p0.y + 3), IM_COL32(170, 170, 180, 255), scale.c_str());
+  dl->PopClipRect();
 }
 
 }  // namespace
@@ -173,7 +175,8 @@ void timeline(App& app, ImVec2 size) {
                       s == 0 ? IM_COL32(40, 60, 90, 255) : IM_COL32(80, 55, 40, 255));
     std::string title = (app.compare ? (s == 0 ? "A (baseline): " : "B: ") : "") + d.run_title() +
                         "  " + std::to_string(d.ranks.size()) + " ranks, " +
-                        std::to_string(d.event_count) + " events";
+                        std::to_string(d.event_count) + " events" +
+                        (app.compare ? ", times from the start of its first step" : "");
     dl->AddText(ImVec2(p0.x + 4, y_section + 3), IM_COL32(235, 235, 240, 255), title.c_str());
     float top = y_section + kSectionHeader;
     places[s].top = top;
