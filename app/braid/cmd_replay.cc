@@ -1,0 +1,214 @@
+// braid replay: run a schedule on a backend (sim, mpi, nccl) and store the run in the .braid.
+#include <algorithm>
+#include <cstdio>
+
+#include "app/braid/cli.h"
+#include "replay/ab.h"
+#include "replay/calibrate.h"
+#include "replay/executor.h"
+#include "replay/fidelity.h"
+#include "replay/inputs.h"
+#include "replay/store_run.h"
+#include "trace/error.h"
+#include "trace/output_file.h"
+
+namespace braid::cli {
+
+namespace {
+
+struct ReplayOpts {
+  std::string input;
+  int64_t schedule = -1;
+  std::string backend = "sim";
+  int steps = 5;
+  int warmup = 1;
+  double compute_scale = 1.0;
+  std::string compute = "auto";
+  std::string profile;
+  bool check = false;
+  int64_t original = -1;
+  bool no_store = false;
+  double timeout_s = 60;
+  int64_t max_buffer_mb = 1024;
+  bool calibrate = false;
+  std::string output;
+};
+
+replay::ComputeMode compute_mode(const std::string& s) {
+  if (s == "spin") return replay::ComputeMode::Spin;
+  if (s == "sleep") return replay::ComputeMode::Sleep;
+  return replay::ComputeMode::Auto;
+}
+
+void print_lines(const std::vector<std::string>& lines) {
+  for (const std::string& l : lines) std::printf("%s\n", l.c_str());
+}
+
+double ms(double ns) { return ns * 1e-6; }
+
+int run_calibration(const ReplayOpts& o) {
+  if (o.backend == "sim")
+    throw Error(ErrorCode::Usage, "--calibrate measures a real backend: use --backend mpi or nccl "
+                                  "(under mpirun)");
+  if (o.output.empty()) throw Error(ErrorCode::Usage, "--calibrate needs -o FILE.json");
+  auto ex = replay::make_executor(o.backend);
+  return replay::run_guarded(*ex, [&] {
+    const int n = ex->process_count();
+    if (n < 2)
+      throw Error(ErrorCode::Usage, "--calibrate needs at least 2 processes: mpirun -np N braid "
+                                    "replay --calibrate ...");
+    replay::CalibrationOptions co;
+    co.base_profile = o.profile.empty() ? (o.backend == "mpi" ? "cpu-shm" : "h100-nvlink") : o.profile;
+    co.replay.compute = compute_mode(o.compute);
+    co.replay.timeout_ns = static_cast<Ns>(o.timeout_s * 1e9);
+    replay::Calibration cal = replay::calibrate(*ex, n, co);
+    if (!ex->reporting()) return 0;
+    AtomicOutputFile out(o.output);
+    const std::string json = cal.to_json();
+    BufferedOut w(out.fd(), out.path());
+    w.put(json);
+    w.flush();
+    out.commit();
+    std::printf("calibrated %s on %d ranks: α %.0f ns per step, %.3f GB/s, compute overhead %lld ns"
+                " per op (mean error on the probes %.1f%%)\n",
+                o.backend.c_str(), n, cal.profile.intra_node.latency_ns,
+                cal.profile.intra_node.bandwidth_gbps,
+                static_cast<long long>(cal.compute_overhead_ns), 100 * cal.mean_rel_error);
+    for (const auto& s : cal.samples)
+      std::printf("  %-36s measured %9.3f ms  fitted %9.3f ms\n", s.probe.c_str(),
+                  ms(static_cast<double>(s.measured_ns)), ms(static_cast<double>(s.predicted_ns)));
+    std::printf("wrote %s (use it as --profile)\n", o.output.c_str());
+    return 0;
+  });
+}
+
+int run_replay(const ReplayOpts& o) {
+  if (o.calibrate) return run_calibration(o);
+  if (o.input.empty()) throw Error(ErrorCode::Usage, "braid replay needs an input file");
+  if (o.steps < 1) throw Error(ErrorCode::Usage, "--steps must be at least 1");
+  replay::ScheduleInput in = replay::load_schedule_input(o.input, o.schedule);
+  const fusion::Schedule& s = in.schedule;
+  const int nranks = static_cast<int>(s.ranks.size());
+  if (std::string why = replay::launch_problem(o.backend, nranks); !why.empty())
+    throw Error(ErrorCode::Usage, why);
+  const std::string profile_name =
+      o.profile.empty() ? (o.backend == "mpi" ? "cpu-shm" : "h100-nvlink") : o.profile;
+  replay::SimProfile sp = replay::load_sim_profile(profile_name);
+  const analysis::CostModel model(sp.profile);
+  auto ex = replay::make_executor(o.backend, model, sp.compute_overhead_ns);
+  return replay::run_guarded(*ex, [&] {
+    replay::ReplayOptions ro;
+    ro.compute = compute_mode(o.compute);
+    ro.compute_scale = o.compute_scale;
+    ro.timeout_ns = static_cast<Ns>(o.timeout_s * 1e9);
+    ro.max_buffer_bytes = o.max_buffer_mb << 20;
+    replay::ReplayResult res;
+    {
+      auto prep = ex->prepare(s, ro);
+      for (int i = 0; i < o.warmup; ++i) prep->run_step(false);
+      for (int i = 0; i < o.steps; ++i) prep->run_step(true);
+      res = prep->collect();
+    }
+    replay::DataCheck dc;
+    if (o.check) dc = replay::check_against_interpreter(*ex, s, ro);
+    if (!ex->reporting()) return dc.ok() ? 0 : 1;
+
+    std::string what = in.stored.id >= 0 ? "schedule " + std::to_string(in.stored.id) + " '" + s.name + "'"
+                                         : "'" + s.name + "' (" + o.input + ")";
+    std::printf("braid replay: %s, %d ranks, on %s: %d measured steps after %d warm-up\n",
+                what.c_str(), nranks, o.backend.c_str(), o.steps, o.warmup);
+    std::vector<double> steps;
+    for (const auto& st : res.steps) steps.push_back(static_cast<double>(st.step_ns()));
+    std::printf("step time: median %.3f ms, min %.3f ms, max %.3f ms\n",
+                ms(replay::quantile(steps, 0.5)), ms(replay::quantile(steps, 0)),
+                ms(replay::quantile(steps, 1)));
+    std::string per;
+    for (int32_t r = 0; r < nranks; ++r) {
+      std::vector<double> v;
+      for (const auto& st : res.steps) v.push_back(static_cast<double>(st.rank_ns(r)));
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s%d: %.3f", r ? ", " : "", r, ms(replay::quantile(v, 0.5)));
+      per += buf;
+      if (r == 31 && nranks > 33) {
+        per += ", ...";
+        break;
+      }
+    }
+    std::printf("per rank (median ms): %s\n", per.c_str());
+    if (o.backend != "sim") {
+      replay::SimOptions so;
+      so.compute_scale = o.compute_scale;
+      so.compute_overhead_ns = sp.compute_overhead_ns;
+      const double sim = static_cast<double>(replay::simulate(s, model, so).step_ns());
+      const double med = replay::quantile(steps, 0.5);
+      std::printf("sim prediction (profile %s): %.3f ms, measured/predicted %.3f\n",
+                  sp.profile.name.c_str(), ms(sim), sim > 0 ? med / sim : 0.0);
+    }
+    if (o.original >= 0) {
+      if (!in.in_store)
+        throw Error(ErrorCode::Usage, "--original names a run of a .braid file; the input is JSON");
+      print_lines(replay::fidelity(o.input, o.original, res).lines());
+    }
+    if (o.check)
+      for (const std::string& l : dc.lines("reference interpreter", "replay"))
+        std::printf("%s\n", l.c_str());
+    if (in.in_store && !o.no_store) {
+      replay::RunDescription d;
+      d.source = o.input;
+      d.label = "replay of schedule " + std::to_string(in.stored.id) + " on " + o.backend;
+      d.schedule_id = in.stored.id;
+      auto ids = replay::store_runs(o.input, {&s}, {&res}, {d});
+      std::printf("stored as run %lld (%s) in %s\n", static_cast<long long>(ids[0]),
+                  std::string(to_string(res.kind)).c_str(), o.input.c_str());
+    }
+    if (!dc.ok()) throw Error(ErrorCode::Internal, "the replay's data differs from the reference interpreter");
+    return 0;
+  });
+}
+
+}  // namespace
+
+void register_replay(CLI::App& app, Action& run) {
+  auto o = std::make_shared<ReplayOpts>();
+  std::string backends;
+  for (const std::string& b : replay::available_backends()) backends += (backends.empty() ? "" : ", ") + b;
+  auto* cmd = app.add_subcommand(
+      "replay",
+      "Replay a schedule on a backend and store the run (kind replayed or simulated) in the .braid\n"
+      "file. Backends: sim (discrete-event simulation with the cost model), mpi (one process per\n"
+      "rank on CPUs: mpirun -np N braid replay ... --backend mpi), nccl (one process per GPU).\n"
+      "This build has: " + backends + ".\n"
+      "--calibrate fits the sim's link and compute overhead to the backend on this host:\n"
+      "  mpirun -np 4 braid replay --calibrate --backend mpi -o cal.json; then --profile cal.json.");
+  cmd->add_option("input", o->input, ".braid file (a stored schedule) or a schedule JSON file");
+  cmd->add_option("--schedule", o->schedule, "Stored schedule id (default: the newest)");
+  cmd->add_option("--backend", o->backend, "sim, mpi or nccl")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "Measured steps")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "Unmeasured steps first")->capture_default_str();
+  cmd->add_option("--compute-scale", o->compute_scale,
+                  "Multiply compute and delay durations by this")->capture_default_str();
+  cmd->add_option("--compute", o->compute,
+                  "mpi: spend compute time spinning, sleeping, or auto (spin unless the host is "
+                  "oversubscribed)")->check(CLI::IsMember({"auto", "spin", "sleep"}))->capture_default_str();
+  cmd->add_option("--profile", o->profile,
+                  "Cost model profile for the sim and predictions: built-in name or JSON (a "
+                  "--calibrate output); default cpu-shm for mpi, else h100-nvlink");
+  cmd->add_flag("--check", o->check,
+                "Also run the data check: replay on int64 data and compare every rank's outputs "
+                "with the reference interpreter");
+  cmd->add_option("--original", o->original,
+                  "Run id of the captured/imported run this schedule was lifted from: print "
+                  "replayed vs original step time per rank");
+  cmd->add_flag("--no-store", o->no_store, "Do not store the run in the .braid file");
+  cmd->add_option("--timeout", o->timeout_s,
+                  "mpi/nccl: end the job when one op waits longer than this (seconds)")->capture_default_str();
+  cmd->add_option("--max-buffer-mb", o->max_buffer_mb,
+                  "mpi/nccl: refuse schedules needing more buffer memory per rank")->capture_default_str();
+  cmd->add_flag("--calibrate", o->calibrate, "Calibrate the sim against --backend (see above)");
+  cmd->add_option("-o,--output", o->output, "--calibrate: profile JSON to write");
+  cmd->callback([o, &run] { run = [o] { return run_replay(*o); }; });
+}
+
+static const VerbRegistration kRegister{50, "replay", register_replay};
+
+}  // namespace braid::cli

@@ -1,0 +1,61 @@
+// The backends compiled into this build (BRAID_HAVE_MPI / BRAID_HAVE_NCCL from CMake).
+#include <memory>
+#include <string>
+
+#include "replay/executor.h"
+#include "replay/sim.h"
+#include "trace/error.h"
+
+#ifdef BRAID_HAVE_MPI
+#include "replay/mpi_executor.h"
+#endif
+#ifdef BRAID_HAVE_NCCL
+#include "replay/nccl_executor.h"
+#endif
+
+namespace braid::replay {
+
+std::string launch_problem(std::string_view backend, int nranks) {
+  if (backend == "sim" || nranks <= 1) return "";
+#ifdef BRAID_HAVE_MPI
+  if (launched_by_mpirun()) return "";
+#endif
+  return "the " + std::string(backend) + " backend runs one process per rank: start it as `mpirun -np " +
+         std::to_string(nranks) + " braid ...` (as root add --allow-run-as-root; on one host with "
+         "fewer cores add --oversubscribe)";
+}
+
+std::vector<std::string> available_backends() {
+  std::vector<std::string> v{"sim"};
+#ifdef BRAID_HAVE_MPI
+  v.push_back("mpi");
+#endif
+#ifdef BRAID_HAVE_NCCL
+  v.push_back("nccl");
+#endif
+  return v;
+}
+
+std::unique_ptr<Executor> make_executor(std::string_view name, const analysis::CostModel& model,
+                                        Ns sim_compute_overhead_ns) {
+  if (name == "sim") {
+    SimOptions o;
+    o.compute_overhead_ns = sim_compute_overhead_ns;
+    return std::make_unique<SimExecutor>(model, o);
+  }
+#ifdef BRAID_HAVE_MPI
+  if (name == "mpi") return std::make_unique<MpiExecutor>();
+#endif
+#ifdef BRAID_HAVE_NCCL
+  if (name == "nccl") return std::make_unique<NcclExecutor>();
+#endif
+  std::string have;
+  for (const std::string& b : available_backends()) have += (have.empty() ? "" : ", ") + b;
+  std::string why;
+  if (name == "mpi" || name == "nccl")
+    why = name == "mpi" ? " (this build found no MPI)" : " (this build found no CUDA toolkit with NCCL)";
+  throw Error(ErrorCode::Unsupported, "replay backend '" + std::string(name) +
+                                          "' is not available" + why + "; this build has: " + have);
+}
+
+}  // namespace braid::replay

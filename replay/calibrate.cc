@@ -1,0 +1,326 @@
+#include "replay/calibrate.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "analysis/cost_model.h"
+#include "replay/ab.h"
+#include "trace/error.h"
+#include "trace/import/input.h"
+
+namespace braid::replay {
+
+namespace {
+
+fusion::Slice slice(const char* b, int64_t off, int64_t n) { return {b, off, n}; }
+
+fusion::Schedule world_schedule(int n, const std::string& name, int64_t elems) {
+  fusion::Schedule s;
+  s.name = name;
+  s.provenance = {"calibration probe"};
+  fusion::Comm world{"world", {}};
+  for (int r = 0; r < n; ++r) world.ranks.push_back(r);
+  s.comms.push_back(world);
+  for (int r = 0; r < n; ++r) {
+    s.add_buffer(r, "a", "float32", std::max<int64_t>(elems, 1));
+    s.add_buffer(r, "b", "float32", std::max<int64_t>(elems, 1));
+    s.add_stream(r, "main");
+  }
+  return s;
+}
+
+fusion::Collective coll(CollOp op, int64_t count, fusion::Slice in, fusion::Slice out) {
+  fusion::Collective c;
+  c.op = op;
+  c.comm = "world";
+  c.dtype = "float32";
+  c.count = count;
+  c.in = std::move(in);
+  c.out = std::move(out);
+  c.label = std::string(to_string(op));
+  return c;
+}
+
+// Solves the weighted least-squares problem min Σ w_i (x_i · p - y_i)² for p (k unknowns) by
+// the normal equations; columns in `fixed_zero` are held at 0.
+std::vector<double> least_squares(const std::vector<std::vector<double>>& x,
+                                  const std::vector<double>& y, const std::vector<double>& w,
+                                  std::vector<bool> fixed_zero) {
+  const size_t k = x.empty() ? 0 : x[0].size();
+  std::vector<std::vector<double>> a(k, std::vector<double>(k + 1, 0));
+  for (size_t i = 0; i < x.size(); ++i)
+    for (size_t p = 0; p < k; ++p) {
+      for (size_t q = 0; q < k; ++q) a[p][q] += w[i] * x[i][p] * x[i][q];
+      a[p][k] += w[i] * x[i][p] * y[i];
+    }
+  for (size_t p = 0; p < k; ++p)
+    if (fixed_zero[p]) {
+      std::fill(a[p].begin(), a[p].end(), 0);
+      for (size_t q = 0; q < k; ++q) a[q][p] = 0;
+      a[p][p] = 1;
+    }
+  // Gaussian elimination with partial pivoting.
+  for (size_t c = 0; c < k; ++c) {
+    size_t piv = c;
+    for (size_t r = c + 1; r < k; ++r)
+      if (std::fabs(a[r][c]) > std::fabs(a[piv][c])) piv = r;
+    std::swap(a[c], a[piv]);
+    if (std::fabs(a[c][c]) < 1e-300) continue;
+    for (size_t r = 0; r < k; ++r) {
+      if (r == c) continue;
+      const double f = a[r][c] / a[c][c];
+      for (size_t q = c; q <= k; ++q) a[r][q] -= f * a[c][q];
+    }
+  }
+  std::vector<double> p(k, 0);
+  for (size_t c = 0; c < k; ++c)
+    if (std::fabs(a[c][c]) >= 1e-300) p[c] = a[c][k] / a[c][c];
+  return p;
+}
+
+// Least squares with non-negative parameters (all but the first when it is an intercept):
+// refits with a parameter pinned at 0 while any comes out negative.
+std::vector<double> fit_nonneg(const std::vector<std::vector<double>>& x,
+                               const std::vector<double>& y, const std::vector<double>& w,
+                               bool intercept) {
+  std::vector<bool> fixed(x.empty() ? 0 : x[0].size(), false);
+  for (;;) {
+    std::vector<double> p = least_squares(x, y, w, fixed);
+    bool again = false;
+    for (size_t i = intercept ? 1 : 0; i < p.size(); ++i)
+      if (p[i] < 0 && !fixed[i]) {
+        fixed[i] = true;
+        again = true;
+      }
+    if (!again) return p;
+  }
+}
+
+}  // namespace
+
+std::vector<Probe> calibration_probes(int n, const CalibrationOptions& o) {
+  std::vector<Probe> v;
+  // Broadcast is left out: MPI sends small broadcasts eagerly, so a chain of them pipelines
+  // instead of synchronizing as the model (and NCCL) does.
+  const std::array<CollOp, 5> ops{CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter,
+                                  CollOp::AllToAll, CollOp::Send};
+  {
+    // An empty step: what a step costs beyond its ops (barrier exit, waking the stream threads).
+    Probe p;
+    p.name = "empty step";
+    p.op = CollOp::Barrier;
+    p.schedule = world_schedule(n, "calibrate empty step", 1);
+    for (int r = 0; r < n; ++r) p.schedule.append(r, 0, fusion::Record{"start"});
+    v.push_back(std::move(p));
+  }
+  for (CollOp op : ops) {
+    if (n < 2) break;
+    for (int64_t bytes : o.sizes) {
+      const int64_t e = std::max<int64_t>(bytes / 4, 1);
+      const int64_t per = std::max<int64_t>(e / n, 1);  // per-rank count of the "n*count" ops
+      Probe p;
+      p.op = op;
+      p.count = op == CollOp::Send ? 2 * o.repeats : o.repeats;
+      int64_t elems = e;
+      if (op == CollOp::AllGather || op == CollOp::ReduceScatter || op == CollOp::AllToAll)
+        elems = per * n;
+      p.bytes = elems * 4;
+      p.name = std::string(to_string(op)) + " " + std::to_string(p.bytes) + " B x" +
+               std::to_string(p.count);
+      fusion::Schedule s = world_schedule(n, "calibrate " + p.name, elems);
+      for (int rep = 0; rep < o.repeats; ++rep)
+        for (int r = 0; r < n; ++r) {
+          switch (op) {
+            case CollOp::AllReduce:
+              s.append(r, 0, coll(op, e, slice("a", 0, e), slice("a", 0, e)));
+              break;
+            case CollOp::AllGather:
+              s.append(r, 0, coll(op, per, slice("a", 0, per), slice("b", 0, per * n)));
+              break;
+            case CollOp::ReduceScatter:
+              s.append(r, 0, coll(op, per, slice("a", 0, per * n), slice("b", 0, per)));
+              break;
+            case CollOp::AllToAll:
+              s.append(r, 0, coll(op, per, slice("a", 0, per * n), slice("b", 0, per * n)));
+              break;
+            default: {  // ping-pong between ranks 2k and 2k+1
+              if ((r ^ 1) >= n) break;
+              fusion::Collective out = coll(CollOp::Send, e, slice("a", 0, e), {});
+              fusion::Collective in = coll(CollOp::Recv, e, {}, slice("b", 0, e));
+              out.peer = in.peer = r ^ 1;
+              if (r % 2 == 0) {
+                s.append(r, 0, out);
+                s.append(r, 0, in);
+              } else {
+                s.append(r, 0, in);
+                s.append(r, 0, out);
+              }
+            }
+          }
+        }
+      p.schedule = std::move(s);
+      v.push_back(std::move(p));
+    }
+  }
+  for (Ns d : {Ns{100'000}, Ns{500'000}})
+    for (int k : {10, 40}) {
+      Probe p;
+      p.count = k;
+      p.compute_ns = d;
+      p.name = "compute " + std::to_string(d / 1000) + " us x" + std::to_string(k);
+      fusion::Schedule s = world_schedule(n, "calibrate " + p.name, 1);
+      for (int r = 0; r < n; ++r)
+        for (int i = 0; i < k; ++i) {
+          fusion::Compute c;
+          c.label = "probe";
+          c.duration_ns = d;
+          c.opaque = true;
+          s.append(r, 0, c);
+        }
+      p.schedule = std::move(s);
+      v.push_back(std::move(p));
+    }
+  return v;
+}
+
+Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
+  Calibration cal;
+  cal.ranks = nranks;
+  cal.backend = std::string(ex.backend());
+  cal.profile = analysis::load_profile(o.base_profile);
+  std::vector<Probe> probes = calibration_probes(nranks, o);
+  ReplayOptions ro = o.replay;
+  ro.data = DataMode::Timing;
+  ro.compute_scale = 1.0;
+  std::vector<double> measured;
+  for (const Probe& p : probes) {
+    auto prep = ex.prepare(p.schedule, ro);
+    for (int i = 0; i < o.warmup; ++i) prep->run_step(false);
+    for (int i = 0; i < o.steps; ++i) prep->run_step(true);
+    ReplayResult r = prep->collect();
+    std::vector<double> t;
+    for (const StepRecord& s : r.steps) t.push_back(static_cast<double>(s.step_ns()));
+    measured.push_back(quantile(t, 0.5));
+  }
+  if (!ex.reporting()) return cal;
+
+  // The empty step's time is the constant part of every probe.
+  double c0 = 0;
+  for (size_t i = 0; i < probes.size(); ++i)
+    if (probes[i].op == CollOp::Barrier) c0 = measured[i];
+  cal.step_overhead_ns = static_cast<Ns>(std::llround(c0));
+
+  // Collectives: T - c0 = count * (α * steps + β * wire bytes), with the algorithm the cost
+  // model picks for the current fit (refitted while the choice may change).
+  analysis::LinkCost link = analysis::LinkCost::of(cal.profile.intra_node);
+  for (int round = 0; round < 3; ++round) {
+    analysis::HardwareProfile cur = cal.profile;
+    cur.gpus_per_node = std::max(nranks, 1);
+    cur.intra_node.latency_ns = link.alpha_ns;
+    cur.intra_node.bandwidth_gbps = link.ns_per_byte > 0 ? 1.0 / link.ns_per_byte : 1e6;
+    analysis::CostModel model(cur);
+    std::vector<std::vector<double>> x;
+    std::vector<double> y, w;
+    for (size_t i = 0; i < probes.size(); ++i) {
+      const Probe& p = probes[i];
+      if (p.op == CollOp::Unknown || p.op == CollOp::Barrier || measured[i] <= 0) continue;
+      const int t = p.op == CollOp::Send ? 2 : nranks;
+      const analysis::Algorithm algo = model.choose(p.op, p.bytes, t);
+      x.push_back({p.count * analysis::latency_steps(p.op, t, algo),
+                   p.count * analysis::wire_factor(p.op, t, algo) * static_cast<double>(p.bytes)});
+      y.push_back(measured[i] - c0);
+      w.push_back(1.0 / (measured[i] * measured[i]));
+    }
+    if (x.empty()) break;
+    std::vector<double> fit = fit_nonneg(x, y, w, /*intercept=*/false);
+    link.alpha_ns = fit[0];
+    link.ns_per_byte = fit[1];
+  }
+  cal.profile.name = cal.profile.name + "-calibrated";
+  cal.profile.description = "calibrated on this host: " + std::to_string(nranks) + " " +
+                            cal.backend + " ranks (braid replay --calibrate)";
+  cal.profile.gpus_per_node = std::max(nranks, cal.profile.gpus_per_node);
+  cal.profile.intra_node.name = cal.backend + " transport (calibrated)";
+  cal.profile.intra_node.latency_ns = std::round(link.alpha_ns);
+  cal.profile.intra_node.bandwidth_gbps =
+      link.ns_per_byte > 1e-9 ? 1.0 / link.ns_per_byte : 1000.0;
+
+  // Compute: T - c0 - count * duration = count * overhead.
+  std::vector<std::vector<double>> x;
+  std::vector<double> y, w;
+  for (size_t i = 0; i < probes.size(); ++i) {
+    const Probe& p = probes[i];
+    if (p.op != CollOp::Unknown || measured[i] <= 0) continue;
+    x.push_back({static_cast<double>(p.count)});
+    y.push_back(measured[i] - c0 - static_cast<double>(p.count) * static_cast<double>(p.compute_ns));
+    w.push_back(1.0 / (measured[i] * measured[i]));
+  }
+  if (!x.empty())
+    cal.compute_overhead_ns =
+        static_cast<Ns>(std::llround(fit_nonneg(x, y, w, /*intercept=*/false)[0]));
+  const double cc0 = c0;
+
+  // How well the fitted model reproduces the probes.
+  analysis::CostModel model(cal.profile);
+  double err = 0;
+  int nerr = 0;
+  for (size_t i = 0; i < probes.size(); ++i) {
+    const Probe& p = probes[i];
+    double pred;
+    if (p.op == CollOp::Barrier) {
+      pred = c0;
+    } else if (p.op == CollOp::Unknown) {
+      pred = cc0 + p.count * static_cast<double>(p.compute_ns + cal.compute_overhead_ns);
+    } else {
+      const int t = p.op == CollOp::Send ? 2 : nranks;
+      pred = c0 + p.count * static_cast<double>(model.collective_ns(p.op, p.bytes, t));
+    }
+    cal.samples.push_back({p.name, static_cast<Ns>(measured[i]), static_cast<Ns>(pred)});
+    if (measured[i] > 0) {
+      err += std::fabs(pred - measured[i]) / measured[i];
+      ++nerr;
+    }
+  }
+  cal.mean_rel_error = nerr ? err / nerr : 0;
+  return cal;
+}
+
+std::string Calibration::to_json() const {
+  std::string p = analysis::profile_to_json(profile);
+  const size_t brace = p.rfind('}');
+  std::string body = p.substr(0, brace);
+  while (!body.empty() && (body.back() == '\n' || body.back() == ' ')) body.pop_back();
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                ",\n  \"replay\": {\"backend\": \"%s\", \"ranks\": %d, \"compute_overhead_ns\": "
+                "%lld, \"step_overhead_ns\": %lld, \"mean_rel_error\": %.4f}\n}\n",
+                backend.c_str(), ranks, static_cast<long long>(compute_overhead_ns),
+                static_cast<long long>(step_overhead_ns), mean_rel_error);
+  return body + buf;
+}
+
+SimProfile load_sim_profile(const std::string& name_or_path) {
+  SimProfile sp;
+  sp.profile = analysis::load_profile(name_or_path);
+  if (analysis::find_profile(name_or_path)) return sp;
+  const std::string text = read_whole_file(name_or_path);
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(text);
+  simdjson::dom::element root;
+  if (parser.parse(padded).get(root)) return sp;  // parse_profile accepted it; keep its answer
+  simdjson::dom::element replay;
+  if (root["replay"].get(replay)) return sp;
+  int64_t ov = 0;
+  if (replay["compute_overhead_ns"].get_int64().get(ov) == simdjson::SUCCESS) {
+    sp.compute_overhead_ns = std::max<int64_t>(ov, 0);
+    sp.calibrated = true;
+  }
+  return sp;
+}
+
+}  // namespace braid::replay

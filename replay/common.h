@@ -1,0 +1,37 @@
+// Helpers shared by the replay backends: element sizes, collective sizes, matching lookups.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fusion/ir.h"
+#include "fusion/validate.h"
+#include "trace/model.h"
+
+namespace braid::replay {
+
+// Bytes per element of a schedule dtype; 4 when the dtype is unknown.
+int element_size(std::string_view dtype);
+
+// nccl-tests "size" of one rank's part of a collective: the larger of its in/out slices in
+// bytes (for manytomany, the bytes this rank sends).
+int64_t collective_bytes(const fusion::Collective& c, int comm_size, int esize);
+
+// The cost-model op of a collective (a recv is costed as its send).
+CollOp cost_op(CollOp op);
+
+// Validates `s` and returns its matching; throws braid::Error(BadFormat) naming the first
+// problem (and how many more) when the schedule is not valid or not deadlock-free.
+fusion::Matching checked_matching(const fusion::Schedule& s);
+
+// A linear order of every op of the job consistent with the happens-before order (stream order,
+// record -> wait, and collectives entered together by all members); executing each rank's ops
+// in the order they appear here never deadlocks. Throws when the schedule deadlocks.
+std::vector<fusion::OpRef> global_order(const fusion::Schedule& s, const fusion::Matching& m);
+
+// Current time of CLOCK_MONOTONIC in ns (shared by all processes of one host).
+Ns monotonic_ns();
+
+}  // namespace braid::replay

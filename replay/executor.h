@@ -1,0 +1,132 @@
+// The replay executor interface: one schedule (fusion/ir.h) run step by step on a backend.
+//
+// Backends: `sim` (replay/sim.h, discrete-event simulation with the cost model), `mpi`
+// (replay/mpi_executor.h, one process per rank under mpirun, CPUs only) and `nccl`
+// (replay/nccl_executor.h, one process per GPU). A schedule is first prepared (communicators,
+// buffers, stream threads: everything outside the timed region), then run one step at a time, so
+// the A/B runner can interleave a baseline and a fused schedule (A B A B ...).
+//
+// Multi-process backends run the same code on every process; each process executes its own
+// rank(s) and `collect` gathers every rank's timeline on the reporting process (process 0).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "analysis/cost_model.h"
+#include "fusion/interpreter.h"
+#include "fusion/ir.h"
+#include "trace/model.h"
+
+namespace braid::replay {
+
+// Timing: compute busy-waits (or sleeps) its recorded duration, buffers have the schedule's
+// dtype sizes. Check: every element is an int64 initialised with fusion::initial_value, compute
+// writes fusion::compute_value and collectives move and sum the int64 values with wrap-around,
+// so the final buffers equal fusion::interpret's.
+enum class DataMode : uint8_t { Timing, Check };
+
+// How the mpi backend spends a compute op's time: spinning on the clock (the CPU stays busy),
+// sleeping until the deadline (frees the core), or Auto: spin when every stream of every rank
+// on this host has a core of its own, sleep otherwise (oversubscribed runs).
+enum class ComputeMode : uint8_t { Auto, Spin, Sleep };
+
+struct ReplayOptions {
+  DataMode data = DataMode::Timing;
+  ComputeMode compute = ComputeMode::Auto;
+  double compute_scale = 1.0;      // compute and delay durations are multiplied by this
+  Ns timeout_ns = 60'000'000'000;  // a rank stuck this long in one op ends the run (watchdog)
+  int64_t max_buffer_bytes = int64_t{1} << 30;  // per rank; larger schedules are refused
+};
+
+// One executed op of one rank, relative to the start of its step.
+struct OpTime {
+  int64_t op_id = -1;
+  int32_t stream = 0;  // index of the IR stream on its rank
+  Ns start = 0, end = 0;
+};
+
+// One step: per rank, its ops in execution order (only the local ranks before collect()).
+struct StepRecord {
+  std::vector<std::vector<OpTime>> ranks;
+  // Time from the step's start to the rank's last op end.
+  Ns rank_ns(int32_t rank) const;
+  // The step time of the job: the slowest rank.
+  Ns step_ns() const;
+};
+
+struct ReplayResult {
+  std::string backend;
+  RunKind kind = RunKind::Replayed;
+  std::vector<StepRecord> steps;  // measured steps (after warm-up), all ranks on process 0
+  std::vector<RankInfo> ranks;    // per rank: host, pid, device
+  std::vector<std::string> notes; // how the replay was done (compute mode, scale, ...)
+};
+
+// A schedule ready to run: communicators created, buffers allocated, stream threads started.
+class PreparedReplay {
+ public:
+  virtual ~PreparedReplay() = default;
+  // Runs one step (in Check mode after re-initialising every buffer) and keeps its timeline
+  // when `measure` is true (false: a warm-up step). Returns this process's view of the step.
+  virtual StepRecord run_step(bool measure = true) = 0;
+  // Every measured step of every rank, complete on the reporting process. Collective on all
+  // processes.
+  virtual ReplayResult collect() = 0;
+  // Check mode: the final contents of this process's ranks after the last step (indexed by
+  // rank; ranks run elsewhere are empty).
+  virtual std::vector<fusion::RankBuffers> buffers() const = 0;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual std::string_view backend() const = 0;  // "sim", "mpi", "nccl"
+  virtual RunKind run_kind() const = 0;          // Simulated or Replayed
+
+  // Validates `s` (throws braid::Error naming the first problem) and prepares it. Collective.
+  virtual std::unique_ptr<PreparedReplay> prepare(const fusion::Schedule& s,
+                                                  const ReplayOptions& o) = 0;
+
+  // Process topology, for code that runs on every process (the A/B runner, the CLI).
+  virtual int process_index() const { return 0; }
+  virtual int process_count() const { return 1; }
+  bool reporting() const { return process_index() == 0; }
+  // The ranks this process executes.
+  virtual std::vector<int32_t> local_ranks(const fusion::Schedule& s) const;
+
+  // Cross-process helpers (trivial on one process). Collective.
+  virtual void barrier() {}
+  // Every process's lines, concatenated in process order, on the reporting process.
+  virtual std::vector<std::string> gather_lines(const std::vector<std::string>& lines) {
+    return lines;
+  }
+  // Sum of `v` over all processes, on every process.
+  virtual int64_t sum_all(int64_t v) { return v; }
+  // Ends the whole job after an error on one process (MPI_Abort); returns on one process.
+  virtual void abort_job(int code) {}
+};
+
+// Runs `fn` on this process of `ex`'s job. An exception on one process of a multi-process job is
+// printed there as "braid: error: rank N: ..." and ends every process (abort_job), so a failure
+// on one rank never leaves the others waiting; on one process it propagates.
+int run_guarded(Executor& ex, const std::function<int()>& fn);
+
+// Why `backend` cannot run a schedule of `nranks` ranks from this process ("" when it can): the
+// mpi and nccl backends need one process per rank, started by mpirun.
+std::string launch_problem(std::string_view backend, int nranks);
+
+// Backends compiled into this build ("sim" always; "mpi" with MPI; "nccl" with CUDA + NCCL).
+std::vector<std::string> available_backends();
+// Throws braid::Error(Unsupported) naming the backends of this build when `name` is not one.
+// `model` is the cost model of the sim backend (ignored by the others).
+// `sim_compute_overhead_ns` is added to every compute op of the sim (a calibrated backend cost).
+std::unique_ptr<Executor> make_executor(std::string_view name,
+                                        const analysis::CostModel& model = analysis::CostModel(),
+                                        Ns sim_compute_overhead_ns = 0);
+
+}  // namespace braid::replay

@@ -1,0 +1,34 @@
+// Fidelity of a replay of a captured or imported run: replayed versus original step time per
+// rank. The original's step time is the median of its `steps` rows per rank, or, when it has
+// none, the span of its kernels on that rank.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "replay/executor.h"
+
+namespace braid::replay {
+
+struct RankFidelity {
+  int32_t rank = 0;
+  Ns original_ns = 0;  // 0 when the original has nothing on this rank
+  Ns replayed_ns = 0;  // median over the measured steps
+  double ratio() const {
+    return original_ns > 0 ? static_cast<double>(replayed_ns) / static_cast<double>(original_ns)
+                           : 0;
+  }
+};
+
+struct Fidelity {
+  int64_t original_run = -1;
+  std::string original_source;  // "steps" or "kernel span"
+  std::vector<RankFidelity> ranks;
+  std::vector<std::string> lines() const;
+};
+
+// Throws braid::Error(NotFound) when `run` is not in the file.
+Fidelity fidelity(const std::string& braid_path, int64_t run, const ReplayResult& replayed);
+
+}  // namespace braid::replay

@@ -1,0 +1,241 @@
+#include "replay/sim.h"
+
+#include <algorithm>
+#include <deque>
+#include <unordered_map>
+
+#include "replay/common.h"
+#include "trace/error.h"
+
+namespace braid::replay {
+
+namespace {
+
+constexpr int32_t kNoEvent = -1;
+
+// Per-op facts the simulation looks up in its inner loop, precomputed once.
+struct OpInfo {
+  int32_t event = kNoEvent;  // record / wait: index of the event on its rank
+  int32_t group = -1;        // collective: match group
+  Ns duration = 0;           // compute / delay
+};
+
+class Simulation {
+ public:
+  Simulation(const fusion::Schedule& s, const fusion::Matching& m,
+             const analysis::CostModel& model, const SimOptions& o)
+      : s_(s), m_(m) {
+    const size_t n = s.ranks.size();
+    info_.resize(n);
+    clock_.resize(n);
+    pc_.resize(n);
+    event_time_.resize(n);
+    waiters_.resize(n);
+    arrival_.resize(n);
+    result_.step.ranks.resize(n);
+    for (size_t r = 0; r < n; ++r) {
+      const auto& rs = s.ranks[r];
+      std::unordered_map<std::string_view, int32_t> events;
+      auto event_index = [&](const std::string& e) {
+        auto [it, fresh] = events.emplace(e, static_cast<int32_t>(events.size()));
+        return it->second;
+      };
+      info_[r].resize(rs.streams.size());
+      arrival_[r].resize(rs.streams.size());
+      size_t ops = 0;
+      for (size_t st = 0; st < rs.streams.size(); ++st) {
+        const auto& sops = rs.streams[st].ops;
+        ops += sops.size();
+        info_[r][st].resize(sops.size());
+        for (size_t i = 0; i < sops.size(); ++i) {
+          OpInfo& oi = info_[r][st][i];
+          const fusion::Op& op = sops[i];
+          if (const auto* c = op.compute())
+            oi.duration = static_cast<Ns>(static_cast<double>(c->duration_ns) * o.compute_scale) +
+                          (o.compute_scale > 0 ? o.compute_overhead_ns : 0);
+          else if (const auto* d = op.delay())
+            oi.duration = static_cast<Ns>(static_cast<double>(d->duration_ns) * o.compute_scale);
+          else if (const auto* e = op.record())
+            oi.event = event_index(e->event);
+          else if (const auto* w = op.wait())
+            oi.event = event_index(w->event);
+          else if (op.collective())
+            oi.group = m.group_of({static_cast<int32_t>(r), static_cast<int32_t>(st),
+                                   static_cast<int32_t>(i)});
+        }
+      }
+      clock_[r].assign(rs.streams.size(), 0);
+      pc_[r].assign(rs.streams.size(), 0);
+      event_time_[r].assign(events.size(), -1);
+      waiters_[r].resize(events.size());
+      result_.step.ranks[r].reserve(ops);
+    }
+    // Group costs: every member runs the collective for the slowest member's part.
+    group_cost_.resize(m.groups.size());
+    group_arrived_.assign(m.groups.size(), 0);
+    group_start_.assign(m.groups.size(), 0);
+    for (size_t g = 0; g < m.groups.size(); ++g) {
+      const fusion::MatchGroup& grp = m.groups[g];
+      const fusion::Comm* comm = s.find_comm(grp.comm);
+      const fusion::Collective& c0 = *s.op(grp.members[0]).collective();
+      const int esize = element_size(c0.dtype);
+      int64_t bytes = 0;
+      int nranks;
+      std::vector<int32_t> members;
+      if (grp.op == CollOp::Send || grp.op == CollOp::Recv) {
+        nranks = 2;
+        members = {grp.members[0].rank, grp.members[1].rank};
+        bytes = c0.count * static_cast<int64_t>(esize);
+      } else {
+        nranks = static_cast<int>(comm->ranks.size());
+        members = comm->ranks;
+        for (const fusion::OpRef& mem : grp.members)
+          bytes = std::max(bytes, collective_bytes(*s.op(mem).collective(), nranks, esize));
+      }
+      group_cost_[g] = model.collective_ns(cost_op(grp.op), bytes, nranks, grp.comm, members);
+    }
+  }
+
+  SimResult run() {
+    for (int32_t r = 0; r < static_cast<int32_t>(s_.ranks.size()); ++r)
+      for (int32_t st = 0; st < static_cast<int32_t>(s_.ranks[r].streams.size()); ++st)
+        work_.push_back({r, st});
+    while (!work_.empty()) {
+      auto [r, st] = work_.front();
+      work_.pop_front();
+      advance(r, st);
+    }
+    for (int32_t r = 0; r < static_cast<int32_t>(s_.ranks.size()); ++r)
+      for (int32_t st = 0; st < static_cast<int32_t>(s_.ranks[r].streams.size()); ++st)
+        if (pc_[r][st] < static_cast<int32_t>(s_.ranks[r].streams[st].ops.size()))
+          throw Error(ErrorCode::BadFormat,
+                      "schedule '" + s_.name + "' deadlocks in simulation at " +
+                          fusion::describe(s_, {r, st, pc_[r][st]}));
+    return std::move(result_);
+  }
+
+ private:
+  void finish(int32_t r, int32_t st, Ns start, Ns end) {
+    const int32_t i = pc_[r][st];
+    result_.step.ranks[r].push_back({s_.ranks[r].streams[st].ops[i].id, st, start, end});
+    result_.order.push_back({r, st, i});
+    clock_[r][st] = end;
+    ++pc_[r][st];
+  }
+
+  void advance(int32_t r, int32_t st) {
+    const auto& ops = s_.ranks[r].streams[st].ops;
+    while (pc_[r][st] < static_cast<int32_t>(ops.size())) {
+      const int32_t i = pc_[r][st];
+      const OpInfo& oi = info_[r][st][i];
+      const Ns t = clock_[r][st];
+      switch (ops[i].kind()) {
+        case fusion::OpKind::Compute:
+        case fusion::OpKind::Delay:
+          finish(r, st, t, t + oi.duration);
+          break;
+        case fusion::OpKind::Record: {
+          event_time_[r][oi.event] = t;
+          finish(r, st, t, t);
+          for (int32_t w : waiters_[r][oi.event]) work_.push_back({r, w});
+          waiters_[r][oi.event].clear();
+          break;
+        }
+        case fusion::OpKind::Wait: {
+          const Ns e = event_time_[r][oi.event];
+          if (e < 0) {
+            waiters_[r][oi.event].push_back(st);
+            return;
+          }
+          finish(r, st, t, std::max(t, e));
+          break;
+        }
+        case fusion::OpKind::Collective: {
+          const int g = oi.group;
+          arrival_[r][st] = t;
+          group_start_[g] = std::max(group_start_[g], t);
+          const auto& members = m_.groups[g].members;
+          if (++group_arrived_[g] < static_cast<int>(members.size())) return;
+          const Ns end = group_start_[g] + group_cost_[g];
+          for (const fusion::OpRef& mem : members) {
+            finish(mem.rank, mem.stream, arrival_[mem.rank][mem.stream], end);
+            if (mem.rank != r || mem.stream != st) work_.push_back({mem.rank, mem.stream});
+          }
+          break;
+        }
+      }
+    }
+  }
+
+  const fusion::Schedule& s_;
+  const fusion::Matching& m_;
+  std::vector<std::vector<std::vector<OpInfo>>> info_;
+  std::vector<std::vector<Ns>> clock_;
+  std::vector<std::vector<int32_t>> pc_;
+  std::vector<std::vector<Ns>> event_time_;
+  std::vector<std::vector<std::vector<int32_t>>> waiters_;
+  std::vector<std::vector<Ns>> arrival_;
+  std::vector<Ns> group_cost_, group_start_;
+  std::vector<int> group_arrived_;
+  std::deque<std::pair<int32_t, int32_t>> work_;
+  SimResult result_;
+};
+
+class SimPrepared : public PreparedReplay {
+ public:
+  SimPrepared(const fusion::Schedule& s, const analysis::CostModel& model, SimOptions so,
+              const ReplayOptions& o)
+      : s_(s), data_(o.data) {
+    fusion::Matching m = checked_matching(s);
+    so.compute_scale = o.compute_scale;
+    step_ = simulate(s, m, model, so).step;
+    if (data_ == DataMode::Check) buffers_ = fusion::interpret(s).buffers;
+  }
+  StepRecord run_step(bool measure) override {
+    if (measure) measured_.push_back(step_);
+    return step_;
+  }
+  ReplayResult collect() override {
+    ReplayResult r;
+    r.backend = "sim";
+    r.kind = RunKind::Simulated;
+    r.steps = measured_;
+    for (const auto& rs : s_.ranks) {
+      RankInfo info;
+      info.rank = rs.rank;
+      info.world_size = static_cast<int32_t>(s_.ranks.size());
+      info.backend = "sim";
+      r.ranks.push_back(info);
+    }
+    r.notes.push_back("simulated with the α-β cost model; data from the reference interpreter");
+    return r;
+  }
+  std::vector<fusion::RankBuffers> buffers() const override { return buffers_; }
+
+ private:
+  fusion::Schedule s_;
+  DataMode data_;
+  StepRecord step_;
+  std::vector<StepRecord> measured_;
+  std::vector<fusion::RankBuffers> buffers_;
+};
+
+}  // namespace
+
+SimResult simulate(const fusion::Schedule& s, const fusion::Matching& m,
+                   const analysis::CostModel& model, const SimOptions& o) {
+  return Simulation(s, m, model, o).run();
+}
+
+SimResult simulate(const fusion::Schedule& s, const analysis::CostModel& model,
+                   const SimOptions& o) {
+  fusion::Matching m = checked_matching(s);
+  return simulate(s, m, model, o);
+}
+
+std::unique_ptr<PreparedReplay> SimExecutor::prepare(const fusion::Schedule& s,
+                                                     const ReplayOptions& o) {
+  return std::make_unique<SimPrepared>(s, model_, opt_, o);
+}
+
+}  // namespace braid::replay
