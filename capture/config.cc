@@ -132,6 +132,18 @@ std::optional<int64_t> step_from_range_name(std::string_view name) {
   return v;
 }
 
+bool is_recorded_api(std::string_view name) {
+  static constexpr std::string_view kPrefixes[] = {
+      "cudaLaunch", "cudaMemcpy", "cudaMemset", "cudaGraphLaunch", "cudaStreamWaitEvent",
+      "cudaEventRecord", "cudaStreamSynchronize", "cudaEventSynchronize",
+      "cudaDeviceSynchronize", "cuLaunch", "cuMemcpy", "cuMemset", "cuGraphLaunch",
+      "cuStreamWaitEvent", "cuEventRecord", "cuStreamSynchronize", "cuEventSynchronize",
+      "cuCtxSynchronize"};
+  for (auto p : kPrefixes)
+    if (name.substr(0, p.size()) == p) return true;
+  return false;
+}
+
 CaptureConfig config_from_env(const GetEnv& getenv) {
   CaptureConfig c;
   const char* out = getenv("BRAID_CAPTURE_OUTPUT");

@@ -37,6 +37,10 @@ std::string to_string(const WindowSpec& w);
 // The step number a range name carries: "ProfilerStep#12", "step 12", "step_12", "Step#12".
 std::optional<int64_t> step_from_range_name(std::string_view name);
 
+// The CUDA runtime/driver calls whose API records are kept: launches, copies, memsets,
+// synchronization and event record/wait (every other API would cost time and say little).
+bool is_recorded_api(std::string_view name);
+
 struct CaptureConfig {
   std::string output;   // "dir/job.braid": each process writes dir/job.rank<R>.braid
   WindowSpec window;

@@ -35,7 +35,8 @@ void register_record(CLI::App& app, Action& run) {
   g->add_option("--steps", o->steps,
                 "Capture steps A to B, e.g. 10-20 (steps from NVTX ranges 'ProfilerStep#N' or "
                 "'step N')");
-  g->add_option("--duration", o->duration, "Capture this many seconds from CUDA's start");
+  auto* duration =
+      g->add_option("--duration", o->duration, "Capture this many seconds from CUDA's start");
   cmd->add_option("--delay", o->delay, "With --duration: wait this many seconds first")
       ->check(CLI::NonNegativeNumber);
   g->require_option(0, 1);
@@ -45,13 +46,14 @@ void register_record(CLI::App& app, Action& run) {
                   "Most activity buffers in use at once; beyond it CUPTI drops (and counts) records")
       ->default_val(64);
   cmd->add_option("command", o->rec.command, "The command to run, after --")->required();
-  cmd->callback([o, &run] {
-    run = [o] {
+  cmd->callback([o, duration, &run] {
+    bool with_duration = duration->count() > 0;
+    run = [o, with_duration] {
       std::string w = "all";
       if (o->profiler_api) w = "cuda-profiler-api";
       else if (!o->nvtx.empty()) w = "nvtx:" + o->nvtx;
       else if (!o->steps.empty()) w = "steps:" + o->steps;
-      else if (o->duration > 0) w = "duration:" + std::to_string(o->duration) + "@" + std::to_string(o->delay);
+      else if (with_duration) w = "duration:" + std::to_string(o->duration) + "@" + std::to_string(o->delay);
       else if (o->delay > 0) throw Error(ErrorCode::Usage, "record: --delay needs --duration");
       o->rec.window = capture::parse_window(w);
       return capture::record(o->rec);

@@ -52,10 +52,31 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
   if (a) a->pipeline().post_buffer(buffer, valid);  // parsed on the writer thread
 }
 
+// Runtime and driver API records only for the calls worth keeping (is_recorded_api), chosen
+// by name from every callback id CUPTI knows.
+void set_api_activity(bool on) {
+  static std::vector<CUpti_CallbackId> runtime, driver;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* name = nullptr;
+    for (uint32_t id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id)
+      if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, id, &name) == CUPTI_SUCCESS && name &&
+          is_recorded_api(name))
+        runtime.push_back(id);
+    for (uint32_t id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id)
+      if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) == CUPTI_SUCCESS && name &&
+          is_recorded_api(name))
+        driver.push_back(id);
+  });
+  for (auto id : runtime) cuptiActivityEnableRuntimeApi(id, on ? 1 : 0);
+  for (auto id : driver) cuptiActivityEnableDriverApi(id, on ? 1 : 0);
+}
+
 void set_activity(bool on) {
   if (g_activity_on.exchange(on) == on) return;
+  set_api_activity(on);
   int kinds[16];
-  int n = enabled_activity_kinds(kinds, 16, true);
+  int n = enabled_activity_kinds(kinds, 16, false);
   for (int i = 0; i < n; ++i) {
     auto k = static_cast<CUpti_ActivityKind>(kinds[i]);
     CUptiResult rc = on ? cuptiActivityEnable(k) : cuptiActivityDisable(k);

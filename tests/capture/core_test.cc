@@ -158,6 +158,17 @@ TEST(Config, RankFromLaunchersEnvironments) {
   EXPECT_EQ(rank_from_env(env({})).rank, -1);
 }
 
+TEST(Config, RecordedApisAreLaunchesCopiesAndSynchronization) {
+  for (const char* n : {"cudaLaunchKernel_v7000", "cudaLaunchKernelExC_v11060", "cudaMemcpyAsync_v3020",
+                        "cudaMemsetAsync_ptsz_v7000", "cudaStreamSynchronize_v3020",
+                        "cudaEventRecord_v3020", "cudaStreamWaitEvent_v3020", "cuLaunchKernelEx",
+                        "cuMemcpyHtoDAsync_v2", "cuGraphLaunch", "cuCtxSynchronize"})
+    EXPECT_TRUE(is_recorded_api(n)) << n;
+  for (const char* n : {"cudaGetDevice_v3020", "cudaMalloc_v3020", "cudaGetLastError_v3020",
+                        "cuCtxGetCurrent", "cuPointerGetAttribute", "cudaStreamCreate_v3020", ""})
+    EXPECT_FALSE(is_recorded_api(n)) << n;
+}
+
 TEST(Config, PerProcessOutputNames) {
   EXPECT_EQ(output_path_for("/tmp/x/job.braid", 3, 99), "/tmp/x/job.rank3.braid");
   EXPECT_EQ(output_path_for("/tmp/x/job.braid", -1, 99), "/tmp/x/job.pid99.braid");

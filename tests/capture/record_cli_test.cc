@@ -65,10 +65,10 @@ TEST(RecordCli, WithoutGpuRunsTheCommandUnchangedAndSaysWhy) {
 
 TEST(RecordCli, OptionErrorsAreUsageErrors) {
   test::TempDir tmp;
-  for (const std::string& args :
+  for (const char* args :
        {"record --steps 5-2 -- true", "record --buffer-mb 20 -- true",
         "record --delay 1 -- true", "record --duration 0 -- true"}) {
-    auto r = braid(tmp, args);
+    auto r = braid(tmp, std::string(args));
     EXPECT_EQ(r.code, 2) << args << ": " << r.err;
     EXPECT_EQ(r.err.rfind("braid: error: ", 0), 0u) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
