@@ -1,0 +1,60 @@
+// Rewrite passes over the schedule IR (docs/fusion.md). A pass finds a pattern whose legality it
+// proves from data flow, predicts the saving with the cost model, and applies the rewrite. Where
+// a schedule's compute is opaque (lifted from a trace) and legality cannot be proven, the finding
+// is advice: it names the assumption it needs and the saving it would bring, and is not applied.
+//
+// Every rewrite keeps the collective order identical on all members of a communicator: a pass
+// rewrites every member of a matched collective together, or does not fire.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "analysis/cost_model.h"
+#include "fusion/ir.h"
+
+namespace braid::fusion {
+
+struct Finding {
+  std::string pass;
+  std::vector<int32_t> ranks;  // ranks whose ops the rewrite touches
+  std::vector<int64_t> ops;    // ids of the ops it replaces, moves or removes
+  Ns saving_ns = 0;            // predicted communication (or step) time saved; may be <= 0
+  int64_t saving_bytes = 0;    // wire bytes saved per rank (closed forms in docs/fusion.md)
+  bool legal = false;          // proven from data flow; false: advice only
+  // Saves nothing by itself but makes a later rewrite possible (decompose, reorder, an
+  // all-gather moved to its first full consumer); the pipeline applies it only when a later
+  // pass then fires on the ops it created.
+  bool enabling = false;
+  std::string summary;     // what it does, one line
+  std::string assumption;  // advice: what must hold for it to be legal
+  // The rewrite, bound to the schedule the finding was made on (ops named by id). Empty for
+  // advice.
+  std::function<void(Schedule&)> rewrite;
+};
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::string_view description() const = 0;
+  virtual std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const = 0;
+  // Applies a legal finding made on `s` (throws braid::Error(Usage) for advice or an op that
+  // is gone). New ops get fresh ids and `replaces` naming the ops they stand for.
+  virtual void apply(Schedule& s, const Finding& f) const;
+};
+
+// Every pass, in the pipeline's default order: decompose, reorder, tp-sp, tp-ep, pp-ep, pp-sp,
+// sp-ep, coalesce, dedup, coc.
+const std::vector<std::unique_ptr<Pass>>& all_passes();
+// nullptr when no pass has that name.
+const Pass* find_pass(std::string_view name);
+
+// The detail JSON stored with an opportunity: {"summary", "applied", "legal", "enabling",
+// "assumption", "saving_bytes"}.
+std::string finding_detail_json(const Finding& f, bool applied);
+
+}  // namespace braid::fusion

@@ -1,0 +1,105 @@
+// pp-ep: a pipeline P2P followed by the MoE dispatch All-to-All becomes one many-to-many
+// scatter from the previous stage straight to the experts' ranks; mirrored on the combine side
+// (All-to-All followed by the P2P to the next stage becomes a many-to-many gather).
+#include <map>
+#include <set>
+
+#include "fusion/passes/chimera_util.h"
+
+namespace braid::fusion::passes {
+namespace {
+
+class PpEp : public Pass {
+ public:
+  std::string_view name() const override { return "pp-ep"; }
+  std::string_view description() const override {
+    return "P2P + dispatch All-to-All -> many-to-many scatter; combine All-to-All + P2P -> "
+           "many-to-many gather";
+  }
+  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const override {
+    std::vector<Finding> out;
+    Dataflow df(s);
+    // Dispatch: P2P receives whose data reaches an all-to-all (directly, or through compute such
+    // as the un-permute in backward).
+    std::map<const MatchGroup*, std::vector<std::pair<const MatchGroup*, std::vector<OpRef>>>> fed;
+    for (const MatchGroup& p : df.matching().groups) {
+      if (p.op != CollOp::Send) continue;
+      OpRef recv = p.members[1];
+      for (const Reach& r : reach(df, recv, s.op(recv).collective()->out, CollOp::AllToAll))
+        fed[r.group].push_back({&p, r.via});
+    }
+    for (const auto& [a, feeds] : fed) {
+      std::set<int32_t> covered;
+      std::vector<const MatchGroup*> p2p;
+      std::vector<OpRef> via;
+      for (const auto& [p, v] : feeds) {
+        covered.insert(p->members[1].rank);
+        if (std::find(p2p.begin(), p2p.end(), p) == p2p.end()) p2p.push_back(p);
+        via.insert(via.end(), v.begin(), v.end());
+      }
+      bool all = true;
+      for (const OpRef& m : a->members) all = all && covered.count(m.rank);
+      if (!all) continue;
+      std::string summary = "P2P + " + op_name(s.op(a->members[0])) +
+                            " -> many-to-many scatter from the sending stage";
+      emit(df, copy_groups(p2p), {*a}, *a, via, cm, summary, "m2m-scatter", out);
+    }
+    // Combine: the all-to-all's output reaches a P2P send on every member.
+    for (const MatchGroup& a : df.matching().groups) {
+      if (a.op != CollOp::AllToAll) continue;
+      std::vector<const MatchGroup*> sends;
+      std::vector<OpRef> via;
+      bool all = true;
+      for (const OpRef& m : a.members) {
+        auto r = reach(df, m, s.op(m).collective()->out, CollOp::Send);
+        all = all && !r.empty();
+        for (const Reach& x : r) {
+          if (std::find(sends.begin(), sends.end(), x.group) == sends.end()) sends.push_back(x.group);
+          via.insert(via.end(), x.via.begin(), x.via.end());
+        }
+      }
+      if (!all || sends.empty()) continue;
+      std::string summary = op_name(s.op(a.members[0])) +
+                            " + P2P -> many-to-many gather into the next stage";
+      emit(df, {a}, copy_groups(sends), a, via, cm, summary, "m2m-gather", out);
+    }
+    return out;
+  }
+
+ private:
+  // A direct chain becomes a many-to-many (or advice when the plan needs an assumption); with
+  // compute in between (the MoE un-permute), advice with Chimera's closed form: the all-to-all
+  // hop disappears (the P2P's b·s·h stays as the many-to-many's).
+  void emit(const Dataflow& df, const std::vector<MatchGroup>& st1,
+            const std::vector<MatchGroup>& st2, const MatchGroup& a2a,
+            const std::vector<OpRef>& via, const analysis::CostModel& cm,
+            const std::string& summary, const std::string& stem, std::vector<Finding>& out) const {
+    const Schedule& s = df.schedule();
+    Finding f;
+    if (via.empty()) {
+      MovementPlan p = plan_movement(df, st1, st2, cm, stem);
+      if (finding_from_plan(p, std::string(name()), summary, f)) out.push_back(std::move(f));
+      return;
+    }
+    std::vector<MatchGroup> all = st1;
+    all.insert(all.end(), st2.begin(), st2.end());
+    f.pass = std::string(name());
+    f.ranks = group_ranks(all);
+    f.ops = group_ids(s, all);
+    f.saving_bytes = group_wire_bytes(s, a2a);
+    f.saving_ns = group_ns(s, a2a, cm);
+    f.legal = false;
+    f.summary = summary;
+    f.assumption = "assumes " + name_ops(s, via) +
+                   " can run on the other side of the P2P (Chimera moves the MoE gate / "
+                   "un-permute across the stage boundary) so the all-to-all reads the received "
+                   "data directly";
+    out.push_back(std::move(f));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_pp_ep() { return std::make_unique<PpEp>(); }
+
+}  // namespace braid::fusion::passes

@@ -1,0 +1,105 @@
+// sp-ep: a sequence-parallel All-Gather followed by the MoE dispatch All-to-All becomes an
+// All-to-All on the sequence shards (each rank dispatches its own tokens); mirrored on the
+// combine side (All-to-All followed by the Reduce-Scatter back to sequence shards).
+#include "fusion/passes/chimera_util.h"
+
+namespace braid::fusion::passes {
+namespace {
+
+class SpEp : public Pass {
+ public:
+  std::string_view name() const override { return "sp-ep"; }
+  std::string_view description() const override {
+    return "All-Gather + dispatch All-to-All -> All-to-All on sequence shards; combine "
+           "All-to-All + Reduce-Scatter likewise";
+  }
+  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const override {
+    std::vector<Finding> out;
+    Dataflow df(s);
+    for (const MatchGroup& g : df.matching().groups) {
+      if (g.op == CollOp::AllGather) dispatch(df, g, cm, out);
+      if (g.op == CollOp::AllToAll) combine(df, g, cm, out);
+    }
+    return out;
+  }
+
+ private:
+  // The closed form: the all-gather's bytes and (t-1)/t of the all-to-all's are saved, the
+  // all-to-all carrying only the rank's own 1/t of the sequence.
+  static void closed_form(const Schedule& s, const MatchGroup& sp, const MatchGroup& a2a,
+                          const analysis::CostModel& cm, Finding& f) {
+    const Collective& c = *s.op(a2a.members[0]).collective();
+    const Comm* ec = s.find_comm(c.comm);
+    const int t = static_cast<int>(s.find_comm(s.op(sp.members[0]).collective()->comm)->ranks.size());
+    const int64_t a2a_bytes = nccl_bytes(s, c);
+    const int64_t a2a_wire = group_wire_bytes(s, a2a);
+    f.saving_bytes = group_wire_bytes(s, sp) + a2a_wire - a2a_wire / t;
+    f.saving_ns = group_ns(s, sp, cm) + group_ns(s, a2a, cm) -
+                  cm.collective_ns(CollOp::AllToAll, a2a_bytes / t,
+                                   static_cast<int>(ec->ranks.size()), c.comm, ec->ranks);
+  }
+
+  void dispatch(const Dataflow& df, const MatchGroup& g, const analysis::CostModel& cm,
+                std::vector<Finding>& out) const {
+    const Schedule& s = df.schedule();
+    const MatchGroup* a2a = nullptr;
+    std::vector<OpRef> via;
+    for (const OpRef& m : g.members) {
+      auto r = reach(df, m, s.op(m).collective()->out, CollOp::AllToAll);
+      if (r.size() != 1 || (a2a && a2a != r[0].group)) return;
+      a2a = r[0].group;
+      via.insert(via.end(), r[0].via.begin(), r[0].via.end());
+    }
+    if (!a2a) return;
+    const std::string summary = op_name(s.op(g.members[0])) + " + " +
+                                op_name(s.op(a2a->members[0])) +
+                                " -> all-to-all on the sequence shards";
+    Finding f;
+    if (via.empty()) {
+      MovementPlan p = plan_movement(df, {g}, {*a2a}, cm, "a2a-shards");
+      if (!finding_from_plan(p, std::string(name()), summary, f)) return;
+      if (!f.legal) closed_form(s, g, *a2a, cm, f);
+    } else {
+      f.pass = std::string(name());
+      f.ranks = group_ranks({g, *a2a});
+      f.ops = group_ids(s, {g, *a2a});
+      closed_form(s, g, *a2a, cm, f);
+      f.legal = false;
+      f.summary = summary;
+      f.assumption = "assumes " + name_ops(s, via) +
+                     " (routing / permutation) can work on the rank's own sequence shard, so "
+                     "each rank dispatches only its own tokens";
+    }
+    out.push_back(std::move(f));
+  }
+
+  void combine(const Dataflow& df, const MatchGroup& a, const analysis::CostModel& cm,
+               std::vector<Finding>& out) const {
+    const Schedule& s = df.schedule();
+    const MatchGroup* rs = nullptr;
+    for (const OpRef& m : a.members) {
+      auto r = reach(df, m, s.op(m).collective()->out, CollOp::ReduceScatter);
+      if (r.size() != 1 || (rs && rs != r[0].group)) return;
+      rs = r[0].group;
+    }
+    if (!rs) return;
+    Finding f;
+    f.pass = std::string(name());
+    f.ranks = group_ranks({a, *rs});
+    f.ops = group_ids(s, {a, *rs});
+    closed_form(s, *rs, a, cm, f);
+    f.legal = false;
+    f.summary = op_name(s.op(a.members[0])) + " + " + op_name(s.op(rs->members[0])) +
+                " (combine) -> all-to-all returning each token to its sequence shard";
+    f.assumption = "assumes the combine returns every token to the rank owning its sequence "
+                   "shard, so the reduce-scatter's sum is done by the expert side (a reduction "
+                   "cannot be folded into a data-movement op exactly in the IR)";
+    out.push_back(std::move(f));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_sp_ep() { return std::make_unique<SpEp>(); }
+
+}  // namespace braid::fusion::passes

@@ -1,0 +1,263 @@
+// tp-sp: an All-Reduce whose later readers (on every member, before the next write) read only
+// the rank's own shard becomes a Reduce-Scatter; the All-Gather disappears, or moves to just
+// before the first op that reads the full tensor. Also removes an all-gather (e.g. one left by
+// decompose) whose gathered part nobody reads. Backward is the same rule on the gradient's
+// all-reduce (its all-gather lands before the row-parallel GEMM's backward).
+#include <cmath>
+
+#include "fusion/passes/passes.h"
+
+namespace braid::fusion::passes {
+namespace {
+
+struct MemberUse {
+  OpRef ref;
+  Slice out, shard;
+  std::vector<OpRef> full;  // readers outside the shard
+  bool full_at_end = false;
+  std::vector<OpRef> opaque;
+  bool unordered = false;
+};
+
+MemberUse use_of(const Dataflow& df, OpRef ref, const Slice& out, const Slice& shard) {
+  MemberUse m{ref, out, shard, {}, false, {}, false};
+  Uses u = df.uses_after(ref, out);
+  m.opaque = u.opaque;
+  m.unordered = !u.unordered.empty();
+  for (const auto& r : u.readers)
+    if (!r.elems.within(shard.offset, shard.end())) m.full.push_back(r.op);
+  m.full_at_end = !u.live_at_end.within(shard.offset, shard.end());
+  return m;
+}
+
+// Where the all-gather goes on one member: before the first full reader, or at the end of the
+// all-reduce's stream when only the buffer's final contents need the full tensor.
+struct Placement {
+  int32_t stream = -1;
+  int64_t before_id = -1;  // -1: append at the end of the stream
+  int seq = 0;             // collectives of the communicator before it on this rank
+};
+
+std::optional<Placement> place(const Dataflow& df, const MemberUse& m, const std::string& comm) {
+  const Schedule& s = df.schedule();
+  const auto& hb = df.hb();
+  OpRef at;
+  Placement p;
+  if (!m.full.empty()) {
+    // The earliest full reader must come before every other one.
+    std::optional<OpRef> first;
+    for (OpRef r : m.full) {
+      bool earliest = true;
+      for (OpRef o : m.full)
+        if (o != r && !hb.before(r, o)) earliest = false;
+      if (earliest) first = r;
+    }
+    if (!first) return std::nullopt;
+    at = *first;
+    p.stream = at.stream;
+    p.before_id = s.op(at).id;
+  } else {
+    const auto& ops = s.ranks[m.ref.rank].streams[m.ref.stream].ops;
+    at = {m.ref.rank, m.ref.stream, static_cast<int32_t>(ops.size()) - 1};
+    if (at == m.ref) return std::nullopt;  // right after the reduce-scatter: nothing gained
+    p.stream = at.stream;
+  }
+  // Nothing may write the tensor between the all-reduce and the all-gather.
+  Slice whole = m.out;
+  for (OpRef w : df.writers_between(m.ref, at, whole))
+    if (!(m.full.empty() && w == at)) return std::nullopt;
+  if (m.full.empty()) {
+    Access a = access_of(s, at.rank, s.op(at));
+    for (const Slice& x : a.writes)
+      if (x.overlaps(whole)) return std::nullopt;
+  }
+  // The communicator's order on this rank must stay total, and the new op's place in it known.
+  const bool append = p.before_id < 0;
+  const auto& streams = s.ranks[m.ref.rank].streams;
+  for (int32_t st = 0; st < static_cast<int32_t>(streams.size()); ++st)
+    for (int32_t i = 0; i < static_cast<int32_t>(streams[st].ops.size()); ++i) {
+      OpRef z{m.ref.rank, st, i};
+      const Collective* c = s.op(z).collective();
+      if (!c || c->comm != comm || c->op == CollOp::Send || c->op == CollOp::Recv) continue;
+      bool before = z == m.ref || hb.before(z, at) || (append && z == at);
+      bool after = !append && (z == at || hb.before(at, z));
+      if (!before && !after) return std::nullopt;
+      if (before) ++p.seq;
+    }
+  return p;
+}
+
+class TpSp : public Pass {
+ public:
+  std::string_view name() const override { return "tp-sp"; }
+  std::string_view description() const override {
+    return "All-Reduce read only shard-wise -> Reduce-Scatter; the All-Gather disappears or "
+           "moves to the first full consumer";
+  }
+
+  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const override {
+    std::vector<Finding> out;
+    Dataflow df(s);
+    for (const MatchGroup& g : df.matching().groups) {
+      if (g.op == CollOp::AllReduce) all_reduce(df, g, cm, out);
+      if (g.op == CollOp::AllGather) dead_all_gather(df, g, cm, out);
+    }
+    return out;
+  }
+
+ private:
+  void all_reduce(const Dataflow& df, const MatchGroup& g, const analysis::CostModel& cm,
+                  std::vector<Finding>& out) const {
+    const Schedule& s = df.schedule();
+    const Collective& c0 = *s.op(g.members[0]).collective();
+    const Comm* comm = s.find_comm(c0.comm);
+    const int64_t t = static_cast<int64_t>(comm->ranks.size());
+    if (t < 2 || c0.count == 0 || c0.count % t != 0) return;
+    const int64_t shard = c0.count / t;
+    std::vector<MemberUse> uses;
+    bool any_full = false, unknown = false, unordered = false;
+    std::vector<OpRef> opaque;
+    for (const OpRef& r : g.members) {
+      const Collective& c = *s.op(r).collective();
+      int64_t idx = comm->index_of(r.rank);
+      uses.push_back(use_of(df, r, c.out, c.out.sub(idx * shard, shard)));
+      const MemberUse& m = uses.back();
+      any_full = any_full || !m.full.empty() || m.full_at_end;
+      unknown = unknown || !m.opaque.empty();
+      unordered = unordered || m.unordered;
+      opaque.insert(opaque.end(), m.opaque.begin(), m.opaque.end());
+    }
+    if (unordered) return;
+    const int64_t bytes = c0.count * dtype_bytes_of(c0.dtype);
+    Ns ar = group_ns(s, g, cm);
+    Ns rs = cm.collective_ns(CollOp::ReduceScatter, bytes, static_cast<int>(t), c0.comm, comm->ranks);
+    Ns ag = cm.collective_ns(CollOp::AllGather, bytes, static_cast<int>(t), c0.comm, comm->ranks);
+    const int64_t ar_wire = group_wire_bytes(s, g);
+    const int64_t rs_wire = static_cast<int64_t>(std::llround(
+        analysis::wire_factor(CollOp::ReduceScatter, static_cast<int>(t), analysis::Algorithm::Ring) *
+        static_cast<double>(bytes)));
+    Finding f;
+    f.pass = std::string(name());
+    f.ranks = member_ranks(g);
+    f.ops = member_ids(s, g);
+    const std::string what = op_name(s.op(g.members[0]));
+    if (unknown || !any_full) {
+      f.saving_ns = ar - rs;
+      f.saving_bytes = ar_wire - rs_wire;
+      f.summary = what + " -> reduce-scatter; the all-gather disappears (every reader uses only "
+                         "its own shard)";
+      if (unknown) {
+        f.legal = false;
+        f.assumption = "assumes " + name_ops(s, opaque) + " read only the rank's own 1/" +
+                       std::to_string(t) + " shard of '" + c0.out.buffer +
+                       "' (then the all-gather disappears)";
+        out.push_back(std::move(f));
+        return;
+      }
+      f.legal = true;
+      std::vector<int64_t> ids = f.ops;
+      f.rewrite = [ids, shard](Schedule& x) {
+        int64_t next = x.next_op_id();
+        for (int64_t id : ids) {
+          OpRef r = must_find(x, id);
+          Collective c = *x.op(r).collective();
+          int64_t idx = x.find_comm(c.comm)->index_of(r.rank);
+          c.op = CollOp::ReduceScatter;
+          c.count = shard;
+          c.out = c.out.sub(idx * shard, shard);
+          x.op(r) = make_op(next, c, {id});
+        }
+      };
+      out.push_back(std::move(f));
+      return;
+    }
+    // Some member needs the full tensor later: the all-gather moves there, on every member.
+    std::vector<Placement> places;
+    for (const MemberUse& m : uses) {
+      auto p = place(df, m, c0.comm);
+      if (!p) return;
+      if (!places.empty() && places.front().seq != p->seq) return;
+      places.push_back(*p);
+    }
+    f.saving_ns = ar - rs - ag;
+    f.saving_bytes = 0;
+    f.legal = true;
+    f.enabling = f.saving_ns <= 0;
+    f.summary = what + " -> reduce-scatter; the all-gather moves to the first op that reads the "
+                       "full tensor";
+    std::vector<int64_t> ids = f.ops;
+    f.rewrite = [ids, shard, places](Schedule& x) {
+      int64_t next = x.next_op_id();
+      for (size_t k = 0; k < ids.size(); ++k) {
+        OpRef r = must_find(x, ids[k]);
+        Collective c = *x.op(r).collective();
+        int64_t idx = x.find_comm(c.comm)->index_of(r.rank);
+        Collective rs = c, ag = c;
+        rs.op = CollOp::ReduceScatter;
+        rs.count = shard;
+        rs.out = c.out.sub(idx * shard, shard);
+        ag.op = CollOp::AllGather;
+        ag.count = shard;
+        ag.in = rs.out;
+        x.op(r) = make_op(next, rs, {ids[k]});
+        const Placement& p = places[k];
+        if (p.before_id >= 0) {
+          OpRef b = must_find(x, p.before_id);
+          insert_op(x, b.rank, b.stream, b.index, make_op(next, ag, {ids[k]}));
+        } else {
+          auto& ops = x.ranks[r.rank].streams[p.stream].ops;
+          insert_op(x, r.rank, p.stream, static_cast<int32_t>(ops.size()),
+                    make_op(next, ag, {ids[k]}));
+        }
+      }
+    };
+    // A moved collective can close a wait cycle with other ranks' P2P: check.
+    Schedule probe = s;
+    f.rewrite(probe);
+    if (!valid(probe)) return;
+    out.push_back(std::move(f));
+  }
+
+  // An in-place all-gather (in = the rank's shard of out) whose gathered part is never read.
+  void dead_all_gather(const Dataflow& df, const MatchGroup& g, const analysis::CostModel& cm,
+                       std::vector<Finding>& out) const {
+    const Schedule& s = df.schedule();
+    const Collective& c0 = *s.op(g.members[0]).collective();
+    const Comm* comm = s.find_comm(c0.comm);
+    std::vector<OpRef> opaque;
+    for (const OpRef& r : g.members) {
+      const Collective& c = *s.op(r).collective();
+      int64_t idx = comm->index_of(r.rank);
+      Slice mine = c.out.sub(idx * c.count, c.count);
+      if (c.in != mine) return;
+      MemberUse m = use_of(df, r, c.out, mine);
+      if (m.unordered || !m.full.empty() || m.full_at_end) return;
+      opaque.insert(opaque.end(), m.opaque.begin(), m.opaque.end());
+    }
+    Finding f;
+    f.pass = std::string(name());
+    f.ranks = member_ranks(g);
+    f.ops = member_ids(s, g);
+    f.saving_ns = group_ns(s, g, cm);
+    f.saving_bytes = group_wire_bytes(s, g);
+    f.summary = op_name(s.op(g.members[0])) + " removed: no op reads the gathered shards";
+    if (!opaque.empty()) {
+      f.legal = false;
+      f.assumption = "assumes " + name_ops(s, opaque) + " read only the rank's own shard of '" +
+                     c0.out.buffer + "'";
+    } else {
+      f.legal = true;
+      std::vector<int64_t> ids = f.ops;
+      f.rewrite = [ids](Schedule& x) {
+        for (int64_t id : ids) remove_op(x, id);
+      };
+    }
+    out.push_back(std::move(f));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_tp_sp() { return std::make_unique<TpSp>(); }
+
+}  // namespace braid::fusion::passes

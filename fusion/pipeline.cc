@@ -1,0 +1,174 @@
+#include "fusion/pipeline.h"
+
+#include <algorithm>
+#include <set>
+
+#include "fusion/passes/passes.h"
+#include "trace/error.h"
+
+namespace braid::fusion {
+
+Ns PipelineResult::total_saving_ns() const {
+  Ns t = 0;
+  for (const Finding& f : applied) t += f.saving_ns;
+  return t;
+}
+
+int64_t PipelineResult::total_saving_bytes() const {
+  int64_t t = 0;
+  for (const Finding& f : applied) t += f.saving_bytes;
+  return t;
+}
+
+std::string PipelineResult::passes_json() const {
+  std::string o = "[";
+  for (size_t i = 0; i < passes.size(); ++i) {
+    size_t a = 0, d = 0;
+    for (const Finding& f : applied) a += f.pass == passes[i];
+    for (const Finding& f : advice) d += f.pass == passes[i];
+    o += (i ? "," : "") + std::string("{\"pass\":\"") + passes[i] + "\",\"applied\":" +
+         std::to_string(a) + ",\"advice\":" + std::to_string(d) + "}";
+  }
+  return o + "]";
+}
+
+namespace {
+
+std::set<int64_t> ids_of(const Schedule& s) {
+  std::set<int64_t> v;
+  for (const auto& r : s.ranks)
+    for (const auto& st : r.streams)
+      for (const auto& op : st.ops) v.insert(op.id);
+  return v;
+}
+
+bool worth(const Finding& f) { return f.legal && !f.enabling && f.saving_ns > 0; }
+
+// Applies `f` to a copy of `s`; true (with the copy in `out`) when it validates.
+bool try_apply(const Pass& p, const Schedule& s, const Finding& f, Schedule& out) {
+  out = s;
+  try {
+    p.apply(out, f);
+  } catch (const Error&) {
+    return false;
+  }
+  return passes::valid(out);
+}
+
+// Does a later pass fire (legal, positive saving) on ops `f` touched or created? Looks through
+// one further enabling step (decompose then reorder, say).
+bool enables(const Schedule& after, const std::set<int64_t>& touched,
+             const std::vector<const Pass*>& later, const analysis::CostModel& cm, int depth) {
+  for (const Pass* p : later) {
+    for (const Finding& g : p->find(after, cm)) {
+      bool hits = std::any_of(g.ops.begin(), g.ops.end(), [&](int64_t id) { return touched.count(id); });
+      if (!hits || !g.legal) continue;
+      if (worth(g)) return true;
+      if (g.enabling && depth > 0) {
+        Schedule next;
+        if (!try_apply(*p, after, g, next)) continue;
+        std::set<int64_t> t2 = touched;
+        for (int64_t id : g.ops) t2.insert(id);
+        std::set<int64_t> before = ids_of(after);
+        for (int64_t id : ids_of(next))
+          if (!before.count(id)) t2.insert(id);
+        if (enables(next, t2, later, cm, depth - 1)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
+                            const PipelineOptions& opt) {
+  std::string why;
+  if (!passes::valid(s, &why))
+    throw Error(ErrorCode::BadFormat, "schedule '" + s.name + "' is not valid: " + why);
+  std::vector<const Pass*> order;
+  if (opt.passes.empty()) {
+    for (const auto& p : all_passes()) order.push_back(p.get());
+  } else {
+    for (const std::string& n : opt.passes) {
+      const Pass* p = find_pass(n);
+      if (!p) {
+        std::string known;
+        for (const auto& q : all_passes()) known += (known.empty() ? "" : ", ") + std::string(q->name());
+        throw Error(ErrorCode::Usage, "unknown pass '" + n + "' (passes: " + known + ")");
+      }
+      order.push_back(p);
+    }
+  }
+  PipelineResult res;
+  res.schedule = s;
+  for (size_t pi = 0; pi < order.size(); ++pi) {
+    const Pass& pass = *order[pi];
+    res.passes.push_back(std::string(pass.name()));
+    std::vector<const Pass*> later(order.begin() + static_cast<long>(pi) + 1, order.end());
+    std::set<std::vector<int64_t>> rejected;  // enabling findings that enabled nothing
+    std::vector<Finding> last;
+    for (int round = 0; round < opt.max_rounds; ++round) {
+      last = pass.find(res.schedule, cm);
+      std::stable_sort(last.begin(), last.end(),
+                       [](const Finding& a, const Finding& b) { return a.saving_ns > b.saving_ns; });
+      // Findings that save time on their own: every one whose ops no other took this round.
+      bool applied = false;
+      std::set<int64_t> used;
+      for (const Finding& f : last) {
+        if (!worth(f) || rejected.count(f.ops)) continue;
+        if (std::any_of(f.ops.begin(), f.ops.end(), [&](int64_t id) { return used.count(id); }))
+          continue;
+        Schedule next;
+        if (!try_apply(pass, res.schedule, f, next)) {
+          rejected.insert(f.ops);
+          continue;
+        }
+        res.schedule = std::move(next);
+        used.insert(f.ops.begin(), f.ops.end());
+        Finding kept = f;
+        kept.rewrite = nullptr;
+        res.applied.push_back(std::move(kept));
+        applied = true;
+      }
+      // Otherwise one enabling step, if a later pass then fires on what it touched.
+      for (const Finding& f : last) {
+        if (applied) break;
+        if (!f.legal || !f.enabling || rejected.count(f.ops)) continue;
+        Schedule next;
+        if (!try_apply(pass, res.schedule, f, next)) {
+          rejected.insert(f.ops);
+          continue;
+        }
+        std::set<int64_t> touched(f.ops.begin(), f.ops.end());
+        std::set<int64_t> before = ids_of(res.schedule);
+        for (int64_t id : ids_of(next))
+          if (!before.count(id)) touched.insert(id);
+        if (!enables(next, touched, later, cm, 1)) {
+          rejected.insert(f.ops);
+          continue;
+        }
+        res.schedule = std::move(next);
+        Finding kept = f;
+        kept.rewrite = nullptr;
+        res.applied.push_back(std::move(kept));
+        applied = true;
+      }
+      if (!applied || !opt.fixed_point) break;
+    }
+    // What this pass still reports on the schedule as it leaves it: advice, and legal findings
+    // not worth applying (enabling steps that enable nothing are left out).
+    last = pass.find(res.schedule, cm);
+    for (Finding& f : last) {
+      bool was_applied = false;
+      for (const Finding& a : res.applied) was_applied = was_applied || (a.pass == f.pass && a.ops == f.ops);
+      if (was_applied || (f.legal && f.enabling)) continue;
+      if (f.legal && worth(f)) continue;  // rejected by validation: not worth reporting twice
+      f.rewrite = nullptr;
+      res.advice.push_back(std::move(f));
+    }
+  }
+  return res;
+}
+
+}  // namespace braid::fusion

@@ -1,0 +1,241 @@
+// Hand-built schedules for the fusion pass tests: one per pattern, small enough for the
+// reference interpreter, with `outputs` declared so scratch buffers may change.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "analysis/cost_model.h"
+#include "fusion/ir.h"
+#include "fusion/schedules.h"
+
+namespace braid::fusion::testing {
+
+// A cost model whose links are slow (1 MB/s, no latency) so that tiny test messages show the
+// same trade-offs as real ones.
+inline analysis::CostModel slow_links(double latency_ns = 0, double gbps = 0.001) {
+  analysis::HardwareProfile p = analysis::default_profile();
+  p.intra_node = {"slow", latency_ns, gbps};
+  p.inter_node = {"slow", latency_ns, gbps};
+  p.gpu.kernel_overhead_ns = 1000;
+  return analysis::CostModel(p);
+}
+
+// TP+SP: t ranks; out_proj writes `partial` (M), all-reduce into `out`, and the residual reads
+// only the rank's shard of `out`. With `full_reader`, a later op reads all of `out`; with
+// `opaque`, the residual is opaque (lifted) compute.
+inline Schedule tp_sp(int t = 4, int64_t M = 16, bool full_reader = false, bool opaque = false,
+                      bool out_is_output = false) {
+  Schedule s;
+  s.name = "tp-sp";
+  std::vector<int32_t> all;
+  for (int r = 0; r < t; ++r) all.push_back(r);
+  s.comms.push_back({"tp", all});
+  const int64_t Ms = M / t;
+  for (int32_t r = 0; r < t; ++r) {
+    s.add_buffer(r, "x", "float32", M);
+    s.add_buffer(r, "partial", "float32", M);
+    s.add_buffer(r, "out", "float32", M);
+    s.add_buffer(r, "res", "float32", Ms);
+    s.add_buffer(r, "res2", "float32", M);
+    s.ranks[r].outputs = {"res"};
+    if (full_reader) s.ranks[r].outputs.push_back("res2");
+    if (out_is_output) s.ranks[r].outputs.push_back("out");
+    int st = s.add_stream(r, "compute");
+    s.append(r, st, comp("out_proj", 4000, {sl("x", 0, M)}, {sl("partial", 0, M)}));
+    s.append(r, st, coll(CollOp::AllReduce, "tp", M, sl("partial", 0, M), sl("out", 0, M), "attn.ar"));
+    s.append(r, st, comp("residual", 500, opaque ? std::vector<Slice>{} : std::vector<Slice>{sl("out", r * Ms, Ms)},
+                         opaque ? std::vector<Slice>{} : std::vector<Slice>{sl("res", 0, Ms)}, opaque));
+    s.append(r, st, Delay{100});
+    if (full_reader) s.append(r, st, comp("qkv", 800, {sl("out", 0, M)}, {sl("res2", 0, M)}));
+  }
+  return s;
+}
+
+// PP+EP: stage 0 = ranks 0..e-1 sends `x` (M) to stage 1 = ranks e..2e-1 (rank i -> e + i), which
+// receive into `x` and dispatch it with an all-to-all on `ep` into `y`. With `gate`, stage 1
+// computes the MoE gate from `x` (a reader of the intermediate); with `combine`, the mirror:
+// stage 0 combines with an all-to-all and sends the result on.
+inline Schedule pp_ep(int e = 2, int64_t M = 8, bool gate = false) {
+  Schedule s;
+  s.name = "pp-ep";
+  std::vector<int32_t> ep;
+  for (int i = 0; i < e; ++i) ep.push_back(e + i);
+  s.comms.push_back({"ep", ep});
+  for (int i = 0; i < e; ++i) s.comms.push_back({"pp" + std::to_string(i), {i, e + i}});
+  for (int32_t r = 0; r < 2 * e; ++r) {
+    s.add_buffer(r, "x", "float32", M);
+    s.add_buffer(r, "y", "float32", M);
+    s.add_buffer(r, "scores", "float32", M);
+    int st = s.add_stream(r, "main");
+    if (r < e) {
+      s.ranks[r].outputs = {"x"};
+      s.append(r, st, comp("prev", 1000, {}, {sl("x", 0, M)}));
+      s.append(r, st, p2p(CollOp::Send, "pp" + std::to_string(r), e + r, M, sl("x", 0, M), "pp.fwd"));
+    } else {
+      s.ranks[r].outputs = {"y"};
+      if (gate) s.ranks[r].outputs.push_back("scores");
+      s.append(r, st, p2p(CollOp::Recv, "pp" + std::to_string(r - e), r - e, M, sl("x", 0, M), "pp.fwd"));
+      if (gate) s.append(r, st, comp("gate", 300, {sl("x", 0, M)}, {sl("scores", 0, M)}));
+      s.append(r, st, coll(CollOp::AllToAll, "ep", M / e, sl("x", 0, M), sl("y", 0, M), "dispatch"));
+      s.append(r, st, comp("experts", 1000, {sl("y", 0, M)}, {sl("y", 0, M)}));
+    }
+  }
+  return s;
+}
+
+// PP+SP: stage 0 = ranks 0..t-1 all-gather their shards `x` (Ms) into `full` (M) and each sends
+// `full` to its peer t + i, which receives into `xin`.
+inline Schedule pp_sp(int t = 2, int64_t Ms = 4) {
+  Schedule s;
+  s.name = "pp-sp";
+  std::vector<int32_t> sp;
+  for (int i = 0; i < t; ++i) sp.push_back(i);
+  s.comms.push_back({"sp", sp});
+  for (int i = 0; i < t; ++i) s.comms.push_back({"pp" + std::to_string(i), {i, t + i}});
+  const int64_t M = Ms * t;
+  for (int32_t r = 0; r < 2 * t; ++r) {
+    s.add_buffer(r, "x", "float32", Ms);
+    s.add_buffer(r, "full", "float32", M);
+    s.add_buffer(r, "xin", "float32", M);
+    s.add_buffer(r, "h", "float32", M);
+    int st = s.add_stream(r, "main");
+    if (r < t) {
+      s.ranks[r].outputs = {"x"};
+      s.append(r, st, comp("residual", 500, {}, {sl("x", 0, Ms)}));
+      s.append(r, st, coll(CollOp::AllGather, "sp", Ms, sl("x", 0, Ms), sl("full", 0, M), "output.ag"));
+      s.append(r, st, p2p(CollOp::Send, "pp" + std::to_string(r), t + r, M, sl("full", 0, M), "pp.fwd"));
+    } else {
+      s.ranks[r].outputs = {"h"};
+      s.append(r, st, p2p(CollOp::Recv, "pp" + std::to_string(r - t), r - t, M, sl("xin", 0, M), "pp.fwd"));
+      s.append(r, st, comp("attn", 700, {sl("xin", 0, M)}, {sl("h", 0, M)}));
+    }
+  }
+  return s;
+}
+
+// SP+EP on one group of t ranks: all-gather the shard, all-to-all the gathered tokens.
+inline Schedule sp_ep(int t = 2, int64_t Ms = 4) {
+  Schedule s;
+  s.name = "sp-ep";
+  std::vector<int32_t> g;
+  for (int i = 0; i < t; ++i) g.push_back(i);
+  s.comms.push_back({"sp", g});
+  s.comms.push_back({"ep", g});
+  const int64_t M = Ms * t;
+  for (int32_t r = 0; r < t; ++r) {
+    s.add_buffer(r, "x", "float32", Ms);
+    s.add_buffer(r, "full", "float32", M);
+    s.add_buffer(r, "y", "float32", M);
+    s.ranks[r].outputs = {"y"};
+    int st = s.add_stream(r, "main");
+    s.append(r, st, comp("ln", 200, {}, {sl("x", 0, Ms)}));
+    s.append(r, st, coll(CollOp::AllGather, "sp", Ms, sl("x", 0, Ms), sl("full", 0, M), "moe.ag"));
+    s.append(r, st, coll(CollOp::AllToAll, "ep", M / t, sl("full", 0, M), sl("y", 0, M), "dispatch"));
+  }
+  return s;
+}
+
+// TP+EP: 4 ranks, TP groups {0,1}, {2,3}; EP groups {0,2}, {1,3}. All-reduce over TP, then
+// every TP rank dispatches the full result over its EP group.
+inline Schedule tp_ep(int64_t M = 8) {
+  Schedule s;
+  s.name = "tp-ep";
+  s.comms.push_back({"tp0", {0, 1}});
+  s.comms.push_back({"tp1", {2, 3}});
+  s.comms.push_back({"ep0", {0, 2}});
+  s.comms.push_back({"ep1", {1, 3}});
+  for (int32_t r = 0; r < 4; ++r) {
+    s.add_buffer(r, "partial", "float32", M);
+    s.add_buffer(r, "h", "float32", M);
+    s.add_buffer(r, "y", "float32", M);
+    s.ranks[r].outputs = {"y"};
+    int st = s.add_stream(r, "main");
+    s.append(r, st, comp("out_proj", 1000, {}, {sl("partial", 0, M)}));
+    s.append(r, st, coll(CollOp::AllReduce, r < 2 ? "tp0" : "tp1", M, sl("partial", 0, M), sl("h", 0, M), "attn.ar"));
+    s.append(r, st, coll(CollOp::AllToAll, (r % 2) ? "ep1" : "ep0", M / 2, sl("h", 0, M), sl("y", 0, M), "dispatch"));
+  }
+  return s;
+}
+
+// Coalescing: two all-reduces of adjacent slices of `g`, back to back on every rank. With
+// `dependent`, the second reads what the first wrote.
+inline Schedule two_allreduces(int t = 2, int64_t n = 4, bool dependent = false) {
+  Schedule s;
+  s.name = "two-ar";
+  std::vector<int32_t> all;
+  for (int i = 0; i < t; ++i) all.push_back(i);
+  s.comms.push_back({"dp", all});
+  for (int32_t r = 0; r < t; ++r) {
+    s.add_buffer(r, "g", "float32", 2 * n);
+    int st = s.add_stream(r, "main");
+    s.append(r, st, comp("bwd", 500, {}, {sl("g", 0, 2 * n)}));
+    s.append(r, st, coll(CollOp::AllReduce, "dp", n, sl("g", 0, n), sl("g", 0, n), "bucket0"));
+    if (dependent)
+      s.append(r, st, coll(CollOp::AllReduce, "dp", n, sl("g", 0, n), sl("g", n, n), "bucket1"));
+    else
+      s.append(r, st, coll(CollOp::AllReduce, "dp", n, sl("g", n, n), sl("g", n, n), "bucket1"));
+  }
+  return s;
+}
+
+// Dedup: all-gather `x` into `a`, compute, all-gather `x` again into `b` (the recomputing
+// all-gather), read `b`. With `write_between`, `x` changes in between.
+inline Schedule regather(int t = 2, int64_t n = 4, bool write_between = false, bool opaque_between = false) {
+  Schedule s;
+  s.name = "regather";
+  std::vector<int32_t> all;
+  for (int i = 0; i < t; ++i) all.push_back(i);
+  s.comms.push_back({"tp", all});
+  for (int32_t r = 0; r < t; ++r) {
+    s.add_buffer(r, "x", "float32", n);
+    s.add_buffer(r, "a", "float32", t * n);
+    s.add_buffer(r, "b", "float32", t * n);
+    s.add_buffer(r, "y", "float32", t * n);
+    s.add_buffer(r, "z", "float32", t * n);
+    s.ranks[r].outputs = {"y", "z", "x"};
+    int st = s.add_stream(r, "main");
+    s.append(r, st, coll(CollOp::AllGather, "tp", n, sl("x", 0, n), sl("a", 0, t * n), "fwd.ag"));
+    s.append(r, st, comp("qkv", 500, {sl("a", 0, t * n)}, {sl("y", 0, t * n)}));
+    if (write_between) s.append(r, st, comp("update", 100, {}, {sl("x", 0, n)}));
+    if (opaque_between) s.append(r, st, comp("kernel", 100, {}, {}, true));
+    s.append(r, st, coll(CollOp::AllGather, "tp", n, sl("x", 0, n), sl("b", 0, t * n), "bwd.regather"));
+    s.append(r, st, comp("wgrad", 500, {sl("b", 0, t * n)}, {sl("z", 0, t * n)}));
+  }
+  return s;
+}
+
+// CoC: a GEMM writes `y`, then the all-reduce of `y` (in place), on one stream or (two_stream)
+// handed to a comm stream through an event.
+inline Schedule gemm_allreduce(int t = 2, int64_t n = 64, Ns gemm_ns = 2'000'000,
+                               bool two_stream = false, bool opaque = false) {
+  Schedule s;
+  s.name = "gemm-ar";
+  std::vector<int32_t> all;
+  for (int i = 0; i < t; ++i) all.push_back(i);
+  s.comms.push_back({"tp", all});
+  for (int32_t r = 0; r < t; ++r) {
+    s.add_buffer(r, "x", "float32", n);
+    s.add_buffer(r, "w", "float32", 8);
+    s.add_buffer(r, "y", "float32", n);
+    s.add_buffer(r, "z", "float32", n);
+    s.ranks[r].outputs = {"z"};
+    int st = s.add_stream(r, "compute");
+    int cs = two_stream ? s.add_stream(r, "comm") : st;
+    s.append(r, st, comp("fc2", gemm_ns, opaque ? std::vector<Slice>{} : std::vector<Slice>{sl("x", 0, n), sl("w", 0, 8)},
+                         opaque ? std::vector<Slice>{} : std::vector<Slice>{sl("y", 0, n)}, opaque));
+    if (two_stream) {
+      s.append(r, st, Record{"y_ready"});
+      s.append(r, cs, Wait{"y_ready"});
+    }
+    s.append(r, cs, coll(CollOp::AllReduce, "tp", n, sl("y", 0, n), sl("y", 0, n), "mlp.ar"));
+    if (two_stream) {
+      s.append(r, cs, Record{"ar_done"});
+      s.append(r, st, Wait{"ar_done"});
+    }
+    s.append(r, st, comp("residual", 1000, {sl("y", 0, n)}, {sl("z", 0, n)}));
+  }
+  return s;
+}
+
+}  // namespace braid::fusion::testing

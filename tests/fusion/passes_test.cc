@@ -1,0 +1,435 @@
+// Golden and negative tests of the fusion passes on hand-built schedules and the synthesizer's
+// Chimera presets: the expected rewrite fires (or is advice), its predicted saving equals the
+// closed form, and the fused schedule validates and computes the same outputs.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "fusion/interpreter.h"
+#include "fusion/pass.h"
+#include "fusion/pipeline.h"
+#include "fusion/synth.h"
+#include "fusion/validate.h"
+#include "fusion/pass_schedules.h"
+#include "trace/error.h"
+
+namespace braid::fusion {
+namespace {
+
+using testing::slow_links;
+
+std::vector<Finding> find(const std::string& pass, const Schedule& s,
+                          const analysis::CostModel& cm = analysis::CostModel()) {
+  const Pass* p = find_pass(pass);
+  EXPECT_NE(p, nullptr) << pass;
+  return p ? p->find(s, cm) : std::vector<Finding>{};
+}
+
+// Output buffers of every rank equal in both schedules.
+void expect_same_outputs(const Schedule& a, const Schedule& b) {
+  ASSERT_EQ(validate(b), std::vector<std::string>{});
+  Interpretation ia = interpret(a), ib = interpret(b);
+  ASSERT_FALSE(ia.deadlocked) << ia.deadlock_message();
+  ASSERT_FALSE(ib.deadlocked) << ib.deadlock_message();
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    std::vector<std::string> outs = a.ranks[r].outputs;
+    if (outs.empty())
+      for (const Buffer& buf : a.ranks[r].buffers) outs.push_back(buf.name);
+    for (const std::string& o : outs)
+      EXPECT_EQ(ia.buffers[r].at(o), ib.buffers[r].at(o)) << "rank " << r << " buffer " << o;
+  }
+}
+
+int count_ops(const Schedule& s, CollOp op) {
+  int n = 0;
+  for (const auto& r : s.ranks)
+    for (const auto& st : r.streams)
+      for (const auto& o : st.ops)
+        if (o.collective() && o.collective()->op == op) ++n;
+  return n;
+}
+
+Schedule apply_one(const std::string& pass, const Schedule& s, const Finding& f) {
+  Schedule x = s;
+  find_pass(pass)->apply(x, f);
+  return x;
+}
+
+// ---------------------------------------------------------------------------------------------
+// tp-sp
+
+TEST(TpSp, AllReduceReadShardwiseBecomesReduceScatterWithClosedFormSaving) {
+  for (int t : {2, 4}) {
+    const int64_t M = 16;
+    Schedule s = testing::tp_sp(t, M);
+    auto fs = find("tp-sp", s);
+    ASSERT_EQ(fs.size(), 1u);
+    const Finding& f = fs[0];
+    EXPECT_TRUE(f.legal);
+    EXPECT_FALSE(f.enabling);
+    // (t-1) M / t elements of 4 bytes per rank per All-Reduce.
+    EXPECT_EQ(f.saving_bytes, (t - 1) * M * 4 / t);
+    analysis::CostModel cm;
+    std::vector<int32_t> members;
+    for (int r = 0; r < t; ++r) members.push_back(r);
+    EXPECT_EQ(f.saving_ns, cm.collective_ns(CollOp::AllReduce, M * 4, t, "tp", members) -
+                               cm.collective_ns(CollOp::ReduceScatter, M * 4, t, "tp", members));
+    EXPECT_EQ(f.ranks.size(), static_cast<size_t>(t));
+    Schedule x = apply_one("tp-sp", s, f);
+    EXPECT_EQ(count_ops(x, CollOp::AllReduce), 0);
+    EXPECT_EQ(count_ops(x, CollOp::ReduceScatter), t);
+    EXPECT_EQ(count_ops(x, CollOp::AllGather), 0);
+    // The reduce-scatter names the all-reduce it replaces.
+    for (const auto& r : x.ranks)
+      for (const auto& o : r.streams[0].ops)
+        if (o.collective()) {
+          EXPECT_EQ(o.replaces.size(), 1u);
+        }
+    expect_same_outputs(s, x);
+  }
+}
+
+TEST(TpSp, FullReaderMovesTheAllGatherAndThePipelineDoesNotApplyItAlone) {
+  Schedule s = testing::tp_sp(4, 16, /*full_reader=*/true);
+  auto fs = find("tp-sp", s);
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_TRUE(fs[0].legal);
+  EXPECT_TRUE(fs[0].enabling);
+  EXPECT_EQ(fs[0].saving_bytes, 0);
+  // Applied by hand it is still exact: the all-gather lands before the full reader.
+  Schedule x = apply_one("tp-sp", s, fs[0]);
+  EXPECT_EQ(count_ops(x, CollOp::AllGather), 4);
+  expect_same_outputs(s, x);
+  auto res = run_pipeline(s, analysis::CostModel(), {{"tp-sp"}});
+  EXPECT_TRUE(res.applied.empty());
+  EXPECT_EQ(res.schedule, s);
+}
+
+TEST(TpSp, OutputBufferNeedsTheFullTensor) {
+  // `out` is an output: the full tensor is live at the end, so no shard-only rewrite.
+  Schedule s = testing::tp_sp(2, 8, false, false, /*out_is_output=*/true);
+  auto fs = find("tp-sp", s);
+  for (const Finding& f : fs) EXPECT_EQ(f.saving_bytes, 0);
+  auto res = run_pipeline(s, analysis::CostModel());
+  EXPECT_EQ(count_ops(res.schedule, CollOp::AllReduce), 2);
+}
+
+TEST(TpSp, OpaqueConsumerIsAdviceWithTheAssumption) {
+  Schedule s = testing::tp_sp(4, 16, false, /*opaque=*/true);
+  auto fs = find("tp-sp", s);
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_FALSE(fs[0].legal);
+  EXPECT_EQ(fs[0].saving_bytes, 3 * 16 * 4 / 4);
+  EXPECT_NE(fs[0].assumption.find("read only the rank's own 1/4 shard of 'out'"), std::string::npos)
+      << fs[0].assumption;
+  EXPECT_NE(fs[0].assumption.find("residual"), std::string::npos);
+  Schedule x = s;
+  EXPECT_THROW(find_pass("tp-sp")->apply(x, fs[0]), Error);
+  auto res = run_pipeline(s, analysis::CostModel());
+  EXPECT_TRUE(res.applied.empty());
+  ASSERT_FALSE(res.advice.empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// decompose
+
+TEST(Decompose, AllReduceEqualsReduceScatterPlusAllGather) {
+  Schedule s = testing::tp_sp(4, 16, true);
+  auto fs = find("decompose", s);
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_TRUE(fs[0].legal && fs[0].enabling);
+  Schedule x = apply_one("decompose", s, fs[0]);
+  EXPECT_EQ(count_ops(x, CollOp::ReduceScatter), 4);
+  EXPECT_EQ(count_ops(x, CollOp::AllGather), 4);
+  expect_same_outputs(s, x);
+}
+
+TEST(Decompose, CountNotDivisibleDoesNotFire) {
+  Schedule s = testing::two_allreduces(2, 3);  // count 3 on 2 ranks
+  EXPECT_TRUE(find("decompose", s).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// pp-ep
+
+TEST(PpEp, P2pThenAllToAllBecomesManyToManyScatter) {
+  const int e = 2;
+  const int64_t M = 8;
+  Schedule s = testing::pp_ep(e, M);
+  auto fs = find("pp-ep", s);
+  ASSERT_EQ(fs.size(), 1u);
+  const Finding& f = fs[0];
+  ASSERT_TRUE(f.legal) << f.assumption;
+  // Chimera: P2P bsh + A2A (e-1)bsh/e -> M2M bsh: the all-to-all's bytes are saved.
+  EXPECT_EQ(f.saving_bytes, (e - 1) * M * 4 / e);
+  Schedule x = apply_one("pp-ep", s, f);
+  EXPECT_EQ(count_ops(x, CollOp::AllToAll), 0);
+  EXPECT_EQ(count_ops(x, CollOp::Send) + count_ops(x, CollOp::Recv), 0);
+  EXPECT_EQ(count_ops(x, CollOp::ManyToMany), 2 * e);
+  expect_same_outputs(s, x);
+}
+
+TEST(PpEp, GateReadingTheReceivedTokensMakesItAdvice) {
+  Schedule s = testing::pp_ep(2, 8, /*gate=*/true);
+  auto fs = find("pp-ep", s);
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_FALSE(fs[0].legal);
+  EXPECT_NE(fs[0].assumption.find("gate"), std::string::npos) << fs[0].assumption;
+  EXPECT_EQ(fs[0].saving_bytes, 4 * 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// pp-sp
+
+TEST(PpSp, AllGatherThenP2pBecomesMulticastOfShards) {
+  const int t = 2;
+  const int64_t Ms = 4, M = Ms * t;
+  Schedule s = testing::pp_sp(t, Ms);
+  auto fs = find("pp-sp", s);
+  ASSERT_EQ(fs.size(), 1u);
+  ASSERT_TRUE(fs[0].legal) << fs[0].assumption;
+  // AG (t-1)M/t + P2P M -> each rank sends its shard to t receivers (M): saves (t-1)M/t.
+  EXPECT_EQ(fs[0].saving_bytes, (t - 1) * M * 4 / t);
+  Schedule x = apply_one("pp-sp", s, fs[0]);
+  EXPECT_EQ(count_ops(x, CollOp::AllGather), 0);
+  expect_same_outputs(s, x);
+}
+
+// ---------------------------------------------------------------------------------------------
+// sp-ep, tp-ep: advice with the closed forms
+
+TEST(SpEp, AllGatherThenAllToAllIsAdviceWithClosedForm) {
+  const int t = 2;
+  const int64_t Ms = 4, M = Ms * t;
+  Schedule s = testing::sp_ep(t, Ms);
+  auto fs = find("sp-ep", s);
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_FALSE(fs[0].legal);
+  // AG (t-1)M/t and (e-1)/e * (t-1)/t of the all-to-all's M.
+  const int64_t ag = (t - 1) * M * 4 / t, a2a = (t - 1) * M * 4 / t;
+  EXPECT_EQ(fs[0].saving_bytes, ag + a2a - a2a / t);
+}
+
+TEST(TpEp, AllReduceThenAllToAllIsAdviceWithClosedForm) {
+  const int64_t M = 8;
+  Schedule s = testing::tp_ep(M);
+  auto fs = find("tp-ep", s);
+  ASSERT_EQ(fs.size(), 2u);  // one per TP group
+  for (const Finding& f : fs) {
+    EXPECT_FALSE(f.legal);
+    // All-to-all over ep = 2 carries 1/t: (ep-1)/ep * (t-1)/t * M bytes saved.
+    EXPECT_EQ(f.saving_bytes, M * 4 / 2 - M * 4 / 2 / 2);
+    EXPECT_NE(f.assumption.find("tensor-parallel"), std::string::npos);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// coalesce, dedup
+
+TEST(Coalesce, AdjacentContiguousAllReducesMerge) {
+  Schedule s = testing::two_allreduces(2, 4);
+  auto fs = find("coalesce", s);
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_TRUE(fs[0].legal);
+  EXPECT_GT(fs[0].saving_ns, 0);  // one latency instead of two
+  Schedule x = apply_one("coalesce", s, fs[0]);
+  EXPECT_EQ(count_ops(x, CollOp::AllReduce), 2);
+  expect_same_outputs(s, x);
+}
+
+TEST(Coalesce, DependentAllReducesDoNotMerge) {
+  EXPECT_TRUE(find("coalesce", testing::two_allreduces(2, 4, true)).empty());
+}
+
+TEST(Dedup, RecomputingAllGatherIsRemovedAndItsReaderRedirected) {
+  const int t = 2;
+  const int64_t n = 4;
+  Schedule s = testing::regather(t, n);
+  auto fs = find("dedup", s);
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_TRUE(fs[0].legal);
+  EXPECT_EQ(fs[0].saving_bytes, (t - 1) * t * n * 4 / t);
+  Schedule x = apply_one("dedup", s, fs[0]);
+  EXPECT_EQ(count_ops(x, CollOp::AllGather), t);
+  expect_same_outputs(s, x);
+}
+
+TEST(Dedup, WriteBetweenBlocksAndOpaqueBetweenIsAdvice) {
+  EXPECT_TRUE(find("dedup", testing::regather(2, 4, /*write_between=*/true)).empty());
+  auto fs = find("dedup", testing::regather(2, 4, false, /*opaque_between=*/true));
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_FALSE(fs[0].legal);
+  EXPECT_NE(fs[0].assumption.find("do not write 'x'"), std::string::npos) << fs[0].assumption;
+}
+
+// ---------------------------------------------------------------------------------------------
+// coc
+
+TEST(Coc, ChunksChosenByTheCostModelAndDataKept) {
+  for (bool two : {false, true}) {
+    Schedule s = testing::gemm_allreduce(2, 64, 2'000'000, two);
+    analysis::CostModel cm = slow_links();
+    auto fs = find("coc", s, cm);
+    ASSERT_EQ(fs.size(), 1u);
+    EXPECT_TRUE(fs[0].legal);
+    EXPECT_GT(fs[0].saving_ns, 0);
+    // AR of 256 B on 2 ranks at 1 MB/s: 256 us; GEMM 2 ms. Best k simulated by hand: chunks of
+    // 2 ms/k + 1 us compute, 256/k us comm; k = 8: 8 * 251 us + 32 us.
+    const Ns ar = cm.collective_ns(CollOp::AllReduce, 256, 2, "tp", {0, 1});
+    Ns best = 2'000'000 + ar;
+    for (int k : {2, 4, 8}) {
+      Ns chunk = 2'000'000 / k + 1000, comm = cm.collective_ns(CollOp::AllReduce, 256 / k, 2, "tp", {0, 1});
+      Ns end = 0;
+      for (int i = 0; i < k; ++i) end = std::max(end, (i + 1) * chunk) + comm;
+      best = std::min(best, end);
+    }
+    EXPECT_EQ(fs[0].saving_ns, 2'000'000 + ar - best);
+    Schedule x = apply_one("coc", s, fs[0]);
+    EXPECT_EQ(count_ops(x, CollOp::AllReduce), 2 * 8);
+    expect_same_outputs(s, x);
+  }
+}
+
+TEST(Coc, NoRewriteWhenCommunicationIsNegligibleOrComputeOpaque) {
+  // Default NVLink profile, tiny message: chunking only adds overheads.
+  EXPECT_TRUE(find("coc", testing::gemm_allreduce(2, 64, 2000)).empty());
+  auto fs = find("coc", testing::gemm_allreduce(2, 64, 2'000'000, false, /*opaque=*/true), slow_links());
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_FALSE(fs[0].legal);
+}
+
+// ---------------------------------------------------------------------------------------------
+// reorder + pipeline
+
+TEST(Reorder, MovesCollectiveAcrossIndependentComputeToCoalesce) {
+  Schedule s = testing::two_allreduces(2, 4);
+  // Insert an independent compute between the two all-reduces on every rank.
+  for (int32_t r = 0; r < 2; ++r) {
+    s.add_buffer(r, "other", "float32", 4);
+    auto& ops = s.ranks[r].streams[0].ops;
+    Op c;
+    c.id = 100 + r;
+    c.body = testing::comp("wgrad", 300, {}, {testing::sl("other", 0, 4)});
+    ops.insert(ops.begin() + 2, c);
+  }
+  EXPECT_TRUE(find("coalesce", s).empty());
+  auto fs = find("reorder", s);
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_TRUE(fs[0].enabling);
+  auto res = run_pipeline(s, analysis::CostModel());
+  ASSERT_EQ(res.applied.size(), 2u);
+  EXPECT_EQ(res.applied[0].pass, "reorder");
+  EXPECT_EQ(res.applied[1].pass, "coalesce");
+  EXPECT_EQ(count_ops(res.schedule, CollOp::AllReduce), 2);
+  expect_same_outputs(s, res.schedule);
+}
+
+TEST(Reorder, DependentComputeIsNotCrossed) {
+  Schedule s = testing::two_allreduces(2, 4);
+  for (int32_t r = 0; r < 2; ++r) {
+    auto& ops = s.ranks[r].streams[0].ops;
+    Op c;
+    c.id = 100 + r;
+    c.body = testing::comp("scale", 300, {}, {testing::sl("g", 4, 2)});  // writes the 2nd's input
+    ops.insert(ops.begin() + 2, c);
+  }
+  EXPECT_TRUE(find("reorder", s).empty());
+}
+
+TEST(Pipeline, DecomposeEnablesPpSpOnTpThenP2p) {
+  // All-reduce over TP then every TP rank sends the full result to the next stage: decompose
+  // + pp-sp gives reduce-scatter + many-to-many of shards (Megatron's scatter-gather).
+  Schedule s;
+  s.comms.push_back({"tp", {0, 1}});
+  s.comms.push_back({"pp0", {0, 2}});
+  s.comms.push_back({"pp1", {1, 3}});
+  for (int32_t r = 0; r < 4; ++r) {
+    s.add_buffer(r, "x", "float32", 8);
+    s.add_buffer(r, "in", "float32", 8);
+    s.add_buffer(r, "h", "float32", 8);
+    int st = s.add_stream(r, "main");
+    if (r < 2) {
+      s.ranks[r].outputs = {"in"};
+      s.append(r, st, testing::comp("fc2", 1000, {}, {testing::sl("x", 0, 8)}));
+      s.append(r, st, testing::coll(CollOp::AllReduce, "tp", 8, testing::sl("x", 0, 8), testing::sl("x", 0, 8)));
+      s.append(r, st, testing::p2p(CollOp::Send, r == 0 ? "pp0" : "pp1", r + 2, 8, testing::sl("x", 0, 8)));
+    } else {
+      s.ranks[r].outputs = {"h"};
+      s.append(r, st, testing::p2p(CollOp::Recv, r == 2 ? "pp0" : "pp1", r - 2, 8, testing::sl("in", 0, 8)));
+      s.append(r, st, testing::comp("attn", 1000, {testing::sl("in", 0, 8)}, {testing::sl("h", 0, 8)}));
+    }
+  }
+  ASSERT_EQ(validate(s), std::vector<std::string>{});
+  auto res = run_pipeline(s, slow_links(1000, 1));
+  ASSERT_GE(res.applied.size(), 2u);
+  EXPECT_EQ(res.applied[0].pass, "decompose");
+  EXPECT_EQ(res.applied[1].pass, "pp-sp");
+  EXPECT_EQ(count_ops(res.schedule, CollOp::AllReduce), 0);
+  EXPECT_EQ(count_ops(res.schedule, CollOp::ManyToMany), 4);
+  // The fused ops name what they replace.
+  for (const auto& r : res.schedule.ranks)
+    for (const auto& o : r.streams[0].ops)
+      if (o.collective()) {
+        EXPECT_FALSE(o.replaces.empty());
+      }
+  expect_same_outputs(s, res.schedule);
+  EXPECT_NE(res.passes_json().find("{\"pass\":\"pp-sp\",\"applied\":1"), std::string::npos);
+}
+
+TEST(Pipeline, UnknownPassAndInvalidScheduleAreErrors) {
+  EXPECT_THROW(run_pipeline(testing::tp_sp(), analysis::CostModel(), {{"nope"}}), Error);
+  Schedule bad = testing::tp_sp();
+  bad.ranks[1].streams[0].ops.pop_back();
+  bad.ranks[1].streams[0].ops.erase(bad.ranks[1].streams[0].ops.begin() + 1);
+  EXPECT_THROW(run_pipeline(bad, analysis::CostModel()), Error);
+}
+
+TEST(Pipeline, GoldenFusedScheduleOfTpSp) {
+  auto res = run_pipeline(testing::tp_sp(2, 8), analysis::CostModel());
+  std::string got = to_json(res.schedule);
+  const std::string path = std::string(BRAID_TEST_DATA_DIR) + "/fusion/passes/tp_sp_fused.json";
+  if (std::getenv("BRAID_UPDATE_GOLDENS")) save_schedule(res.schedule, path);
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path << " (set BRAID_UPDATE_GOLDENS=1 to write it)";
+  std::stringstream want;
+  want << in.rdbuf();
+  EXPECT_EQ(got, want.str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synthesizer presets (tiny shapes)
+
+Schedule tiny_preset(const std::string& name) {
+  Preset p = preset(name);
+  p.model.layers = p.layout.pp * 2;
+  p.model.hidden = 16;
+  p.model.seq = 8;
+  p.model.heads = 4;
+  p.model.ffn = 32;
+  p.model.micro_batches = std::min<int64_t>(p.model.micro_batches, 2);
+  if (p.model.experts > 0) p.model.experts = 4;
+  if (p.model.experts > 0 && p.layout.ep > 4) p.layout.ep = 4;
+  p.layout.bucket_elems = 1 << 20;
+  return synthesize(p.model, p.layout);
+}
+
+TEST(Presets, TpSpFiresOnEveryForwardAllReduceWithClosedForm) {
+  Preset p = preset("tp-sp");
+  Schedule s = tiny_preset("tp-sp");
+  const int t = p.layout.tp;
+  const int64_t M = 8 * 16;  // T * h
+  auto fs = find("tp-sp", s);
+  int fired = 0;
+  for (const Finding& f : fs)
+    if (f.legal && !f.enabling) {
+      ++fired;
+      EXPECT_EQ(f.saving_bytes, (t - 1) * M * 2 / t);  // bfloat16
+    }
+  EXPECT_EQ(fired, 2 * 2 * static_cast<int>(std::min<int64_t>(p.model.micro_batches, 2)));
+  auto res = run_pipeline(s, analysis::CostModel(), {{"tp-sp"}});
+  expect_same_outputs(s, res.schedule);
+}
+
+}  // namespace
+}  // namespace braid::fusion
