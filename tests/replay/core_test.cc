@@ -1,0 +1,412 @@
+// The replay core without MPI: the sim's timing semantics against hand-computed answers, the
+// dependency-respecting global order, replays stored as runs, the data check, the A/B runner on
+// the sim backend (a fused schedule passes, a broken rewrite fails by rank, buffer and index),
+// schedule selection, calibration probes and the fidelity report.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "analysis/cost_model.h"
+#include "fusion/schedule_store.h"
+#include "fusion/synth.h"
+#include "replay/ab.h"
+#include "replay/calibrate.h"
+#include "replay/common.h"
+#include "replay/fidelity.h"
+#include "replay/inputs.h"
+#include "replay/sim.h"
+#include "replay/store_run.h"
+#include "fusion/schedules.h"
+#include "replay/replay_schedules.h"
+#include "trace/error.h"
+#include "trace/reader.h"
+#include "trace/test_util.h"
+
+namespace braid::replay {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace braid::fusion::testing;
+using namespace braid::replay::testing;
+using fusion::testing::sl;
+
+analysis::CostModel model() { return analysis::CostModel(*analysis::find_profile("h100-nvlink")); }
+
+const OpTime& time_of(const StepRecord& s, int32_t rank, int64_t id) {
+  for (const OpTime& t : s.ranks[rank])
+    if (t.op_id == id) return t;
+  static OpTime none;
+  ADD_FAILURE() << "op " << id << " not executed on rank " << rank;
+  return none;
+}
+
+TEST(Sim, TwoRankStepMatchesHandComputedTimes) {
+  fusion::Schedule s = two_rank_schedule();
+  const auto cm = model();
+  SimResult r = simulate(s, cm);
+  // fwd 1500 ns, then the all-reduce of 8 float32 on 2 ranks, then the 4-element send.
+  const Ns ar = cm.collective_ns(CollOp::AllReduce, 32, 2, "world", {0, 1});
+  const Ns p2p = cm.collective_ns(CollOp::Send, 16, 2, "world", {0, 1});
+  for (int32_t rank : {0, 1}) {
+    const auto& ops = s.ranks[rank].streams;
+    const OpTime& fwd = time_of(r.step, rank, ops[0].ops[0].id);
+    EXPECT_EQ(fwd.start, 0);
+    EXPECT_EQ(fwd.end, 1500);
+    const OpTime& delay = time_of(r.step, rank, ops[0].ops[2].id);
+    EXPECT_EQ(delay.start, 1500);
+    EXPECT_EQ(delay.end, 1750);
+    const OpTime& wait = time_of(r.step, rank, ops[1].ops[0].id);
+    EXPECT_EQ(wait.end, 1500);
+    const OpTime& allreduce = time_of(r.step, rank, ops[1].ops[1].id);
+    EXPECT_EQ(allreduce.start, 1500);
+    EXPECT_EQ(allreduce.end, 1500 + ar);
+    const OpTime& send = time_of(r.step, rank, ops[1].ops[2].id);
+    EXPECT_EQ(send.end, 1500 + ar + p2p);
+    EXPECT_EQ(r.step.rank_ns(rank), 1500 + ar + p2p);
+  }
+  EXPECT_EQ(r.step_ns(), 1500 + ar + p2p);
+}
+
+TEST(Sim, CollectiveStartsWhenTheLastMemberArrives) {
+  fusion::Schedule s = allreduce_pair(false);
+  s.ranks[1].streams[0].ops[0].compute()->duration_ns = 900'000;  // rank 1 is late
+  const auto cm = model();
+  SimResult r = simulate(s, cm);
+  const Ns ar = cm.collective_ns(CollOp::AllReduce, 32, 2, "world", {0, 1});
+  const int64_t id0 = s.ranks[0].streams[0].ops[1].id, id1 = s.ranks[1].streams[0].ops[1].id;
+  // Rank 0 arrives at 200 us and waits; both finish together.
+  EXPECT_EQ(time_of(r.step, 0, id0).start, 200'000);
+  EXPECT_EQ(time_of(r.step, 0, id0).end, 900'000 + ar);
+  EXPECT_EQ(time_of(r.step, 1, id1).start, 900'000);
+  EXPECT_EQ(time_of(r.step, 1, id1).end, 900'000 + ar);
+  EXPECT_EQ(r.step_ns(), 900'000 + ar + 100'000);
+}
+
+TEST(Sim, ComputeScaleAndOverheadApply) {
+  fusion::Schedule s = allreduce_pair(false);
+  SimOptions o;
+  o.compute_scale = 0.5;
+  o.compute_overhead_ns = 1000;
+  const auto cm = model();
+  const Ns ar = cm.collective_ns(CollOp::AllReduce, 32, 2, "world", {0, 1});
+  EXPECT_EQ(simulate(s, cm, o).step_ns(), 100'000 + 1000 + ar + 50'000 + 1000);
+}
+
+TEST(Sim, TopologyDecidesTheLink) {
+  // The same all-reduce within a node and across nodes: h100-nvlink packs 8 ranks per node.
+  fusion::Schedule a = allreduce_pair(false, 2), b = allreduce_pair(false, 16, 64);
+  const auto cm = model();
+  const auto& intra = cm.profile().intra_node;
+  const auto& inter = cm.profile().inter_node;
+  EXPECT_EQ(cm.link_for("", {0, 1}).alpha_ns, intra.latency_ns);
+  EXPECT_EQ(cm.link_for("", b.comms[0].ranks).alpha_ns, inter.latency_ns);
+  const Ns ar16 = cm.collective_ns(CollOp::AllReduce, 64 * 4, 16, "world", b.comms[0].ranks);
+  EXPECT_EQ(simulate(b, cm).step_ns(), 300'000 + ar16);
+}
+
+TEST(Sim, DeadlockingSchedulesAreRejected) {
+  fusion::Schedule s = allreduce_pair(false, 2);
+  // Rank 1 waits for an event nobody records.
+  s.ranks[1].streams[0].ops.insert(s.ranks[1].streams[0].ops.begin(),
+                                   fusion::Op{900, fusion::Wait{"never"}, {}});
+  try {
+    simulate(s, model());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cannot be replayed"));
+  }
+}
+
+TEST(Sim, GlobalOrderRespectsStreamsEventsAndCollectives) {
+  fusion::Schedule s = synth_tiny("pp-sp");
+  fusion::Matching m = checked_matching(s);
+  std::vector<fusion::OpRef> order = global_order(s, m);
+  EXPECT_EQ(order.size(), s.op_count());
+  std::map<int64_t, size_t> pos;
+  for (size_t i = 0; i < order.size(); ++i) pos[s.op(order[i]).id] = i;
+  EXPECT_EQ(pos.size(), order.size());
+  for (const auto& rs : s.ranks)
+    for (const auto& st : rs.streams)
+      for (size_t i = 1; i < st.ops.size(); ++i)
+        EXPECT_LT(pos[st.ops[i - 1].id], pos[st.ops[i].id]);
+  // Every record comes before each wait on its event.
+  for (const auto& rs : s.ranks) {
+    std::map<std::string, size_t> rec;
+    for (const auto& st : rs.streams)
+      for (const auto& op : st.ops)
+        if (op.record()) rec[op.record()->event] = pos[op.id];
+    for (const auto& st : rs.streams)
+      for (const auto& op : st.ops)
+        if (op.wait()) {
+          EXPECT_LT(rec.at(op.wait()->event), pos[op.id]);
+        }
+  }
+}
+
+TEST(Sim, ExecutorRepeatsTheSimulationAndUsesTheInterpreterForData) {
+  fusion::Schedule s = four_rank_schedule();
+  SimExecutor ex(model());
+  ReplayOptions o;
+  o.data = DataMode::Check;
+  auto p = ex.prepare(s, o);
+  p->run_step(false);
+  p->run_step(true);
+  p->run_step(true);
+  ReplayResult r = p->collect();
+  ASSERT_EQ(r.steps.size(), 2u);
+  EXPECT_EQ(r.kind, RunKind::Simulated);
+  EXPECT_EQ(r.steps[0].step_ns(), simulate(s, model()).step_ns());
+  EXPECT_EQ(p->buffers(), fusion::interpret(s).buffers);
+}
+
+TEST(Store, ReplayBecomesARunWithKernelsCollectivesStreamsAndSteps) {
+  test::TempDir dir;
+  const std::string path = dir.file("job.braid");
+  fusion::Schedule s = two_rank_schedule();
+  const int64_t id = fusion::store_schedule(path, s, -1, "[]", /*create=*/true);
+  SimExecutor ex(model());
+  auto p = ex.prepare(s, {});
+  p->run_step(true);
+  p->run_step(true);
+  ReplayResult r = p->collect();
+  auto ids = store_runs(path, {&s}, {&r}, {RunDescription{path, "test replay", id}});
+  ASSERT_EQ(ids.size(), 1u);
+
+  TraceReader reader(path);
+  auto runs = reader.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].kind, RunKind::Simulated);
+  EXPECT_EQ(runs[0].schedule_id, id);
+  EXPECT_EQ(runs[0].backend, "sim");
+  EXPECT_EQ(reader.ranks(ids[0]).size(), 2u);
+  EXPECT_EQ(reader.streams(ids[0]).size(), 4u);
+  EXPECT_EQ(reader.steps(ids[0]).size(), 4u);  // 2 steps x 2 ranks
+  int kernels = 0, compute = 0;
+  reader.kernels(ids[0], [&](const Kernel& k) {
+    ++kernels;
+    if (reader.str(k.name) == "fwd") {
+      ++compute;
+      EXPECT_EQ(k.end - k.start, 1500);
+    }
+    return true;
+  });
+  EXPECT_EQ(compute, 4);  // fwd on 2 ranks x 2 steps
+  EXPECT_EQ(kernels, 4 + 8);  // + all-reduce and send/recv kernels
+  std::multiset<std::pair<std::string, int64_t>> seqs;
+  int colls = 0;
+  reader.collectives(ids[0], [&](const Collective& c) {
+    ++colls;
+    EXPECT_EQ(reader.str(c.comm), "world");
+    if (c.op == CollOp::AllReduce) {
+      EXPECT_EQ(c.bytes, 32);
+      EXPECT_EQ(reader.str(reader.str(c.dtype) == "" ? 0 : c.dtype), "float32");
+    }
+    seqs.insert({std::string(to_string(c.op)), c.seq});
+    return true;
+  });
+  EXPECT_EQ(colls, 8);
+  // Steps continue the per-communicator numbering: the all-reduce is seq 0, then 1 + its step.
+  EXPECT_EQ(seqs.count({"allreduce", 0}), 2u);
+  EXPECT_EQ(seqs.count({"allreduce", 1}), 2u);
+  // The run's steps lie end to end.
+  auto steps = reader.steps(ids[0]);
+  Ns first_end = 0, second_start = -1;
+  for (const Step& st : steps) {
+    if (st.step == 0) first_end = std::max(first_end, st.end);
+    if (st.step == 1) second_start = st.start;
+  }
+  EXPECT_GT(second_start, first_end);
+}
+
+TEST(DataCheck, ReportsMismatchesByRankBufferAndIndex) {
+  fusion::RankBuffers a{{"g", {1, 2, 3, 4}}, {"scratch", {0}}}, b = a;
+  b["g"][2] = 99;
+  b["scratch"][0] = 5;
+  DataCheck d = compare_exact(3, a, b, {"g"});
+  EXPECT_FALSE(d.ok());
+  EXPECT_EQ(d.mismatches, 1);
+  ASSERT_EQ(d.first.size(), 1u);
+  EXPECT_EQ(d.first[0].rank, 3);
+  EXPECT_EQ(d.first[0].buffer, "g");
+  EXPECT_EQ(d.first[0].index, 2);
+  EXPECT_EQ(d.first[0].expected, 3);
+  EXPECT_EQ(d.first[0].actual, 99);
+  EXPECT_THAT(d.lines("baseline", "fused")[1], HasSubstr("rank 3 buffer 'g' index 2"));
+  EXPECT_TRUE(compare_exact(3, a, b, {"g"}).mismatches == 1);
+  DataCheck missing = compare_exact(0, a, b, {"nope"});
+  EXPECT_FALSE(missing.ok());
+  EXPECT_THAT(missing.problems[0], HasSubstr("'nope' is missing"));
+}
+
+TEST(DataCheck, FloatReductionsWithinToleranceCopiesBitwise) {
+  FloatBuffers e{{"sum", {1.0, 2.0}}, {"idx", {7, 8}}}, a{{"sum", {1.0 + 1e-9, 2.0}}, {"idx", {7, 8}}};
+  std::map<std::string, std::string> dt{{"sum", "float32"}, {"idx", "int32"}};
+  EXPECT_TRUE(compare_float(0, e, a, {"sum", "idx"}, dt, {}).ok());
+  a["sum"][1] = 2.1;
+  a["idx"][0] = 7.0000001;
+  DataCheck d = compare_float(0, e, a, {"sum", "idx"}, dt, {});
+  EXPECT_EQ(d.mismatches, 2);
+}
+
+TEST(DataCheck, PreservedBuffersFollowTheOutputs) {
+  fusion::Schedule a = allreduce_pair(false), b = allreduce_pair(true);
+  EXPECT_EQ(preserved_buffers(a, b, 1), (std::vector<std::string>{"g", "y"}));
+  b.ranks[1].outputs.clear();
+  EXPECT_EQ(preserved_buffers(a, b, 1), (std::vector<std::string>{"g", "y"}));
+  a.ranks[1].outputs.clear();
+  EXPECT_EQ(preserved_buffers(a, b, 1), (std::vector<std::string>{"x", "g", "y"}));
+}
+
+AbOptions fast_ab() {
+  AbOptions o;
+  o.steps = 3;
+  o.warmup = 1;
+  o.model = model();
+  return o;
+}
+
+TEST(Ab, DecomposedAllReducePassesTheDataCheckOnSim) {
+  SimExecutor ex(model());
+  fusion::Schedule a = allreduce_pair(false, 4, 16), b = allreduce_pair(true, 4, 16);
+  AbReport r = run_ab(ex, a, b, fast_ab());
+  EXPECT_TRUE(r.data_checked);
+  EXPECT_TRUE(r.data_ok()) << r.data.lines("baseline", "fused")[0];
+  EXPECT_EQ(r.data.buffers, 4 * 2);
+  EXPECT_EQ(r.data.elements, 4 * 32);
+  EXPECT_EQ(r.baseline_ns.size(), 3u);
+  EXPECT_EQ(r.baseline_median, simulate(a, model()).step_ns());
+  EXPECT_EQ(r.fused_median, simulate(b, model()).step_ns());
+  EXPECT_DOUBLE_EQ(r.speedup, double(r.baseline_median) / double(r.fused_median));
+  EXPECT_EQ(r.predicted_saving_ns(), r.measured_saving_ns());  // the sim predicts itself
+}
+
+TEST(Ab, BrokenRewriteFailsTheDataCheckByRankBufferAndIndex) {
+  SimExecutor ex(model());
+  fusion::Schedule a = allreduce_pair(false, 2, 8), b = allreduce_pair(true, 2, 8);
+  // Rank 1 reduce-scatters its input instead of its gradient: valid, but wrong.
+  b.ranks[1].streams[0].ops[1].collective()->in = sl("x", 0, 8);
+  ASSERT_TRUE(fusion::validate(b).empty());
+  AbReport r = run_ab(ex, a, b, fast_ab());
+  EXPECT_FALSE(r.data_ok());
+  EXPECT_GT(r.data.mismatches, 0);
+  ASSERT_FALSE(r.data.first.empty());
+  EXPECT_EQ(r.data.first[0].buffer, "g");
+  EXPECT_TRUE(r.oracle_fused.ok());  // the replay itself is faithful to the interpreter
+  bool listed = false;
+  for (const std::string& l : r.lines()) listed |= l.find("buffer 'g' index") != std::string::npos;
+  EXPECT_TRUE(listed);
+}
+
+TEST(Ab, FusedPresetsPassAndTheirBrokenRewritesFail) {
+  SimExecutor ex(analysis::CostModel(*analysis::find_profile("cpu-shm")));
+  for (const Pair& p : fused_pairs({"tp-sp", "pp-sp"})) {
+    SCOPED_TRACE(p.what);
+    AbReport r = run_ab(ex, p.baseline, p.fused, fast_ab());
+    EXPECT_TRUE(r.data_ok()) << r.data.lines("baseline", "fused")[0];
+    EXPECT_GT(r.data.elements, 0);
+    int32_t rank = -1;
+    fusion::Schedule broken = broken_rewrite(p.fused, &rank);
+    ASSERT_FALSE(broken.ranks.empty()) << "no corrupting swap found";
+    AbReport bad = run_ab(ex, p.baseline, broken, fast_ab());
+    EXPECT_FALSE(bad.data.ok());
+  }
+}
+
+TEST(Inputs, StoredSchedulesPickTheNewestFusedAndItsParent) {
+  test::TempDir dir;
+  const std::string path = dir.file("job.braid");
+  EXPECT_THROW(load_ab_pair(path), Error);  // no file
+  const int64_t a = fusion::store_schedule(path, allreduce_pair(false), -1, "[]", true);
+  try {
+    load_ab_pair(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no fused schedule"));
+  }
+  const int64_t b = fusion::store_schedule(path, allreduce_pair(true), a);
+  const int64_t c = fusion::store_schedule(path, two_rank_schedule());
+  auto [base, fused] = load_ab_pair(path);
+  EXPECT_EQ(base.stored.id, a);
+  EXPECT_EQ(fused.stored.id, b);
+  EXPECT_EQ(fused.schedule, allreduce_pair(true));
+  EXPECT_EQ(load_schedule_input(path).stored.id, c);
+  EXPECT_EQ(load_schedule_input(path, a).schedule, allreduce_pair(false));
+  EXPECT_THROW(load_schedule_input(path, 99), Error);
+  auto [b2, f2] = load_ab_pair(path, c, b);
+  EXPECT_EQ(b2.stored.id, c);
+  // A JSON schedule file is read as such.
+  const std::string json = dir.file("s.json");
+  fusion::save_schedule(two_rank_schedule(), json);
+  ScheduleInput in = load_schedule_input(json);
+  EXPECT_FALSE(in.in_store);
+  EXPECT_EQ(in.schedule, two_rank_schedule());
+}
+
+TEST(Calibrate, ProbesAreValidAndCoverTheOps) {
+  CalibrationOptions o;
+  std::set<CollOp> ops;
+  int compute = 0;
+  for (const Probe& p : calibration_probes(4, o)) {
+    EXPECT_TRUE(fusion::validate(p.schedule).empty()) << p.name;
+    ops.insert(p.op);
+    compute += p.op == CollOp::Unknown;
+    if (p.op == CollOp::Unknown || p.op == CollOp::Barrier) continue;
+    EXPECT_EQ(simulate(p.schedule, model()).step_ns(),
+                p.count * model().collective_ns(p.op, p.bytes, p.op == CollOp::Send ? 2 : 4))
+          << p.name;
+  }
+  EXPECT_EQ(ops, (std::set<CollOp>{CollOp::Unknown, CollOp::Barrier, CollOp::AllReduce,
+                                   CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllToAll,
+                                   CollOp::Send}));
+  EXPECT_EQ(compute, 4);
+}
+
+TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
+  test::TempDir dir;
+  Calibration c;
+  c.profile = *analysis::find_profile("cpu-shm");
+  c.profile.intra_node.latency_ns = 4321;
+  c.compute_overhead_ns = 777;
+  c.backend = "mpi";
+  c.ranks = 4;
+  const std::string path = dir.file("cal.json");
+  FILE* f = fopen(path.c_str(), "w");
+  const std::string j = c.to_json();
+  fwrite(j.data(), 1, j.size(), f);
+  fclose(f);
+  SimProfile sp = load_sim_profile(path);
+  EXPECT_TRUE(sp.calibrated);
+  EXPECT_EQ(sp.compute_overhead_ns, 777);
+  EXPECT_EQ(sp.profile.intra_node.latency_ns, 4321);
+  EXPECT_FALSE(load_sim_profile("h100-nvlink").calibrated);
+}
+
+TEST(Fidelity, ComparesReplayedWithOriginalStepsPerRank) {
+  test::TempDir dir;
+  const std::string path = dir.file("job.braid");
+  int64_t run;
+  {
+    TraceWriter w(path, TraceWriter::Mode::Create);
+    run = w.begin_run(RunKind::Imported, "test");
+    w.add_step(run, Step{0, 0, 0, 1000});
+    w.add_step(run, Step{0, 1, 1000, 3000});
+    w.add_step(run, Step{0, 2, 3000, 4000});
+    w.add_step(run, Step{1, 0, 0, 4000});
+    w.commit();
+  }
+  ReplayResult r;
+  StepRecord st;
+  st.ranks = {{{1, 0, 0, 500}}, {{2, 0, 0, 2000}}};
+  r.steps = {st};
+  Fidelity f = fidelity(path, run, r);
+  ASSERT_EQ(f.ranks.size(), 2u);
+  EXPECT_EQ(f.ranks[0].original_ns, 1000);  // median of 1000, 2000, 1000
+  EXPECT_EQ(f.ranks[0].replayed_ns, 500);
+  EXPECT_DOUBLE_EQ(f.ranks[1].ratio(), 0.5);
+  EXPECT_THROW(fidelity(path, run + 5, r), Error);
+}
+
+}  // namespace
+}  // namespace braid::replay
