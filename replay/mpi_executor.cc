@@ -96,6 +96,9 @@ void wait_until(Ns deadline, bool spin) {
   }
 }
 
+// The longest pause between two polls of a pending collective on an oversubscribed host.
+constexpr Ns kMaxPollPauseNs = 50'000;
+
 // What one op does, resolved in prepare() so a step only runs it.
 struct OpPlan {
   const fusion::Op* op = nullptr;
@@ -487,34 +490,36 @@ class MpiPrepared : public PreparedReplay {
       in = p.stage.data();
     }
     const void* send = p.in_place ? MPI_IN_PLACE : in;
+    std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
+    MPI_Request* rq = reqs.data();
     switch (c.op) {
       case CollOp::AllReduce:
-        MPI_Allreduce(send, out, p.count, p.type, MPI_SUM, p.comm);
+        MPI_Iallreduce(send, out, p.count, p.type, MPI_SUM, p.comm, rq);
         break;
       case CollOp::AllGather:
-        MPI_Allgather(in, p.count, p.type, out, p.count, p.type, p.comm);
+        MPI_Iallgather(in, p.count, p.type, out, p.count, p.type, p.comm, rq);
         break;
       case CollOp::ReduceScatter:
-        MPI_Reduce_scatter_block(in, out, p.count, p.type, MPI_SUM, p.comm);
+        MPI_Ireduce_scatter_block(in, out, p.count, p.type, MPI_SUM, p.comm, rq);
         break;
       case CollOp::AllToAll:
-        MPI_Alltoall(in, p.count, p.type, out, p.count, p.type, p.comm);
+        MPI_Ialltoall(in, p.count, p.type, out, p.count, p.type, p.comm, rq);
         break;
       case CollOp::Broadcast:
         if (in && in != out) std::memmove(out, in, static_cast<size_t>(p.count) * p.esize);
-        MPI_Bcast(out, p.count, p.type, p.root, p.comm);
+        MPI_Ibcast(out, p.count, p.type, p.root, p.comm, rq);
         break;
       case CollOp::Reduce:
-        MPI_Reduce(out ? send : in, out, p.count, p.type, MPI_SUM, p.root, p.comm);
+        MPI_Ireduce(out ? send : in, out, p.count, p.type, MPI_SUM, p.root, p.comm, rq);
         break;
       case CollOp::Send:
-        MPI_Send(in, p.count, p.type, p.root, 0, p.comm);
+        MPI_Isend(in, p.count, p.type, p.root, 0, p.comm, rq);
         break;
       case CollOp::Recv:
-        MPI_Recv(out, p.count, p.type, p.root, 0, p.comm, MPI_STATUS_IGNORE);
+        MPI_Irecv(out, p.count, p.type, p.root, 0, p.comm, rq);
         break;
       case CollOp::ManyToMany: {
-        std::vector<MPI_Request> reqs;
+        reqs.clear();
         reqs.reserve(p.sends.size() + p.recvs.size());
         for (const auto& k : p.recvs) {
           reqs.emplace_back();
@@ -526,11 +531,31 @@ class MpiPrepared : public PreparedReplay {
           MPI_Isend(in + static_cast<int64_t>(k[1]) * p.esize, k[2], p.type, k[0], k[3], p.comm,
                     &reqs.back());
         }
-        MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
         break;
       }
       default:
         throw Error(ErrorCode::Unsupported, p.what + ": no MPI mapping for this op");
+    }
+    complete(reqs);
+  }
+
+  // Waits for the requests. Spinning hosts wait in MPI; oversubscribed ones poll with a short,
+  // growing sleep in between, so threads waiting for a late peer leave the cores to the ranks
+  // that compute and move data (MPI's own blocking wait polls without pause).
+  void complete(std::vector<MPI_Request>& reqs) {
+    const int n = static_cast<int>(reqs.size());
+    if (spin_) {
+      MPI_Waitall(n, reqs.data(), MPI_STATUSES_IGNORE);
+      return;
+    }
+    Ns pause = 2'000;
+    for (;;) {
+      int done = 0;
+      MPI_Testall(n, reqs.data(), &done, MPI_STATUSES_IGNORE);
+      if (done) return;
+      timespec ts{0, static_cast<long>(pause)};
+      nanosleep(&ts, nullptr);
+      pause = std::min<Ns>(pause * 2, kMaxPollPauseNs);
     }
   }
 
