@@ -1,6 +1,9 @@
 #include "capture/collector.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 #include "capture/config.h"
 #include "trace/categories.h"
@@ -46,15 +49,15 @@ void Collector::on_kernel(const KernelActivity& a) {
   k.end = host(a.end);
   k.stream = a.stream;
   k.correlation = a.correlation;
-  std::string_view name = a.name ? a.name : "";
-  k.name = sink_.intern(name);
+  const KernelName& kn = kernel_name(a.name);
+  k.name = kn.id;
   Kernel row;
   row.rank = rank_;
   row.stream = a.stream;
   row.start = k.start;
   row.end = k.end;
   row.name = k.name;
-  row.category = classify_kernel(name);
+  row.category = kn.category;
   row.correlation = a.correlation;
   auto it = corr_to_ext_.find(a.correlation);
   if (it != corr_to_ext_.end()) {
@@ -71,6 +74,24 @@ void Collector::on_kernel(const KernelActivity& a) {
     info_dirty_ = true;
   }
   sink_.add(row);
+}
+
+const Collector::KernelName& Collector::kernel_name(const char* raw) {
+  // CUPTI hands the same pointer for every launch of a function: demangle and classify once.
+  auto it = kernel_names_.find(raw);
+  // The pointer is the key; its text is checked in case the memory now holds another name.
+  if (it != kernel_names_.end() && it->second.raw == (raw ? raw : "")) return it->second;
+  std::string name = raw ? raw : "";
+  std::string raw_text = name;
+  if (name.rfind("_Z", 0) == 0) {
+    int status = 0;
+    char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+    if (status == 0 && d) name = d;
+    std::free(d);
+  }
+  KernelName kn{sink_.intern(name), classify_kernel(name), std::move(raw_text)};
+  if (kernel_names_.size() > kMaxInFlight) kernel_names_.clear();
+  return kernel_names_.insert_or_assign(raw, std::move(kn)).first->second;
 }
 
 void Collector::link_kernel(uint64_t ext, const KernelSpan& k) {

@@ -70,6 +70,12 @@ class Collector final : public ActivityHandler {
     StrId comm = 0;
     int age = 0;
   };
+  struct KernelName {
+    StrId id;
+    Category category;
+    std::string raw;
+  };
+  const KernelName& kernel_name(const char* raw);
   void link_kernel(uint64_t ext, const KernelSpan& k);
   void emit(const Pending& p, const KernelSpan* k);
   void note_stream(int64_t stream);
@@ -97,6 +103,7 @@ class Collector final : public ActivityHandler {
     std::string text;
   };
   std::unordered_map<uint32_t, OpenMarker> markers_;
+  std::unordered_map<const char*, KernelName> kernel_names_;
   std::set<int64_t> streams_;
   std::map<uint32_t, std::string> device_names_;
   std::set<std::string> comms_written_;

@@ -41,6 +41,7 @@ void Pipeline::post(NcclCallDetail d) { push(std::move(d)); }
 void Pipeline::post(NcclProxyOp p) { push(std::move(p)); }
 void Pipeline::post(NcclCommEvent e) { push(std::move(e)); }
 void Pipeline::post(RankInfo r) { push(std::move(r)); }
+void Pipeline::post(Diagnostic d) { push(std::move(d)); }
 void Pipeline::post_buffer(uint8_t* buf, size_t valid) { push(Buffer{buf, valid}); }
 
 int64_t Pipeline::dropped() const {
@@ -89,6 +90,8 @@ void Pipeline::drain(bool final) {
       if (e->comm) col.on_comm(*e->comm);
     } else if (auto* r = std::get_if<RankInfo>(&item)) {
       col.set_rank_info(*r);
+    } else if (auto* d = std::get_if<Diagnostic>(&item)) {
+      col.count(d->code, d->count, d->severity, d->detail);
     }
   }
   if (hooks_.update_counters) hooks_.update_counters(col);

@@ -52,6 +52,7 @@ class Pipeline {
   void post(NcclProxyOp p);
   void post(NcclCommEvent e);
   void post(RankInfo r);
+  void post(Diagnostic d);  // added to the counter of its code
   // A completed CUPTI buffer; returned to the pool once parsed.
   void post_buffer(uint8_t* buf, size_t valid);
 
@@ -72,7 +73,8 @@ class Pipeline {
     uint8_t* data;
     size_t valid;
   };
-  using Item = std::variant<NcclCall, NcclCallDetail, NcclProxyOp, NcclCommEvent, RankInfo, Buffer>;
+  using Item = std::variant<NcclCall, NcclCallDetail, NcclProxyOp, NcclCommEvent, RankInfo,
+                            Diagnostic, Buffer>;
   void push(Item item);
   void run();
   void drain(bool final);

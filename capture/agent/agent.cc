@@ -89,7 +89,6 @@ bool Agent::start() {
   info_.world_size = env_rank_.world_size;
   info_.host = host;
   info_.pid = getpid();
-  info_.backend = "nccl";
   info_.source = path;
   pipeline_->post(info_);
   window_open_.store(config_.window.kind == WindowKind::All ||
@@ -112,6 +111,7 @@ void Agent::on_comm(const CommRecord* c) {
 void Agent::set_nccl_version(int v) {
   std::lock_guard lk(mu_);
   // NCCL_VERSION_CODE: major*10000 + minor*100 + patch (>= 2.9)
+  info_.backend = "nccl";
   info_.nccl_version = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
                        std::to_string(v % 100);
   pipeline_->post(info_);

@@ -166,16 +166,25 @@ void pop_ext() {
 }
 
 bool start_cupti(Agent& a) {
+  auto fail = [&](const char* what, CUptiResult rc) {
+    const char* s = nullptr;
+    cuptiGetResultString(rc, &s);
+    std::string detail = std::string(what) + " failed: " + (s ? s : "unknown CUPTI error");
+    if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+      detail += " (another profiler, e.g. Nsight Systems or the PyTorch profiler, holds CUPTI)";
+    std::fprintf(stderr, "braid capture: %s\n", detail.c_str());
+    Diagnostic d;
+    d.rank = -1;
+    d.severity = Severity::Error;
+    d.code = "capture.cupti_unavailable";
+    d.detail = "no CUDA activity captured: " + detail;
+    a.pipeline().post(d);
+    return false;
+  };
   CUptiResult rc = cuptiSubscribe(&g_subscriber, on_callback, nullptr);
-  if (rc != CUPTI_SUCCESS) {
-    warn("cuptiSubscribe (another profiler may hold CUPTI)", rc);
-    return false;
-  }
+  if (rc != CUPTI_SUCCESS) return fail("cuptiSubscribe", rc);
   rc = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
-  if (rc != CUPTI_SUCCESS) {
-    warn("cuptiActivityRegisterCallbacks", rc);
-    return false;
-  }
+  if (rc != CUPTI_SUCCESS) return fail("cuptiActivityRegisterCallbacks", rc);
   const WindowSpec& w = a.config().window;
   {
     std::lock_guard lk(g_window_mu);
@@ -237,8 +246,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   if (!a) return 1;  // no capture asked for: stay out of the way
   static std::once_flag once;
   std::call_once(once, [a] {
-    if (!start_cupti(*a))
-      std::fprintf(stderr, "braid capture: CUDA activity not captured in this process\n");
+    start_cupti(*a);
   });
   return 1;
 }

@@ -80,7 +80,7 @@ TEST(Collector, LinksCollectivesToKernelsInEitherOrder) {
   f.col->on_external_correlation({kExt, 2, 502});
   // An external id of another kind (a framework's) is not ours.
   f.col->on_external_correlation({3, 3, 503});
-  f.col->on_kernel({0, 1, 8, 503, 15'000'000, 15'000'100, "void gemm_kernel<float>()"});
+  f.col->on_kernel({0, 1, 8, 503, 15'000'000, 15'000'100, "_Z11gemm_kernelIfEvPT_i"});
   f.col->end_cycle(false);
   f.col->end_cycle(false);
   EXPECT_EQ(f.col->pending_calls(), 0u);
@@ -115,6 +115,7 @@ TEST(Collector, LinksCollectivesToKernelsInEitherOrder) {
   EXPECT_EQ(ks[503].external_id, 0);
   EXPECT_EQ(ks[501].category, Category::CommAllReduce);
   EXPECT_EQ(ks[503].category, Category::Gemm);
+  EXPECT_EQ(r.str(ks[503].name), "void gemm_kernel<float>(float*, int)");  // demangled
   EXPECT_EQ(r.streams(1).size(), 2u);
   auto ranks = r.ranks(1);
   ASSERT_EQ(ranks.size(), 1u);
