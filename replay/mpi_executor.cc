@@ -183,65 +183,12 @@ class MpiPrepared : public PreparedReplay {
   }
 
   ReplayResult collect() override {
-    ReplayResult res;
-    res.backend = "mpi";
-    res.kind = RunKind::Replayed;
-    const int n = world_size();
-    // Op times: per step, a count then {op id, stream, start, end} per op.
-    std::vector<int64_t> mine;
-    for (const StepRecord& st : measured_) {
-      const auto& ops = st.ranks[rank_];
-      mine.push_back(static_cast<int64_t>(ops.size()));
-      for (const OpTime& t : ops) mine.insert(mine.end(), {t.op_id, t.stream, t.start, t.end});
-    }
-    int len = static_cast<int>(mine.size());
-    std::vector<int> lens(n), displs(n);
-    MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-    int total = 0;
-    for (int i = 0; i < n; ++i) {
-      displs[i] = total;
-      total += lens[i];
-    }
-    std::vector<int64_t> all(rank_ == 0 ? total : 0);
-    MPI_Gatherv(mine.data(), len, MPI_INT64_T, all.data(), lens.data(), displs.data(), MPI_INT64_T,
-                0, MPI_COMM_WORLD);
-    // Hosts and pids.
-    char host[MPI_MAX_PROCESSOR_NAME] = {};
-    int hl = 0;
-    MPI_Get_processor_name(host, &hl);
-    std::vector<char> hosts(rank_ == 0 ? static_cast<size_t>(n) * MPI_MAX_PROCESSOR_NAME : 0);
-    MPI_Gather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts.data(), MPI_MAX_PROCESSOR_NAME,
-               MPI_CHAR, 0, MPI_COMM_WORLD);
-    int64_t pid = getpid();
-    std::vector<int64_t> pids(n);
-    MPI_Gather(&pid, 1, MPI_INT64_T, pids.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-    if (rank_ != 0) return res;
-
-    res.steps.resize(measured_.size());
-    for (auto& st : res.steps) st.ranks.resize(n);
-    for (int r = 0; r < n; ++r) {
-      size_t at = static_cast<size_t>(displs[r]);
-      for (size_t k = 0; k < measured_.size(); ++k) {
-        const int64_t cnt = all[at++];
-        auto& ops = res.steps[k].ranks[r];
-        for (int64_t i = 0; i < cnt; ++i, at += 4)
-          ops.push_back({all[at], static_cast<int32_t>(all[at + 1]), all[at + 2], all[at + 3]});
-      }
-      RankInfo info;
-      info.rank = r;
-      info.world_size = n;
-      info.host = std::string(&hosts[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
-      info.pid = pids[r];
-      info.backend = "mpi";
-      res.ranks.push_back(info);
-    }
     char note[256];
     std::snprintf(note, sizeof note,
                   "mpi replay: %d processes, compute %s for %.3g x the recorded duration, %s data",
-                  n, spin_ ? "spinning" : "sleeping", opt_.compute_scale,
+                  world_size(), spin_ ? "spinning" : "sleeping", opt_.compute_scale,
                   check_ ? "int64 check" : "timing");
-    res.notes.push_back(note);
-    return res;
+    return gather_steps(measured_, "mpi", {note});
   }
 
   std::vector<fusion::RankBuffers> buffers() const override {
@@ -619,6 +566,69 @@ class MpiPrepared : public PreparedReplay {
 };
 
 }  // namespace
+
+void init_mpi() { ensure_mpi(); }
+
+ReplayResult gather_steps(const std::vector<StepRecord>& measured, const std::string& backend,
+                          std::vector<std::string> notes, int32_t device,
+                          const std::string& device_name) {
+  ReplayResult res;
+  res.backend = backend;
+  res.kind = RunKind::Replayed;
+  const int n = world_size(), rank = world_rank();
+  // Op times: per step, a count then {op id, stream, start, end} per op.
+  std::vector<int64_t> mine;
+  for (const StepRecord& st : measured) {
+    const auto& ops = st.ranks[rank];
+    mine.push_back(static_cast<int64_t>(ops.size()));
+    for (const OpTime& t : ops) mine.insert(mine.end(), {t.op_id, t.stream, t.start, t.end});
+  }
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(n), displs(n);
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int total = 0;
+  for (int i = 0; i < n; ++i) {
+    displs[i] = total;
+    total += lens[i];
+  }
+  std::vector<int64_t> all(rank == 0 ? total : 0);
+  MPI_Gatherv(mine.data(), len, MPI_INT64_T, all.data(), lens.data(), displs.data(), MPI_INT64_T,
+              0, MPI_COMM_WORLD);
+  // Hosts, pids and devices.
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int hl = 0;
+  MPI_Get_processor_name(host, &hl);
+  std::vector<char> hosts(rank == 0 ? static_cast<size_t>(n) * MPI_MAX_PROCESSOR_NAME : 0);
+  MPI_Gather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts.data(), MPI_MAX_PROCESSOR_NAME,
+             MPI_CHAR, 0, MPI_COMM_WORLD);
+  int64_t facts[2] = {getpid(), device};
+  std::vector<int64_t> all_facts(2 * static_cast<size_t>(n));
+  MPI_Gather(facts, 2, MPI_INT64_T, all_facts.data(), 2, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  if (rank != 0) return res;
+
+  res.steps.resize(measured.size());
+  for (auto& st : res.steps) st.ranks.resize(n);
+  for (int r = 0; r < n; ++r) {
+    size_t at = static_cast<size_t>(displs[r]);
+    for (size_t k = 0; k < measured.size(); ++k) {
+      const int64_t cnt = all[at++];
+      auto& ops = res.steps[k].ranks[r];
+      for (int64_t i = 0; i < cnt; ++i, at += 4)
+        ops.push_back({all[at], static_cast<int32_t>(all[at + 1]), all[at + 2], all[at + 3]});
+    }
+    RankInfo info;
+    info.rank = r;
+    info.world_size = n;
+    info.host = std::string(&hosts[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
+    info.pid = all_facts[2 * r];
+    info.device = static_cast<int32_t>(all_facts[2 * r + 1]);
+    info.device_name = device_name;
+    info.backend = backend;
+    res.ranks.push_back(info);
+  }
+  res.notes = std::move(notes);
+  return res;
+}
 
 bool launched_by_mpirun() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})

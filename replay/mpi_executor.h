@@ -39,6 +39,15 @@ class MpiExecutor : public Executor {
   void abort_job(int code) override;
 };
 
+// Initialises MPI (MPI_THREAD_MULTIPLE) once per process; finalised at exit.
+void init_mpi();
+
+// Every process's measured steps (its own rank's ops) gathered on process 0, with each rank's
+// host, pid and device. Collective over MPI_COMM_WORLD.
+ReplayResult gather_steps(const std::vector<StepRecord>& measured, const std::string& backend,
+                          std::vector<std::string> notes, int32_t device = -1,
+                          const std::string& device_name = "");
+
 // True when this process was started by mpirun (OpenMPI, MPICH or a PMI launcher).
 bool launched_by_mpirun();
 
