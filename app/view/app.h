@@ -85,6 +85,7 @@ struct App {
   LayoutOptions layout_opt;
   bool fit_pending = true;
   bool show_flows = true;
+  bool show_critical_path = true;  // when `braid analyze` stored one
 
   std::optional<Selection> selected;
   std::optional<Selection> hovered;

@@ -84,6 +84,10 @@ void build_frame(App& app) {
   if (ImGui::Button("Fit (F)")) fit_all(app);
   ImGui::SameLine();
   ImGui::Checkbox("Flows", &app.show_flows);
+  if (app.slots[0].ready() && !app.slots[0].extras.critical_path.empty()) {
+    ImGui::SameLine();
+    ImGui::Checkbox("Critical path", &app.show_critical_path);
+  }
   if (app.loading()) {
     ImGui::SameLine();
     char buf[64];

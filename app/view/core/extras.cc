@@ -158,7 +158,27 @@ Extras load_extras(const RunData& run, size_t max_rows) {
         for (size_t i = 0; i < cols.size(); ++i) row.push_back(cell(s.get(), static_cast<int>(i)));
         t.rows.push_back(std::move(row));
       }
+      if (!t.rows.empty() && name.starts_with("analysis_")) x.analyzed = true;
       x.analysis.push_back(std::move(t));
+    }
+    if (has_table(db, "analysis_critical_path")) {
+      sql::Stmt s(
+          db,
+          "SELECT step, kind, rank, stream, start_ns, end_ns, name FROM analysis_critical_path"
+          " WHERE run_id=? ORDER BY step, position");
+      s.bind(1, run.run.run_id);
+      while (s.step())
+        x.critical_path.push_back({s.i64(0), s.text(1), static_cast<int32_t>(s.i64(2)), s.i64(3),
+                                   s.i64(4), s.i64(5), s.text(6)});
+    }
+    if (has_table(db, "analysis_communicators")) {
+      sql::Stmt s(db,
+                  "SELECT comm, parallel_dim, evidence FROM analysis_communicators WHERE run_id=?");
+      s.bind(1, run.run.run_id);
+      while (s.step()) {
+        x.comm_dim[s.text(0)] = s.text(1);
+        x.comm_evidence[s.text(0)] = s.text(2);
+      }
     }
   } catch (const std::exception& e) {
     x.error = e.what();

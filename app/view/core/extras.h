@@ -3,6 +3,7 @@
 // name), fused operations and the operations they replace, and the analysis tables.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,24 @@ struct AnalysisTable {
   bool truncated = false;
 };
 
+// One segment of the cross-rank critical path `braid analyze` found (analysis_critical_path),
+// on the job axis. kind: kernel, memcpy, collective or gap (the GPU waiting for the host).
+struct CriticalSegment {
+  int64_t step = -1;
+  std::string kind;
+  int32_t rank = -1;
+  int64_t stream = -1;
+  Ns start = 0, end = 0;
+  std::string name;
+};
+
 struct Extras {
   bool has_schedules = false;
-  std::vector<OpportunityView> opportunities;  // largest predicted saving first
+  bool analyzed = false;  // the file has analysis_* tables for this run
+  std::vector<CriticalSegment> critical_path;
+  std::map<std::string, std::string> comm_dim;       // comm -> TP, DP, ... (analysis_communicators)
+  std::map<std::string, std::string> comm_evidence;  // comm -> why
+  std::vector<OpportunityView> opportunities;        // largest predicted saving first
   std::vector<AnalysisTable> analysis;
   std::string error;  // a problem reading them (shown, never fatal)
 };

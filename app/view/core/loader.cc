@@ -153,12 +153,14 @@ void match_collectives(RunData& d) {
       m.op = r.c.op;
       m.latest_start = r.c.start;
       m.earliest_end = r.c.end;
+      m.latest_end = r.c.end;
       d.matches.push_back(m);
     }
     Match& m = d.matches[it->second];
     m.members.push_back(i);
     m.latest_start = std::max(m.latest_start, r.c.start);
     m.earliest_end = std::min(m.earliest_end, r.c.end);
+    m.latest_end = std::max(m.latest_end, r.c.end);
     r.match = it->second;
   }
 }

@@ -67,6 +67,7 @@ struct Match {
   std::vector<int32_t> members;  // indexes into RunData::colls, by rank
   Ns latest_start = 0;           // when the last rank arrived
   Ns earliest_end = 0;
+  Ns latest_end = 0;  // when the last rank finished
 };
 
 struct RunData {

@@ -13,6 +13,7 @@ double bus_factor(CollOp op, int n) {
       return 2.0 * (n - 1) / n;
     case CollOp::AllGather:
     case CollOp::ReduceScatter:
+    case CollOp::AllToAll:
       return static_cast<double>(n - 1) / n;
     default:
       return 1.0;
@@ -27,18 +28,18 @@ CollTiming coll_timing(const RunData& d, int32_t ci) {
   if (r.match >= 0) {
     const Match& m = d.matches[r.match];
     t.nranks = static_cast<int>(m.members.size());
-    Ns latest = r.c.start;
+    Ns latest = INT64_MIN;
     for (int32_t o : m.members)
       if (d.colls[o].c.start >= latest) {
         latest = d.colls[o].c.start;
         t.late_rank = d.colls[o].c.rank;
       }
-    t.wait = std::clamp<Ns>(latest - r.c.start, 0, t.duration);
-    t.transfer = t.duration - t.wait;
+    t.wait = std::max<Ns>(0, latest - r.c.start);
+    t.transfer = std::max<Ns>(0, m.latest_end - latest);
   }
-  if (r.c.group_size > t.nranks) t.nranks = r.c.group_size;
-  if (r.c.bytes > 0 && t.duration > 0) {
-    t.algbw_gbs = static_cast<double>(r.c.bytes) / static_cast<double>(t.duration);  // B/ns = GB/s
+  if (r.c.group_size > 0) t.nranks = r.c.group_size;
+  if (r.c.bytes > 0 && t.transfer > 0) {
+    t.algbw_gbs = static_cast<double>(r.c.bytes) / static_cast<double>(t.transfer);  // B/ns = GB/s
     t.busbw_gbs = t.algbw_gbs * bus_factor(r.c.op, t.nranks);
   }
   return t;

@@ -11,17 +11,18 @@
 
 namespace braid::view {
 
-// nccl-tests' bus-bandwidth factor: busbw = algbw * factor (allreduce 2(n-1)/n, allgather and
-// reducescatter (n-1)/n, everything else 1).
+// nccl-tests' bus-bandwidth factor: busbw = algbw * factor (allreduce 2(n-1)/n; allgather,
+// reducescatter and alltoall (n-1)/n; everything else 1), as `braid analyze` uses it.
 double bus_factor(CollOp op, int nranks);
 
+// The definitions of docs/analysis.md, so the GUI and `braid analyze` agree.
 struct CollTiming {
-  Ns duration = 0;
-  Ns wait = 0;             // from this rank's start until the last rank of the match started
-  Ns transfer = 0;         // from then until this rank's end
-  int nranks = 1;          // ranks in the match (or the communicator's size when known)
-  int32_t late_rank = -1;  // the rank that started last
-  double algbw_gbs = 0, busbw_gbs = 0;  // over the whole duration (nccl-tests definitions)
+  Ns duration = 0;         // this rank's end - start
+  Ns wait = 0;             // this rank's wait: the match's last arrival (start) - its own arrival
+  Ns transfer = 0;         // the last member's end - the last arrival (unmatched: its duration)
+  int nranks = 1;          // the trace's group size, else the members of the match
+  int32_t late_rank = -1;  // the rank that arrived last
+  double algbw_gbs = 0, busbw_gbs = 0;  // bytes / transfer, and times bus_factor
 };
 CollTiming coll_timing(const RunData& d, int32_t coll);
 

@@ -4,7 +4,6 @@
 #include <map>
 
 #include "app/view/app.h"
-#include "app/view/panels/analysis_table.h"
 #include "trace/summary.h"
 
 namespace braid::view::panels {
@@ -21,16 +20,22 @@ void communicators(App& app) {
       ++v.first;
       v.second += std::max<int64_t>(0, r.c.bytes);
     }
+    const Extras& x = app.slots[s].extras;
     if (ImGui::BeginTable(
-            "comms", 5,
+            "comms", 6,
             ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_Borders)) {
-      for (const char* h : {"comm", "ranks", "label", "collectives", "bytes"})
+      for (const char* h : {"comm", "parallel dim", "ranks", "label", "collectives", "bytes"})
         ImGui::TableSetupColumn(h);
       ImGui::TableHeadersRow();
       for (const Communicator& c : d->communicators) {
         ImGui::TableNextRow();
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(c.comm.c_str());
+        ImGui::TableNextColumn();
+        auto dim = x.comm_dim.find(c.comm);
+        ImGui::TextUnformatted(dim == x.comm_dim.end() ? "-" : dim->second.c_str());
+        if (dim != x.comm_dim.end() && ImGui::IsItemHovered())
+          ImGui::SetTooltip("%s", x.comm_evidence.at(c.comm).c_str());
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(c.ranks.empty() ? std::to_string(c.nranks).c_str()
                                                : short_name(c.ranks, 40).c_str());
@@ -45,16 +50,12 @@ void communicators(App& app) {
       ImGui::EndTable();
     }
     if (d->communicators.empty()) ImGui::TextDisabled("no communicators recorded");
-    std::vector<const AnalysisTable*> tables;
-    for (const AnalysisTable& t : app.slots[s].extras.analysis)
-      for (const std::string& c : t.columns)
-        if (c == "comm" || c == "comm_id") {
-          tables.push_back(&t);
-          break;
-        }
-    ImGui::TextDisabled("Parallel dimension of each communicator:");
-    if (!no_analysis_hint(tables))
-      for (const AnalysisTable* t : tables) show_analysis_table(*t);
+    if (x.comm_dim.empty())
+      ImGui::TextColored(
+          ImVec4(0.9f, 0.8f, 0.4f, 1),
+          "No analysis yet — run braid analyze to infer each communicator's parallel dimension.");
+    else
+      ImGui::TextDisabled("parallel dimension: braid analyze (hover it for the evidence)");
     ImGui::Separator();
     ImGui::PopID();
   }

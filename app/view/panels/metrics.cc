@@ -9,7 +9,10 @@
 namespace braid::view::panels {
 
 void show_analysis_table(const AnalysisTable& t) {
-  if (!ImGui::CollapsingHeader(t.name.c_str(), ImGuiTreeNodeFlags_DefaultOpen)) return;
+  // Small tables open, long ones (per-collective rows) closed until asked for.
+  if (!ImGui::CollapsingHeader(t.name.c_str(),
+                               t.rows.size() <= 64 ? ImGuiTreeNodeFlags_DefaultOpen : 0))
+    return;
   int n = static_cast<int>(std::min<size_t>(t.columns.size(), 63));
   if (n == 0) return;
   if (ImGui::BeginTable(t.name.c_str(), n,
@@ -67,8 +70,13 @@ void metrics(App& app) {
       }
       ImGui::EndTable();
     }
+    // Every analysis table of the run as stored, except the full JSON report, the per-member
+    // rows (Details shows a collective's members) and the communicators (their own tab).
     std::vector<const AnalysisTable*> tables;
-    for (const AnalysisTable& t : app.slots[s].extras.analysis) tables.push_back(&t);
+    for (const AnalysisTable& t : app.slots[s].extras.analysis)
+      if (t.name != "analysis_reports" && t.name != "analysis_collective_members" &&
+          t.name != "analysis_communicators")
+        tables.push_back(&t);
     if (!no_analysis_hint(tables))
       for (const AnalysisTable* t : tables) show_analysis_table(*t);
     ImGui::Separator();

@@ -296,6 +296,29 @@ void timeline(App& app, ImVec2 size) {
                       IM_COL32(255, 255, 255, 90));
       }
 
+  // The critical path `braid analyze` found: a bar under each segment's lane.
+  if (app.show_critical_path)
+    for (int s = 0; s < 2; ++s) {
+      if (!app.slot_active(s)) continue;
+      const RunData& d = *app.slots[s].data;
+      for (const CriticalSegment& c : app.slots[s].extras.critical_path) {
+        if (c.kind == "gap" || c.end < app.axis.t0() + app.slots[s].shift ||
+            c.start > app.axis.t1() + app.slots[s].shift)
+          continue;
+        int li = -1;
+        for (size_t i = 0; i < d.lanes.size() && li < 0; ++i)
+          if (d.lanes[i].gpu && d.lanes[i].rank == c.rank && d.lanes[i].stream == c.stream)
+            li = static_cast<int>(i);
+        if (li < 0 || places[s].lane_box[li] < 0) continue;
+        const LaneBox& b = app.slots[s].layout.lanes[places[s].lane_box[li]];
+        float y = places[s].top + b.y1;
+        float x0 = axis_x0 + std::max(app.axis.x_of(to_axis(app, s, c.start)), -2.f);
+        float x1 = axis_x0 + std::min(app.axis.x_of(to_axis(app, s, c.end)), axis_w + 2);
+        dl->AddRectFilled(ImVec2(x0, y - 1), ImVec2(std::max(x1, x0 + 1), y + 2),
+                          IM_COL32(255, 235, 59, 230));
+      }
+    }
+
   // Compare mode: each fused operation of B linked to the operations of A it replaces.
   if (app.compare)
     for (const FusedLink& link : app.links)
