@@ -229,6 +229,10 @@ void Collector::on_nccl_call(const NcclCall& c) {
   if (c.comm) on_comm(*c.comm);
   call_keys_[c.call_id] = {p.comm, c.seq};
   pending_.emplace(c.call_id, p);
+  if (auto it = early_proxies_.find(c.call_id); it != early_proxies_.end()) {
+    for (auto& op : it->second) write_proxy_op(op);
+    early_proxies_.erase(it);
+  }
 }
 
 void Collector::on_nccl_detail(const NcclCallDetail& d) {
@@ -241,6 +245,17 @@ void Collector::on_nccl_detail(const NcclCallDetail& d) {
 }
 
 void Collector::on_nccl_proxy_op(const NcclProxyOp& p) {
+  auto it = call_keys_.find(p.call_id);
+  if (it == call_keys_.end() && p.call_id != 0) {
+    // Reported before its call's record reached the writer: kept until it does.
+    bound(early_proxies_);
+    early_proxies_[p.call_id].push_back(p);
+    return;
+  }
+  write_proxy_op(p);
+}
+
+void Collector::write_proxy_op(const NcclProxyOp& p) {
   ProxyOpRow r;
   r.rank = rank_;
   r.call_id = p.call_id;
@@ -360,6 +375,9 @@ void Collector::end_cycle(bool final) {
     else ++it;
   }
   if (final) {
+    for (auto& [id, ops] : early_proxies_)  // their calls were outside the window
+      for (auto& op : ops) write_proxy_op(op);
+    early_proxies_.clear();
     if (!markers_.empty())
       count("capture.unclosed_range", static_cast<int64_t>(markers_.size()), Severity::Info,
             "NVTX ranges still open when the capture ended (not stored)");

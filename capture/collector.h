@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "capture/activity.h"
 #include "capture/clock_fit.h"
@@ -78,6 +79,7 @@ class Collector final : public ActivityHandler {
   const KernelName& kernel_name(const char* raw);
   void link_kernel(uint64_t ext, const KernelSpan& k);
   void emit(const Pending& p, const KernelSpan* k);
+  void write_proxy_op(const NcclProxyOp& p);
   void note_stream(int64_t stream);
   Ns host(int64_t device_ts) const { return clock_.to_host(device_ts); }
 
@@ -94,6 +96,7 @@ class Collector final : public ActivityHandler {
   std::unordered_map<uint64_t, KernelSpan> ext_kernels_;
   std::map<int64_t, Pending> pending_;  // by call id
   std::unordered_map<int64_t, NcclCallDetail> details_;
+  std::unordered_map<int64_t, std::vector<NcclProxyOp>> early_proxies_;  // by call id
   std::unordered_map<int64_t, std::pair<StrId, int64_t>> call_keys_;  // call id -> (comm, seq)
   std::unordered_map<uint32_t, uint32_t> api_tid_;                    // correlation -> thread
   struct OpenMarker {

@@ -2,6 +2,12 @@
 // enough real behaviour for bookkeeping to be checked (unique ids, communicator ranks and sizes,
 // ncclCommSplit agreeing across processes through files, ncclBcast calling ncclBroadcast
 // through its public symbol as real NCCL does) and a count of every call it received.
+//
+// Like NCCL >= 2.28 it loads the profiler plugin named by NCCL_PROFILER_PLUGIN (symbol
+// ncclProfiler_v5) and reports to it: a CollApi/P2pApi event inside each call, Coll events
+// (algorithm RING, protocol SIMPLE, 2 channels) with one ProxyOp each under them, and for
+// point-to-point calls inside a group the P2p events (1 channel) at ncclGroupEnd, as NCCL does.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -15,15 +21,118 @@
 #include <thread>
 #include <vector>
 
+#include "capture/nccl_profiler_abi.h"
+
+namespace np = braid::capture::nccl_profiler;
+
 struct ncclComm {
   int rank, nranks;
   std::string id;
   int splits = 0;
+  void* prof = nullptr;  // the profiler plugin's context for this communicator
+  int mask = 0;
+  uint64_t seq = 0;
 };
 
 namespace {
 std::atomic<int> g_calls{0};
 int g_group = 0;
+const np::ProfilerV5* profiler() {
+  static const np::ProfilerV5* p = [] () -> const np::ProfilerV5* {
+    const char* path = std::getenv("NCCL_PROFILER_PLUGIN");
+    if (!path || !*path) return nullptr;
+    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    return h ? static_cast<const np::ProfilerV5*>(dlsym(h, "ncclProfiler_v5")) : nullptr;
+  }();
+  return p;
+}
+
+void profile_init(ncclComm* c) {
+  if (auto* p = profiler()) {
+    if (p->init(&c->prof, std::hash<std::string>()(c->id), &c->mask, "fake", 1, c->nranks, c->rank,
+                nullptr) != ncclSuccess)
+      c->mask = 0;
+  }
+}
+
+// The Coll (or P2p) event of one operation with its ProxyOp, as the proxy thread would report.
+void profile_op(ncclComm* c, void* api, bool p2p, const char* func, size_t count, int peer) {
+  auto* p = profiler();
+  if (!p || !(c->mask & (p2p ? np::kP2p : np::kColl))) return;
+  np::EventDescr d{};
+  d.type = p2p ? np::kP2p : np::kColl;
+  d.parent = api;
+  d.rank = c->rank;
+  if (p2p) {
+    d.p2p.func = func;
+    d.p2p.count = count;
+    d.p2p.datatype = "ncclInt32";
+    d.p2p.peer = peer;
+    d.p2p.channels = 1;
+  } else {
+    d.coll.seq = c->seq++;
+    d.coll.func = func;
+    d.coll.count = count;
+    d.coll.datatype = "ncclFloat32";
+    d.coll.channels = 2;
+    d.coll.algo = "RING";
+    d.coll.proto = "SIMPLE";
+  }
+  void* op = nullptr;
+  p->start_event(c->prof, &op, &d);
+  if (c->mask & np::kProxyOp) {
+    np::EventDescr pd{};
+    pd.type = np::kProxyOp;
+    pd.parent = op;
+    pd.rank = c->rank;
+    pd.proxy_op.pid = getpid();
+    pd.proxy_op.channel = 0;
+    pd.proxy_op.peer = (c->rank + 1) % c->nranks;
+    pd.proxy_op.steps = 4;
+    pd.proxy_op.chunk_size = 131072;
+    pd.proxy_op.is_send = 1;
+    void* proxy = nullptr;
+    p->start_event(c->prof, &proxy, &pd);
+    p->stop_event(proxy);
+  }
+  p->stop_event(op);
+}
+
+struct Deferred {
+  ncclComm* comm;
+  void* api;
+  const char* func;
+  size_t count;
+  int peer;
+};
+std::vector<Deferred> g_deferred;  // point-to-point ops waiting for ncclGroupEnd
+
+// One collective or point-to-point call as NCCL reports it to the plugin.
+void profile_call(ncclComm* c, bool p2p, const char* func, size_t count, int peer) {
+  auto* p = profiler();
+  if (!p || !c->prof) return;
+  void* api = nullptr;
+  if (c->mask & (p2p ? np::kP2pApi : np::kCollApi)) {
+    np::EventDescr d{};
+    d.type = p2p ? np::kP2pApi : np::kCollApi;
+    d.rank = c->rank;
+    if (p2p) {
+      d.p2p_api.func = func;
+      d.p2p_api.count = count;
+    } else {
+      d.coll_api.func = func;
+      d.coll_api.count = count;
+    }
+    p->start_event(c->prof, &api, &d);
+  }
+  if (p2p && g_group > 0) {
+    g_deferred.push_back({c, api, func, count, peer});
+  } else {
+    profile_op(c, api, p2p, func, count, peer);
+  }
+  if (api) p->stop_event(api);
+}
+
 std::string dir() {
   const char* d = std::getenv("FAKE_NCCL_DIR");
   return d ? d : "/tmp";
@@ -52,6 +161,7 @@ FAKE ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id
                 id.internal[1] & 255, id.internal[2] & 255, id.internal[3] & 255,
                 id.internal[4] & 255, id.internal[5] & 255, id.internal[6] & 255, id.internal[7] & 255);
   *comm = new ncclComm{rank, nranks, hex};
+  profile_init(*comm);
   return ncclSuccess;
 }
 FAKE ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
@@ -68,6 +178,7 @@ FAKE ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
 }
 FAKE ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   ++g_calls;
+  if (comm->prof && profiler()) profiler()->finalize(comm->prof);
   delete comm;
   return ncclSuccess;
 }
@@ -113,6 +224,7 @@ FAKE ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t*
     if (same[i].rank == comm->rank) rank = static_cast<int>(i);
   *newcomm = new ncclComm{rank, static_cast<int>(same.size()),
                           comm->id + "." + std::to_string(comm->splits) + "." + std::to_string(color)};
+  profile_init(*newcomm);
   return ncclSuccess;
 }
 
@@ -123,24 +235,30 @@ FAKE ncclResult_t ncclGroupStart() {
 }
 FAKE ncclResult_t ncclGroupEnd() {
   ++g_calls;
-  return --g_group >= 0 ? ncclSuccess : ncclInvalidUsage;
+  if (--g_group < 0) return ncclInvalidUsage;
+  if (g_group == 0) {  // the group launches: its point-to-point ops are reported now
+    for (auto& d : g_deferred) profile_op(d.comm, d.api, true, d.func, d.count, d.peer);
+    g_deferred.clear();
+  }
+  return ncclSuccess;
 }
 
-#define FAKE_COLL(name, params)  \
-  FAKE ncclResult_t name params { \
-    ++g_calls;                    \
-    return ncclSuccess;           \
+#define FAKE_COLL(name, params, comm, p2p, count, peer) \
+  FAKE ncclResult_t name params {                          \
+    ++g_calls;                                             \
+    profile_call(comm, p2p, #name, count, peer);           \
+    return ncclSuccess;                                    \
   }
-FAKE_COLL(ncclAllReduce, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))
-FAKE_COLL(ncclReduce, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t))
-FAKE_COLL(ncclBroadcast, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
-FAKE_COLL(ncclReduceScatter, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))
-FAKE_COLL(ncclAllGather, (const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t))
-FAKE_COLL(ncclAlltoAll, (const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t))
-FAKE_COLL(ncclGather, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
-FAKE_COLL(ncclScatter, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
-FAKE_COLL(ncclSend, (const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
-FAKE_COLL(ncclRecv, (void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
+FAKE_COLL(ncclAllReduce, (const void*, void*, size_t n, ncclDataType_t, ncclRedOp_t, ncclComm_t c, cudaStream_t), c, false, n, -1)
+FAKE_COLL(ncclReduce, (const void*, void*, size_t n, ncclDataType_t, ncclRedOp_t, int, ncclComm_t c, cudaStream_t), c, false, n, -1)
+FAKE_COLL(ncclBroadcast, (const void*, void*, size_t n, ncclDataType_t, int, ncclComm_t c, cudaStream_t), c, false, n, -1)
+FAKE_COLL(ncclReduceScatter, (const void*, void*, size_t n, ncclDataType_t, ncclRedOp_t, ncclComm_t c, cudaStream_t), c, false, n, -1)
+FAKE_COLL(ncclAllGather, (const void*, void*, size_t n, ncclDataType_t, ncclComm_t c, cudaStream_t), c, false, n, -1)
+FAKE_COLL(ncclAlltoAll, (const void*, void*, size_t n, ncclDataType_t, ncclComm_t c, cudaStream_t), c, false, n, -1)
+FAKE_COLL(ncclGather, (const void*, void*, size_t n, ncclDataType_t, int, ncclComm_t c, cudaStream_t), c, false, n, -1)
+FAKE_COLL(ncclScatter, (const void*, void*, size_t n, ncclDataType_t, int, ncclComm_t c, cudaStream_t), c, false, n, -1)
+FAKE_COLL(ncclSend, (const void*, size_t n, ncclDataType_t, int peer, ncclComm_t c, cudaStream_t), c, true, n, peer)
+FAKE_COLL(ncclRecv, (void*, size_t n, ncclDataType_t, int peer, ncclComm_t c, cudaStream_t), c, true, n, peer)
 
 // As in NCCL: the legacy in-place broadcast calls the public ncclBroadcast.
 FAKE ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t dt, int root, ncclComm_t comm,

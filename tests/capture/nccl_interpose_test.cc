@@ -34,6 +34,7 @@ pid_t spawn(int rank, const std::string& dir, bool with_rank_env) {
   setenv("BRAID_CAPTURE_COMMAND", "fake_nccl_job", 1);
   setenv("BRAID_CAPTURE_FLUSH_MS", "50", 1);
   setenv("FAKE_NCCL_DIR", dir.c_str(), 1);
+  setenv("NCCL_PROFILER_PLUGIN", CAPTURE_AGENT_LIB, 1);  // as braid record sets it
   if (with_rank_env) {
     setenv("RANK", std::to_string(rank).c_str(), 1);
     setenv("WORLD_SIZE", std::to_string(kRanks).c_str(), 1);
@@ -53,6 +54,8 @@ struct RankFile {
   std::vector<Communicator> comms;
   std::vector<Diagnostic> diags;
   std::map<int64_t, std::tuple<int64_t, std::string, std::string>> calls;  // call_id -> (group, op, redop)
+  std::map<std::pair<std::string, int64_t>, std::tuple<int64_t, int64_t, int64_t>> proxy;  // (comm, seq) -> (peer, steps, is_send)
+  std::map<std::pair<std::string, int64_t>, std::tuple<std::string, std::string, int64_t>> detail;  // (comm, seq) -> (algo, proto, channels)
 };
 
 RankFile load(const std::string& path) {
@@ -74,6 +77,10 @@ RankFile load(const std::string& path) {
   for (auto& c : f.colls) c.name = 0;
   sql::Stmt q(r.db(), "SELECT c.call_id, c.group_id, c.op, s.text FROM nccl_calls c LEFT JOIN strings s ON s.id = c.redop_id");
   while (q.step()) f.calls[q.i64(0)] = {q.i64(1), q.text(2), q.text(3)};
+  sql::Stmt p(r.db(), "SELECT s.text, p.seq, p.peer, p.steps, p.is_send FROM nccl_proxy_ops p JOIN strings s ON s.id = p.comm_id");
+  while (p.step()) f.proxy[{p.text(0), p.i64(1)}] = {p.i64(2), p.i64(3), p.i64(4)};
+  for (auto& c : f.colls)
+    f.detail[{r.str(c.comm), c.seq}] = {c.algo ? r.str(c.algo) : "", c.proto ? r.str(c.proto) : "", c.channels};
   return f;
 }
 
@@ -195,6 +202,18 @@ TEST(NcclInterpose, FourRanksAgainstAFakeNccl) {
     for (auto& d : f.diags)
       if (d.code == "capture.collective_without_kernel") without = d.count;
     EXPECT_EQ(without, static_cast<int64_t>(f.colls.size()));
+    // The profiler plugin's details joined their collectives; its proxy ops name them.
+    for (auto& [key, d] : f.detail) {
+      bool p2p = key.first == world && (key.second == 3 || key.second == 4);
+      EXPECT_EQ(std::get<0>(d), p2p ? "" : "RING") << key.first << " seq " << key.second;
+      EXPECT_EQ(std::get<1>(d), p2p ? "" : "SIMPLE");
+      EXPECT_EQ(std::get<2>(d), p2p ? 1 : 2);
+    }
+    EXPECT_EQ(f.proxy.size(), f.colls.size());
+    auto first = f.proxy.find({world, 0});
+    ASSERT_NE(first, f.proxy.end());
+    EXPECT_EQ(first->second, std::make_tuple(int64_t{(rank + 1) % kRanks}, int64_t{4}, int64_t{1}));
+    EXPECT_EQ(f.proxy.count({world, 4}), 1u);  // the grouped recv's, reported at ncclGroupEnd
     std::map<std::string, int> nranks;
     for (auto& c : f.comms) nranks[c.comm] = c.nranks;
     EXPECT_EQ(nranks[world], 4);
@@ -208,6 +227,7 @@ TEST(NcclInterpose, WithoutCaptureRequestedItOnlyPassesThrough) {
   if (pid == 0) {
     unsetenv("BRAID_CAPTURE_OUTPUT");
     setenv("FAKE_NCCL_DIR", tmp.path().c_str(), 1);
+    setenv("NCCL_PROFILER_PLUGIN", CAPTURE_AGENT_LIB, 1);  // the plugin must stay silent too
     if (!freopen(tmp.file("out").c_str(), "w", stdout)) _exit(4);
     execl(CAPTURE_FAKE_NCCL_JOB, CAPTURE_FAKE_NCCL_JOB, "0", "1", tmp.path().c_str(), nullptr);
     _exit(5);
