@@ -225,6 +225,10 @@ void Collector::on_nccl_call(const NcclCall& c) {
   row.enqueue = c.enqueue;
   row.ret = c.ret;
   row.result = c.result;
+  if (c.comm) {
+    row.comm_rank = c.comm->rank;
+    row.comm_size = c.comm->nranks;
+  }
   sink_.add(row);
   if (c.comm) on_comm(*c.comm);
   call_keys_[c.call_id] = {p.comm, c.seq};

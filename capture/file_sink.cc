@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS nccl_calls(
   sendbuff INTEGER NOT NULL, recvbuff INTEGER NOT NULL, count INTEGER NOT NULL,
   dtype_id INTEGER NOT NULL, peer_or_root INTEGER NOT NULL, stream_handle INTEGER NOT NULL,
   tid INTEGER NOT NULL, enqueue_ns INTEGER NOT NULL, return_ns INTEGER NOT NULL,
-  result INTEGER NOT NULL);
+  result INTEGER NOT NULL, comm_rank INTEGER NOT NULL, comm_size INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS nccl_proxy_ops(
   run_id INTEGER NOT NULL, rank INTEGER NOT NULL, comm_id INTEGER NOT NULL, seq INTEGER NOT NULL,
   call_id INTEGER NOT NULL, channel INTEGER NOT NULL, peer INTEGER NOT NULL,
@@ -89,7 +89,7 @@ FileSink::FileSink(std::string path, const FileSinkOptions& opts) : path_(std::m
     ins_range_ = sql::Stmt(db_, "INSERT INTO nvtx_ranges VALUES " + placeholders(9));
     ins_coll_ = sql::Stmt(db_, "INSERT INTO collectives VALUES " + placeholders(20));
     ins_step_ = sql::Stmt(db_, "INSERT OR REPLACE INTO steps VALUES " + placeholders(5));
-    ins_call_ = sql::Stmt(db_, "INSERT INTO nccl_calls VALUES " + placeholders(18));
+    ins_call_ = sql::Stmt(db_, "INSERT INTO nccl_calls VALUES " + placeholders(20));
     ins_proxy_ = sql::Stmt(db_, "INSERT INTO nccl_proxy_ops VALUES " + placeholders(13));
     sql::exec(db_, "BEGIN");
   } catch (...) {
@@ -182,6 +182,7 @@ void FileSink::add(const NcclCallRow& c) {
   s.bind(10, static_cast<int64_t>(c.recvbuff)); s.bind(11, c.count); s.bind(12, sid(c.dtype));
   s.bind(13, c.peer_or_root); s.bind(14, static_cast<int64_t>(c.stream_handle));
   s.bind(15, c.tid); s.bind(16, c.enqueue); s.bind(17, c.ret); s.bind(18, c.result);
+  s.bind(19, c.comm_rank); s.bind(20, c.comm_size);
   s.run();
   ++pending_;
 }

@@ -15,14 +15,23 @@ int64_t host_now() {
 
 }  // namespace
 
-Pipeline::Pipeline(std::unique_ptr<Sink> sink, int32_t rank, uint32_t nccl_external_kind,
+Pipeline::Pipeline(SinkFactory make_sink, int32_t rank, uint32_t nccl_external_kind,
                    PipelineHooks hooks, PipelineOptions opts, BufferPool* pool)
-    : sink_(std::move(sink)), hooks_(std::move(hooks)), opts_(opts), pool_(pool) {
-  collector_ = std::make_unique<Collector>(*sink_, clock_, rank, nccl_external_kind);
+    : make_sink_(std::move(make_sink)),
+      rank_(rank),
+      ext_kind_(nccl_external_kind),
+      hooks_(std::move(hooks)),
+      opts_(opts),
+      pool_(pool) {
   calibrate();
   queue_.reserve(4096);
   thread_ = std::thread([this] { run(); });
 }
+
+Pipeline::Pipeline(std::unique_ptr<Sink> sink, int32_t rank, uint32_t nccl_external_kind,
+                   PipelineHooks hooks, PipelineOptions opts, BufferPool* pool)
+    : Pipeline([s = std::make_shared<std::unique_ptr<Sink>>(std::move(sink))] { return std::move(*s); },
+               rank, nccl_external_kind, std::move(hooks), opts, pool) {}
 
 Pipeline::~Pipeline() { stop(); }
 
@@ -50,8 +59,13 @@ int64_t Pipeline::dropped() const {
 }
 
 void Pipeline::set_hooks(PipelineHooks hooks) {
-  std::lock_guard dl(drain_mu_);
+  std::lock_guard hl(hooks_mu_);
   hooks_ = std::move(hooks);
+}
+
+PipelineHooks Pipeline::hooks() {
+  std::lock_guard hl(hooks_mu_);
+  return hooks_;
 }
 
 void Pipeline::request_flush() {
@@ -61,24 +75,39 @@ void Pipeline::request_flush() {
 }
 
 void Pipeline::calibrate() {
-  if (!hooks_.device_clock) return;
-  clock_.add(ClockFit::sample(hooks_.device_clock, host_now));
+  auto device_clock = hooks().device_clock;
+  if (!device_clock) return;
+  clock_.add(ClockFit::sample(device_clock, host_now));
   clock_.refit();
 }
 
 void Pipeline::drain(bool final) {
-  std::lock_guard dl(drain_mu_);
-  // CUPTI's flush calls back into post_buffer(), so it runs before taking mu_.
-  if (hooks_.request_flush) hooks_.request_flush(final);
+  PipelineHooks h = hooks();
+  // CUPTI's flush calls back into post_buffer(): no lock of ours is held across it.
+  if (h.request_flush) h.request_flush(final);
   std::vector<Item> items;
   {
     std::lock_guard lk(mu_);
     items.swap(queue_);
   }
+  if (!sink_ && !sink_failed_) {
+    try {
+      sink_ = make_sink_();
+      collector_ = std::make_unique<Collector>(*sink_, clock_, rank_, ext_kind_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "braid capture: nothing captured in this process: %s\n", e.what());
+      sink_failed_ = true;
+    }
+  }
+  if (sink_failed_) {  // nowhere to write: drop, but give the buffers back to CUPTI
+    for (auto& item : items)
+      if (auto* b = std::get_if<Buffer>(&item); b && pool_) pool_->release(b->data);
+    return;
+  }
   Collector& col = *collector_;
   for (auto& item : items) {
     if (auto* b = std::get_if<Buffer>(&item)) {
-      if (hooks_.parse) hooks_.parse(b->data, b->valid, col);
+      if (h.parse) h.parse(b->data, b->valid, col);
       if (pool_) pool_->release(b->data);
     } else if (auto* c = std::get_if<NcclCall>(&item)) {
       col.on_nccl_call(*c);
@@ -94,7 +123,7 @@ void Pipeline::drain(bool final) {
       col.count(d->code, d->count, d->severity, d->detail);
     }
   }
-  if (hooks_.update_counters) hooks_.update_counters(col);
+  if (h.update_counters) h.update_counters(col);
   if (pool_ && pool_->refused() > 0)
     col.set_count("capture.buffer_refused", pool_->refused(), Severity::Warning,
                   "activity buffers CUPTI asked for beyond the pool's cap (its records were "
@@ -129,12 +158,8 @@ void Pipeline::run() {
     bool forced = forced_;
     forced_ = false;
     lk.unlock();
-    {
-      std::lock_guard dl(drain_mu_);
-      if (hooks_.on_tick) hooks_.on_tick();
-    }
+    if (auto tick = hooks().on_tick) tick();
     if (clock::now() >= next_cal) {
-      std::lock_guard dl(drain_mu_);
       calibrate();
       next_cal = clock::now() + std::chrono::milliseconds(opts_.recalibrate_ms);
     }
@@ -167,12 +192,9 @@ void Pipeline::stop() {
   }
   if (thread_.joinable()) thread_.join();
   try {
-    {
-      std::lock_guard dl(drain_mu_);
-      calibrate();
-    }
+    calibrate();
     drain(true);
-    sink_->close();
+    if (sink_) sink_->close();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "braid capture: finishing the output failed: %s\n", e.what());
   }

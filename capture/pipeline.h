@@ -40,8 +40,14 @@ struct PipelineOptions {
   size_t max_queued = 1 << 20;  // events waiting for the writer beyond this are dropped
 };
 
+// Makes the sink; runs on the writer thread, so opening the output (SQLite, file creation)
+// never happens on an application thread. Throws to say why there is no output.
+using SinkFactory = std::function<std::unique_ptr<Sink>()>;
+
 class Pipeline {
  public:
+  Pipeline(SinkFactory make_sink, int32_t rank, uint32_t nccl_external_kind, PipelineHooks hooks,
+           PipelineOptions opts, BufferPool* pool);
   Pipeline(std::unique_ptr<Sink> sink, int32_t rank, uint32_t nccl_external_kind,
            PipelineHooks hooks, PipelineOptions opts, BufferPool* pool);
   ~Pipeline();  // stop()
@@ -79,8 +85,13 @@ class Pipeline {
   void run();
   void drain(bool final);
   void calibrate();
+  PipelineHooks hooks();
 
-  std::unique_ptr<Sink> sink_;
+  SinkFactory make_sink_;
+  int32_t rank_;
+  uint32_t ext_kind_;
+  std::unique_ptr<Sink> sink_;  // made and used on the writer thread (then by stop())
+  bool sink_failed_ = false;
   PipelineHooks hooks_;
   PipelineOptions opts_;
   BufferPool* pool_;
@@ -93,7 +104,7 @@ class Pipeline {
   int64_t dropped_ = 0;
   uint64_t flush_requests_ = 0, flushes_done_ = 0;
   bool forced_ = false, stopping_ = false, stopped_ = false;
-  std::mutex drain_mu_;  // one drain at a time (writer thread or stop())
+  std::mutex hooks_mu_;  // guards hooks_ (copied out; never held across a call into CUPTI)
   std::thread thread_;
 };
 

@@ -26,6 +26,7 @@ struct NcclCallRow {
   int64_t tid = 0;
   Ns enqueue = 0, ret = 0;     // host times of the call and its return
   int32_t result = 0;          // ncclResult_t
+  int32_t comm_rank = -1, comm_size = -1;  // this process's rank in the communicator, its size
 };
 
 // One proxy operation (one channel of one collective on the network path).

@@ -65,24 +65,23 @@ bool Agent::start() {
   so.source = config_.command;
   so.backend = "cupti+nccl";
   so.label = "braid record, window " + to_string(config_.window);
-  std::unique_ptr<FileSink> sink;
-  try {
-    sink = std::make_unique<FileSink>(path, so);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "braid capture: nothing captured in pid %ld: %s\n",
-                 static_cast<long>(getpid()), e.what());
-    return false;
-  }
-  sink->set_meta("capture.window", to_string(config_.window));
-  sink->set_meta("capture.rank_source", env_rank_.source.empty() ? "largest communicator"
-                                                                 : env_rank_.source);
+  std::string window = to_string(config_.window);
+  std::string rank_source = env_rank_.source.empty() ? "largest communicator" : env_rank_.source;
+  // The file is created on the writer thread, not on the thread that started the agent.
+  SinkFactory make_sink = [path, so, window, rank_source]() -> std::unique_ptr<Sink> {
+    auto sink = std::make_unique<FileSink>(path, so);
+    sink->set_meta("capture.window", window);
+    sink->set_meta("capture.rank_source", rank_source);
+    return sink;
+  };
   pool_ = std::make_unique<BufferPool>(config_.buffer_bytes, config_.prealloc_buffers,
                                        config_.max_buffers);
   PipelineOptions po;
   po.flush_ms = config_.flush_ms;
   po.recalibrate_ms = config_.recalibrate_ms;
-  pipeline_ = std::make_unique<Pipeline>(std::move(sink), rank_, kNcclExternalKind,
+  pipeline_ = std::make_unique<Pipeline>(std::move(make_sink), rank_, kNcclExternalKind,
                                          PipelineHooks{}, po, pool_.get());
+  pipeline_->request_flush();  // open the output now
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   info_.rank = rank_;

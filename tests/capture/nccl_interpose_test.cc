@@ -218,6 +218,15 @@ TEST(NcclInterpose, FourRanksAgainstAFakeNccl) {
     for (auto& c : f.comms) nranks[c.comm] = c.nranks;
     EXPECT_EQ(nranks[world], 4);
     EXPECT_EQ(nranks[rank % 2 ? half_odd : half_even], 2);
+    // Each call knows this process's place in its communicator.
+    TraceReader r(f.path);
+    sql::Stmt q(r.db(), "SELECT s.text, MIN(c.comm_rank), MAX(c.comm_rank), MIN(c.comm_size) "
+                        "FROM nccl_calls c JOIN strings s ON s.id = c.comm_id GROUP BY s.text");
+    std::map<std::string, std::tuple<int64_t, int64_t, int64_t>> places;
+    while (q.step()) places[q.text(0)] = {q.i64(1), q.i64(2), q.i64(3)};
+    EXPECT_EQ(places[world], std::make_tuple(int64_t{rank}, int64_t{rank}, int64_t{4}));
+    const std::string& half = rank % 2 ? half_odd : half_even;
+    EXPECT_EQ(places[half], std::make_tuple(int64_t{rank / 2}, int64_t{rank / 2}, int64_t{2}));
   }
 }
 
