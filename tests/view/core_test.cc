@@ -26,7 +26,7 @@ namespace {
 using test::kBase;
 constexpr Ns us(double v) { return static_cast<Ns>(v * 1000); }
 
-class KnownTrace : public ::testing::Test {
+class ViewKnownTrace : public ::testing::Test {
  protected:
   void SetUp() override {
     path_ = dir_.file("known.braid");
@@ -44,7 +44,7 @@ class KnownTrace : public ::testing::Test {
   std::shared_ptr<RunData> d_;
 };
 
-TEST_F(KnownTrace, LanesHoldEventsOnTheJobAxisWithClockOffsetsApplied) {
+TEST_F(ViewKnownTrace, LanesHoldEventsOnTheJobAxisWithClockOffsetsApplied) {
   EXPECT_EQ(d_->groups.size(), 2u);
   EXPECT_EQ(d_->lanes.size(), 6u);  // 2 ranks x (stream 7, stream 20, thread 100)
   EXPECT_EQ(d_->start, kBase);
@@ -77,7 +77,7 @@ TEST_F(KnownTrace, LanesHoldEventsOnTheJobAxisWithClockOffsetsApplied) {
   EXPECT_FALSE(d_->lanes[d_->groups[0].lanes.back()].gpu);
 }
 
-TEST_F(KnownTrace, CollectivesMatchAcrossRanksWithWaitTransferAndBusBandwidth) {
+TEST_F(ViewKnownTrace, CollectivesMatchAcrossRanksWithWaitTransferAndBusBandwidth) {
   ASSERT_EQ(d_->colls.size(), 2u);
   ASSERT_EQ(d_->matches.size(), 1u);
   EXPECT_EQ(d_->matches[0].members.size(), 2u);
@@ -102,7 +102,7 @@ TEST_F(KnownTrace, CollectivesMatchAcrossRanksWithWaitTransferAndBusBandwidth) {
   EXPECT_DOUBLE_EQ(bus_factor(CollOp::Broadcast, 4), 1.0);
 }
 
-TEST_F(KnownTrace, MissingRunAndFileAreNamed) {
+TEST_F(ViewKnownTrace, MissingRunAndFileAreNamed) {
   try {
     load_run(path_, 7);
     FAIL();
@@ -113,7 +113,7 @@ TEST_F(KnownTrace, MissingRunAndFileAreNamed) {
   EXPECT_THROW(load_run(dir_.file("absent.braid"), 1), Error);
 }
 
-TEST_F(KnownTrace, BackgroundLoadReportsProgressAndResult) {
+TEST_F(ViewKnownTrace, BackgroundLoadReportsProgressAndResult) {
   BackgroundLoad bl(path_, 2, [](const RunData& d) { EXPECT_EQ(d.run.run_id, 2); });
   while (!bl.finished()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(bl.result()) << bl.error();
@@ -125,7 +125,7 @@ TEST_F(KnownTrace, BackgroundLoadReportsProgressAndResult) {
   EXPECT_NE(bad.error().find("no run 9"), std::string::npos);
 }
 
-TEST(TimeAxis, KeepsNanosecondsAtEpochScaleAndZoomsAtThePoint) {
+TEST(ViewTimeAxis, KeepsNanosecondsAtEpochScaleAndZoomsAtThePoint) {
   TimeAxis a;
   a.set_origin(kBase);
   a.set_width(1000);
@@ -154,7 +154,7 @@ TEST(TimeAxis, KeepsNanosecondsAtEpochScaleAndZoomsAtThePoint) {
   EXPECT_DOUBLE_EQ(a.ns_per_px(), TimeAxis::kMinNsPerPx);
 }
 
-TEST(TimeAxis, RulerTicksAdaptTheirUnitAndSpacing) {
+TEST(ViewTimeAxis, RulerTicksAdaptTheirUnitAndSpacing) {
   TimeAxis a;
   a.set_origin(kBase);
   a.set_width(1000);
@@ -192,7 +192,7 @@ Row dense_row(int64_t n) {
   return r;
 }
 
-TEST(Lod, FoldsSmallEventsIntoCountedBlocksBoundedByWidth) {
+TEST(ViewLod, FoldsSmallEventsIntoCountedBlocksBoundedByWidth) {
   Row row = dense_row(1'000'000);
   TimeAxis a;
   a.set_width(1000);
@@ -223,7 +223,7 @@ TEST(Lod, FoldsSmallEventsIntoCountedBlocksBoundedByWidth) {
   EXPECT_EQ(first_starting_at(row, 150'001), 10'001);
 }
 
-TEST(Lod, WideEventsAreNeverFoldedIntoBlocks) {
+TEST(ViewLod, WideEventsAreNeverFoldedIntoBlocks) {
   Row r;
   for (int64_t i = 0; i < 100; ++i)
     r.events.push_back({i * 10, i * 10 + 5, 1, 1, EventKind::Kernel, 0, -1});
@@ -244,7 +244,7 @@ TEST(Lod, WideEventsAreNeverFoldedIntoBlocks) {
   EXPECT_EQ(items[2].count, 100);
 }
 
-TEST_F(KnownTrace, LayoutCollapsesRanksAndHitTestFindsTheEventUnderThePoint) {
+TEST_F(ViewKnownTrace, LayoutCollapsesRanksAndHitTestFindsTheEventUnderThePoint) {
   LayoutOptions opt;
   RunLayout l = layout_run(*d_, {}, opt);
   ASSERT_EQ(l.groups.size(), 2u);
@@ -276,7 +276,7 @@ TEST_F(KnownTrace, LayoutCollapsesRanksAndHitTestFindsTheEventUnderThePoint) {
   EXPECT_EQ(d_->str(d_->event(cpu->lane, cpu->row, cpu->index).name), "cudaLaunchKernel");
 }
 
-TEST_F(KnownTrace, RangeStatsAndRunMetricsHaveTheKnownValues) {
+TEST_F(ViewKnownTrace, RangeStatsAndRunMetricsHaveTheKnownValues) {
   RangeStats r = range_stats(*d_, kBase + us(30), kBase + us(60));
   // gemm [30,40) x2 ranks = 20 us; add [45,50) x2 = 10 us; allreduce rank 0 [55,60) = 5 us.
   EXPECT_EQ(r.by_category["gemm"].time, us(20));
@@ -306,7 +306,7 @@ TEST_F(KnownTrace, RangeStatsAndRunMetricsHaveTheKnownValues) {
   EXPECT_EQ(step_origin(*d_), kBase);
 }
 
-TEST_F(KnownTrace, CompareDiffsTheTwoRunsOnTheirStepOrigins) {
+TEST_F(ViewKnownTrace, CompareDiffsTheTwoRunsOnTheirStepOrigins) {
   auto b = load_run(path_, 2);
   EXPECT_EQ(step_origin(*b), test::kRun2Base);
   auto rows = diff_runs(run_metrics(*d_), run_metrics(*b));
@@ -327,7 +327,7 @@ TEST_F(KnownTrace, CompareDiffsTheTwoRunsOnTheirStepOrigins) {
   EXPECT_EQ(find("allreduce count").b, 2);
 }
 
-TEST_F(KnownTrace, SearchFindsNamesCaseInsensitivelyInTimeOrder) {
+TEST_F(ViewKnownTrace, SearchFindsNamesCaseInsensitivelyInTimeOrder) {
   SearchResult r = search_events(*d_, "GEMM_kernel");
   ASSERT_EQ(r.total, 2);
   ASSERT_EQ(r.hits.size(), 2u);
@@ -338,7 +338,7 @@ TEST_F(KnownTrace, SearchFindsNamesCaseInsensitivelyInTimeOrder) {
   EXPECT_EQ(search_events(*d_, "a", 3).hits.size(), 3u);
 }
 
-TEST(Intervals, UnionAndDifference) {
+TEST(ViewIntervals, UnionAndDifference) {
   EXPECT_EQ(union_length({{0, 10}, {5, 15}, {20, 25}}), 20);
   EXPECT_EQ(union_length({}), 0);
   EXPECT_EQ(difference_length({{0, 10}, {20, 30}}, {{5, 25}}), 10);
@@ -346,7 +346,7 @@ TEST(Intervals, UnionAndDifference) {
   EXPECT_EQ(difference_length({{0, 10}}, {{0, 3}, {2, 4}, {8, 20}}), 4);
 }
 
-TEST(Colors, CategoriesHaveDistinctColours) {
+TEST(ViewColors, CategoriesHaveDistinctColours) {
   std::vector<uint8_t> cats{
       0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16, 17, kCategoryCpu, kCategoryAnnotation};
   for (size_t i = 0; i < cats.size(); ++i)
@@ -359,7 +359,7 @@ TEST(Colors, CategoriesHaveDistinctColours) {
 
 // A parent schedule with two allreduces on pg0 per rank, a child where one fused allreduce
 // replaces both, a baseline run with two allreduces and a replayed run of the child with one.
-TEST(Extras, OpportunitiesAndFusedOpsArePlacedOnTheirRuns) {
+TEST(ViewExtras, OpportunitiesAndFusedOpsArePlacedOnTheirRuns) {
   test::TempDir dir;
   std::string path = dir.file("fused.braid");
   {
@@ -489,6 +489,61 @@ TEST(Extras, OpportunitiesAndFusedOpsArePlacedOnTheirRuns) {
     for (int32_t c : l.fused_colls) EXPECT_EQ(b->colls[c].c.end, 2500);
   }
   EXPECT_TRUE(fused_links(*b, *a).empty());  // run 1 has no schedule
+}
+
+}  // namespace
+}  // namespace braid::view
+
+namespace braid::view {
+namespace {
+
+// A real trace (HTA's NCCL parser sample: rank 0 of 2, 21 NCCL kernels): every stored event is
+// in exactly one row, rows are sorted and non-overlapping, every collective rides on its kernel,
+// and folding at any zoom accounts for every event.
+TEST(ViewRealTrace, EveryEventOnceInSortedNonOverlappingRows) {
+  test::TempDir dir;
+  std::string path = dir.file("nccl.braid");
+  test::import_files({test::traces("hta/tests/data/nccl_parser_config/nccl_data.json.gz")}, path);
+  auto d = load_run(path, 1);
+  TraceReader r(path);
+  int64_t stored = 0;
+  for (const char* t : {"kernels", "memcpys", "api_calls", "nvtx_ranges"})
+    stored += sql::scalar(r.db(), std::string("SELECT COUNT(*) FROM ") + t);
+  int64_t host_colls = sql::scalar(r.db(), "SELECT COUNT(*) FROM collectives WHERE stream < 0");
+  EXPECT_EQ(d->event_count, stored + host_colls);
+  int64_t in_rows = 0, carrying = 0;
+  for (const Lane& l : d->lanes)
+    for (const Row& row : l.rows) {
+      in_rows += static_cast<int64_t>(row.events.size());
+      for (size_t i = 0; i < row.events.size(); ++i) {
+        EXPECT_LE(row.events[i].start, row.events[i].end);
+        if (i) {
+          EXPECT_GE(row.events[i].start, row.events[i - 1].end);
+        }
+        if (row.events[i].coll >= 0) ++carrying;
+      }
+    }
+  EXPECT_EQ(in_rows, d->event_count);
+  EXPECT_EQ(carrying, static_cast<int64_t>(d->colls.size()));
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM collectives"),
+            static_cast<int64_t>(d->colls.size()));
+  EXPECT_EQ(d->colls.size(), 21u);
+  TimeAxis a;
+  a.set_origin(d->start);
+  a.set_width(1500);
+  for (Ns span : {d->end - d->start, Ns{1'000'000}, Ns{10'000}}) {
+    a.set_window(d->start, d->start + span);
+    for (const Lane& l : d->lanes)
+      for (const Row& row : l.rows) {
+        std::vector<DrawItem> items;
+        fold_row(row, a, 0, 3.f, items);
+        int64_t n = 0;
+        for (const DrawItem& it : items) n += it.count;
+        // Everything overlapping the window, each once.
+        int64_t want = first_starting_at(row, d->start + span) - first_visible(row, d->start);
+        EXPECT_EQ(n, want);
+      }
+  }
 }
 
 }  // namespace

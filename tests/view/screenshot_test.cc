@@ -119,7 +119,7 @@ int count_near(const Image& img, int x0, int x1, int y0, int y1, Rgb c) {
   return n;
 }
 
-class Screenshot : public ::testing::Test {
+class ViewScreenshot : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(have_xvfb()) << "xvfb-run is not installed: the screenshot tests need it "
@@ -128,7 +128,7 @@ class Screenshot : public ::testing::Test {
   test::TempDir dir_;
 };
 
-TEST_F(Screenshot, KnownEventsLanesAndLabelsAreWhereTheTraceSays) {
+TEST_F(ViewScreenshot, KnownEventsLanesAndLabelsAreWhereTheTraceSays) {
   std::string braid = dir_.file("known.braid");
   test::write_known_trace(braid);
   auto [img, g] = screenshot(dir_, braid, "");
@@ -189,7 +189,7 @@ TEST_F(Screenshot, KnownEventsLanesAndLabelsAreWhereTheTraceSays) {
             0);
 }
 
-TEST_F(Screenshot, CompareModeShowsBothRunsAligned) {
+TEST_F(ViewScreenshot, CompareModeShowsBothRunsAligned) {
   std::string braid = dir_.file("two.braid");
   test::write_known_trace(braid, true);
   auto [img, g] = screenshot(dir_, braid, "--compare 1 2");
@@ -210,7 +210,7 @@ TEST_F(Screenshot, CompareModeShowsBothRunsAligned) {
   EXPECT_TRUE(is_color(img, x_at(g, us(65)), yb, ar));
 }
 
-TEST_F(Screenshot, BadInputGetsOneLineAndNoFile) {
+TEST_F(ViewScreenshot, BadInputGetsOneLineAndNoFile) {
   std::string png = dir_.file("none.png");
   std::string cmd = std::string("'") + BRAID_VIEW + "' '" + dir_.file("absent.braid") +
                     "' --screenshot '" + png + "' 2> " + dir_.file("err");

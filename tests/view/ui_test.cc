@@ -12,7 +12,7 @@ namespace {
 using test::kBase;
 constexpr Ns us(double v) { return static_cast<Ns>(v * 1000); }
 
-class Headless : public ::testing::Test {
+class ViewHeadless : public ::testing::Test {
  protected:
   void SetUp() override {
     ImGui::CreateContext();
@@ -58,7 +58,7 @@ class Headless : public ::testing::Test {
   App app_;
 };
 
-TEST_F(Headless, FitShowsTheWholeRunWithEveryLane) {
+TEST_F(ViewHeadless, FitShowsTheWholeRunWithEveryLane) {
   open(1);
   ASSERT_TRUE(app_.all_ready());
   EXPECT_EQ(app_.geom.sections.size(), 1u);
@@ -70,7 +70,7 @@ TEST_F(Headless, FitShowsTheWholeRunWithEveryLane) {
   EXPECT_GT(lane(0, 1, 7)->y0, lane(0, 0, 7)->y1);  // rank 1 below rank 0
 }
 
-TEST_F(Headless, HoverClickWheelDragAndKeys) {
+TEST_F(ViewHeadless, HoverClickWheelDragAndKeys) {
   open(1);
   const auto l = lane(0, 0, 7);
   ASSERT_TRUE(l.has_value());
@@ -129,7 +129,7 @@ TEST_F(Headless, HoverClickWheelDragAndKeys) {
   EXPECT_EQ(app_.axis.t0(), kBase - us(2));
 }
 
-TEST_F(Headless, ShiftDragSelectsARangeWithItsStatistics) {
+TEST_F(ViewHeadless, ShiftDragSelectsARangeWithItsStatistics) {
   open(1);
   const auto l = lane(0, 0, 7);
   float y = l->y0 + 8;
@@ -153,7 +153,7 @@ TEST_F(Headless, ShiftDragSelectsARangeWithItsStatistics) {
   EXPECT_EQ(app_.range_stats[0]->collectives, 1);
 }
 
-TEST_F(Headless, ClickingARankHeaderCollapsesIt) {
+TEST_F(ViewHeadless, ClickingARankHeaderCollapsesIt) {
   open(1);
   const auto& g = app_.slots[0].layout.groups[0];
   float header_y = app_.geom.sections[0].y0 + 20 + g.y0 + 5;  // below the section's title bar
@@ -169,7 +169,7 @@ TEST_F(Headless, ClickingARankHeaderCollapsesIt) {
   EXPECT_TRUE(lane(0, 1, 7));
 }
 
-TEST_F(Headless, CompareStacksBothRunsOnTheirStepOrigins) {
+TEST_F(ViewHeadless, CompareStacksBothRunsOnTheirStepOrigins) {
   open(1, 2);
   ASSERT_TRUE(app_.all_ready());
   ASSERT_EQ(app_.geom.sections.size(), 2u);
@@ -196,7 +196,7 @@ TEST_F(Headless, CompareStacksBothRunsOnTheirStepOrigins) {
   EXPECT_FALSE(app_.hovered);
 }
 
-TEST_F(Headless, SearchJumpsToTheFirstMatch) {
+TEST_F(ViewHeadless, SearchJumpsToTheFirstMatch) {
   open(1);
   std::snprintf(app_.search_text, sizeof app_.search_text, "vector_add");
   // Enter in the search box is ImGui input; the search itself is what it calls.
