@@ -1,4 +1,5 @@
 // The backends compiled into this build (BRAID_HAVE_MPI / BRAID_HAVE_NCCL from CMake).
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,8 @@ namespace braid::replay {
 
 std::string launch_problem(std::string_view backend, int nranks) {
   if (backend == "sim" || nranks <= 1) return "";
+  const auto have = available_backends();
+  if (std::find(have.begin(), have.end(), backend) == have.end()) return "";  // make_executor says
 #ifdef BRAID_HAVE_MPI
   if (launched_by_mpirun()) return "";
 #endif
