@@ -387,6 +387,7 @@ TEST(ViewExtras, OpportunitiesAndFusedOpsArePlacedOnTheirRuns) {
       w.add(base, coll(1000, 2000));
       w.add(base, coll(3000, 4000));
       w.add(fused, coll(1000, 2500));
+      w.add(fused, coll(5000, 6500));  // a second step of the replay
     }
     w.commit();
   }
@@ -484,9 +485,9 @@ TEST(ViewExtras, OpportunitiesAndFusedOpsArePlacedOnTheirRuns) {
   ASSERT_EQ(links.size(), 2u);  // one fused op per rank
   for (const FusedLink& l : links) {
     EXPECT_EQ(l.replaces.size(), 2u);
-    EXPECT_EQ(l.fused_colls.size(), 2u);     // the fused allreduce on both ranks of run 2
+    EXPECT_EQ(l.fused_colls.size(), 4u);     // the fused allreduce, both ranks, both steps of run 2
     EXPECT_EQ(l.replaced_colls.size(), 4u);  // two allreduces x two ranks of run 1
-    for (int32_t c : l.fused_colls) EXPECT_EQ(b->colls[c].c.end, 2500);
+    for (int32_t c : l.fused_colls) EXPECT_EQ(b->colls[c].c.end - b->colls[c].c.start, 1500);
   }
   EXPECT_TRUE(fused_links(*b, *a).empty());  // run 1 has no schedule
 }

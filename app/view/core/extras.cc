@@ -60,33 +60,38 @@ void place(const RunData& d, OpportunityView& v) {
 
 }  // namespace
 
-std::vector<int32_t> colls_of_op(const RunData& d, const fusion::Schedule& s, int64_t op_id) {
+std::vector<int32_t> colls_of_op(const RunData& d, const fusion::Schedule& s, int64_t op_id,
+                                 bool every_step) {
   std::vector<int32_t> out;
   auto ref = s.find_op(op_id);
   if (!ref) return out;
   const fusion::Collective* target = s.op(*ref).collective();
   if (!target) return out;
-  // Position of the op among the rank's collectives on the same communicator.
-  int64_t order = 0;
+  // Position of the op among the rank's collectives on the same communicator, and how many
+  // the schedule has there (one step's worth).
+  int64_t order = -1, per_step = 0;
   const fusion::RankSchedule& rs = s.ranks[ref->rank];
   for (size_t si = 0; si < rs.streams.size(); ++si)
     for (size_t oi = 0; oi < rs.streams[si].ops.size(); ++oi) {
-      if (static_cast<int>(si) == ref->stream && static_cast<int>(oi) == ref->index) goto found;
-      if (auto* c = rs.streams[si].ops[oi].collective(); c && c->comm == target->comm) ++order;
+      if (static_cast<int>(si) == ref->stream && static_cast<int>(oi) == ref->index)
+        order = per_step;
+      if (auto* c = rs.streams[si].ops[oi].collective(); c && c->comm == target->comm) ++per_step;
     }
-found:
   std::vector<int32_t> mine;
   for (size_t i = 0; i < d.colls.size(); ++i)
     if (d.colls[i].c.rank == ref->rank && d.str(d.colls[i].c.comm) == target->comm)
       mine.push_back(static_cast<int32_t>(i));
   std::sort(mine.begin(), mine.end(),
             [&](int32_t a, int32_t b) { return d.colls[a].c.start < d.colls[b].c.start; });
-  if (order >= static_cast<int64_t>(mine.size())) return out;
-  int32_t c = mine[order];
-  if (d.colls[c].match >= 0)
-    out = d.matches[d.colls[c].match].members;
-  else
-    out.push_back(c);
+  for (int64_t k = order; k >= 0 && k < static_cast<int64_t>(mine.size()); k += per_step) {
+    int32_t c = mine[k];
+    if (d.colls[c].match >= 0)
+      out.insert(out.end(), d.matches[d.colls[c].match].members.begin(),
+                 d.matches[d.colls[c].match].members.end());
+    else
+      out.push_back(c);
+    if (!every_step) break;
+  }
   return out;
 }
 
@@ -206,10 +211,10 @@ std::vector<FusedLink> fused_links(const RunData& baseline, const RunData& fused
                                                  op.collective()->comm + "'"
                                            : std::string(fusion::to_string(op.kind()));
         l.what = kind + " (rank " + std::to_string(rs.rank) + ", op " + std::to_string(op.id) + ")";
-        l.fused_colls = colls_of_op(fused, s, op.id);
+        l.fused_colls = colls_of_op(fused, s, op.id, true);
         std::set<int32_t> seen;
         for (int64_t r : op.replaces)
-          for (int32_t c : colls_of_op(baseline, parent, r))
+          for (int32_t c : colls_of_op(baseline, parent, r, true))
             if (seen.insert(c).second) l.replaced_colls.push_back(c);
         out.push_back(std::move(l));
       }

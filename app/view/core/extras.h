@@ -54,8 +54,11 @@ Extras load_extras(const RunData& run, size_t max_rows = 5000);
 
 // The run's collectives that stand for op `op_id` of `s`: a schedule's collectives are matched
 // to a trace's by (communicator, order within the communicator on the rank), the same rule
-// that matches them across ranks. Returns every rank's instance of the matched collective.
-std::vector<int32_t> colls_of_op(const RunData& d, const fusion::Schedule& s, int64_t op_id);
+// that matches them across ranks. Returns every rank's instance of the matched collective; with
+// `every_step`, also those of the later repetitions of the schedule (a replay of several
+// steps runs the schedule's collectives on each communicator once per step).
+std::vector<int32_t> colls_of_op(const RunData& d, const fusion::Schedule& s, int64_t op_id,
+                                 bool every_step = false);
 
 // A fused operation of the schedule a replayed run executed, and the parent-schedule
 // operations it replaces, each placed on its run (baseline: the parent's run).
