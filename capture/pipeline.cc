@@ -85,11 +85,20 @@ void Pipeline::drain(bool final) {
   PipelineHooks h = hooks();
   // CUPTI's flush calls back into post_buffer(): no lock of ours is held across it.
   if (h.request_flush) h.request_flush(final);
-  std::vector<Item> items;
+  std::vector<Item> items = std::move(spare_);
+  items.clear();
   {
     std::lock_guard lk(mu_);
     items.swap(queue_);
   }
+  struct KeepCapacity {  // hand the vector back for the next swap, however drain ends
+    std::vector<Item>& items;
+    std::vector<Item>& spare;
+    ~KeepCapacity() {
+      items.clear();
+      spare = std::move(items);
+    }
+  } keep{items, spare_};
   if (!sink_ && !sink_failed_) {
     try {
       sink_ = make_sink_();

@@ -101,6 +101,7 @@ class Pipeline {
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::vector<Item> queue_;
+  std::vector<Item> spare_;  // the drained queue, kept for its capacity (no regrowth under mu_)
   int64_t dropped_ = 0;
   uint64_t flush_requests_ = 0, flushes_done_ = 0;
   bool forced_ = false, stopping_ = false, stopped_ = false;

@@ -29,6 +29,9 @@ void register_record(CLI::App& app, Action& run) {
   cmd->add_flag("-f,--force", o->rec.force, "Replace the files of an earlier recording");
   cmd->add_flag("-q,--quiet", o->rec.quiet, "No summary line at the end");
   auto* g = cmd->add_option_group("window", "Capture window (default: the whole run)");
+  g->add_option("--window", o->window,
+                "The window as one spec: all, cuda-profiler-api, nvtx:NAME, steps:A-B, "
+                "duration:SECONDS[@DELAY]");
   g->add_flag("--cuda-profiler-api", o->profiler_api,
               "Capture only between cudaProfilerStart() and cudaProfilerStop()");
   g->add_option("--nvtx", o->nvtx, "Capture only inside NVTX ranges with this name");
@@ -49,7 +52,7 @@ void register_record(CLI::App& app, Action& run) {
   cmd->callback([o, duration, &run] {
     bool with_duration = duration->count() > 0;
     run = [o, with_duration] {
-      std::string w = "all";
+      std::string w = o->window;
       if (o->profiler_api) w = "cuda-profiler-api";
       else if (!o->nvtx.empty()) w = "nvtx:" + o->nvtx;
       else if (!o->steps.empty()) w = "steps:" + o->steps;

@@ -67,7 +67,8 @@ TEST(RecordCli, OptionErrorsAreUsageErrors) {
   test::TempDir tmp;
   for (const char* args :
        {"record --steps 5-2 -- true", "record --buffer-mb 20 -- true",
-        "record --delay 1 -- true", "record --duration 0 -- true"}) {
+        "record --delay 1 -- true", "record --duration 0 -- true",
+        "record --window sometimes -- true"}) {
     auto r = braid(tmp, std::string(args));
     EXPECT_EQ(r.code, 2) << args << ": " << r.err;
     EXPECT_EQ(r.err.rfind("braid: error: ", 0), 0u) << args << ": " << r.err;
@@ -76,6 +77,8 @@ TEST(RecordCli, OptionErrorsAreUsageErrors) {
   auto r = braid(tmp, "record");  // no command
   EXPECT_NE(r.code, 0);
   r = braid(tmp, "record --steps 1-2 --nvtx x -- true");  // two windows
+  EXPECT_NE(r.code, 0);
+  r = braid(tmp, "record --window steps:3 --steps 1-2 -- true");
   EXPECT_NE(r.code, 0);
   r = braid(tmp, "record -o " + tmp.file("no/such/dir/job.braid") + " -- true");
   EXPECT_EQ(r.code, 1);
