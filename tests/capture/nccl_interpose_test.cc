@@ -254,3 +254,37 @@ TEST(NcclInterpose, WithoutCaptureRequestedItOnlyPassesThrough) {
 
 }  // namespace
 }  // namespace braid::capture
+
+namespace braid::capture {
+namespace {
+
+TEST(NcclInterpose, CallsOutsideTheWindowAreNotWritten) {
+  // A cuda-profiler-api window that never opens (no CUDA here): the communicator is known, its
+  // calls are not written (they still take sequence numbers, checked on GPUs by capture_gpu_test).
+  test::TempDir tmp;
+  pid_t pid = fork();
+  if (pid == 0) {
+    unsetenv("RANK");
+    setenv("BRAID_CAPTURE_OUTPUT", tmp.file("job.braid").c_str(), 1);
+    setenv("BRAID_CAPTURE_WINDOW", "cuda-profiler-api", 1);
+    setenv("FAKE_NCCL_DIR", tmp.path().c_str(), 1);
+    setenv("NCCL_PROFILER_PLUGIN", CAPTURE_AGENT_LIB, 1);
+    if (!freopen(tmp.file("out").c_str(), "w", stdout)) _exit(4);
+    execl(CAPTURE_FAKE_NCCL_JOB, CAPTURE_FAKE_NCCL_JOB, "0", "1", tmp.path().c_str(), nullptr);
+    _exit(5);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  auto files = recorded_files(tmp.file("job.braid"));
+  ASSERT_EQ(files.size(), 1u);
+  TraceReader r(files[0]);
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM collectives"), 0);
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM nccl_calls"), 0);
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM nccl_proxy_ops"), 0);
+  EXPECT_EQ(r.communicators(1).size(), 3u);  // world, its split and the evens split
+  EXPECT_EQ(r.meta("capture.window"), "cuda-profiler-api");
+}
+
+}  // namespace
+}  // namespace braid::capture
