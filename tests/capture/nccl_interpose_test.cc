@@ -288,3 +288,49 @@ TEST(NcclInterpose, CallsOutsideTheWindowAreNotWritten) {
 
 }  // namespace
 }  // namespace braid::capture
+
+namespace braid::capture {
+namespace {
+
+TEST(NcclInterpose, InjectedByTheRecordEnvironment) {
+  // The job links only the (fake) NCCL; the agent arrives through the environment braid record
+  // gives the command (LD_PRELOAD first, NCCL_PROFILER_PLUGIN, BRAID_CAPTURE_*).
+  test::TempDir tmp;
+  RecordOptions o;
+  o.output = tmp.file("job.braid");
+  o.command = {"fake_nccl_job_plain"};
+  unsetenv("NCCL_PROFILER_PLUGIN");
+  auto env = capture_environment(o);
+  std::map<std::string, std::string> m(env.begin(), env.end());
+  ASSERT_EQ(m["LD_PRELOAD"].rfind(CAPTURE_AGENT_LIB, 0), 0u);
+  ASSERT_EQ(m["NCCL_PROFILER_PLUGIN"], CAPTURE_AGENT_LIB);
+  pid_t pid = fork();
+  if (pid == 0) {
+    unsetenv("NCCL_PROFILER_PLUGIN");
+    for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    setenv("FAKE_NCCL_DIR", tmp.path().c_str(), 1);
+    if (!freopen(tmp.file("out").c_str(), "w", stdout)) _exit(4);
+    execl(CAPTURE_FAKE_NCCL_JOB_PLAIN, CAPTURE_FAKE_NCCL_JOB_PLAIN, "0", "1", tmp.path().c_str(),
+          nullptr);
+    _exit(5);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  std::ifstream out(tmp.file("out"));
+  std::string line;
+  std::getline(out, line);
+  EXPECT_EQ(line, "calls=26");
+  auto files = recorded_files(o.output);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(files[0].find("job.rank0.braid"), std::string::npos);
+  TraceReader r(files[0]);
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM collectives"), 16);  // 13 + 2 + 1
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM collectives WHERE algo_id != 0"), 14);
+  EXPECT_EQ(r.runs()[0].source, "fake_nccl_job_plain");
+}
+
+}  // namespace
+}  // namespace braid::capture
