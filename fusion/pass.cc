@@ -9,6 +9,16 @@
 
 namespace braid::fusion {
 
+bool Focus::has(int32_t r) const { return std::binary_search(ranks.begin(), ranks.end(), r); }
+
+bool Focus::hits(const Schedule& s, const std::vector<OpRef>& members) const {
+  if (!any(members)) return false;
+  if (ops.empty()) return true;
+  for (const OpRef& m : members)
+    if (std::binary_search(ops.begin(), ops.end(), s.op(m).id)) return true;
+  return false;
+}
+
 void Pass::apply(Schedule& s, const Finding& f) const {
   if (!f.legal || !f.rewrite)
     throw Error(ErrorCode::Usage, "finding of pass '" + std::string(name()) +

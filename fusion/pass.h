@@ -36,12 +36,33 @@ struct Finding {
   std::function<void(Schedule&)> rewrite;
 };
 
+// Ranks a search may be limited to (the pipeline's look-ahead after an enabling rewrite).
+struct Focus {
+  std::vector<int32_t> ranks;  // sorted
+  std::vector<int64_t> ops;    // sorted; when not empty, patterns must include one of these
+  bool only_worth = false;     // leave out enabling findings (they cost a validation each)
+  bool has(int32_t r) const;
+  // A member on a focus rank and, when `ops` is set, one of them among the members.
+  bool hits(const Schedule& s, const std::vector<OpRef>& members) const;
+  template <typename Refs>
+  bool any(const Refs& members) const {
+    for (const auto& m : members)
+      if (has(m.rank)) return true;
+    return false;
+  }
+};
+
 class Pass {
  public:
   virtual ~Pass() = default;
   virtual std::string_view name() const = 0;
   virtual std::string_view description() const = 0;
-  virtual std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const = 0;
+  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const {
+    return find_in(s, cm, nullptr);
+  }
+  // With `focus`, only patterns with a member on one of its ranks (a pass may return more).
+  virtual std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+                                       const Focus* focus) const = 0;
   // Applies a legal finding made on `s` (throws braid::Error(Usage) for advice or an op that
   // is gone). New ops get fresh ids and `replaces` naming the ops they stand for.
   virtual void apply(Schedule& s, const Finding& f) const;

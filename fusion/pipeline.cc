@@ -57,10 +57,13 @@ bool try_apply(const Pass& p, const Schedule& s, const Finding& f, Schedule& out
 
 // Does a later pass fire (legal, positive saving) on ops `f` touched or created? Looks through
 // one further enabling step (decompose then reorder, say).
-bool enables(const Schedule& after, const std::set<int64_t>& touched,
+bool enables(const Schedule& after, const std::set<int64_t>& touched, const Focus& focus,
              const std::vector<const Pass*>& later, const analysis::CostModel& cm, int depth) {
+  Focus f = focus;
+  f.only_worth = depth == 0;
+  f.ops.assign(touched.begin(), touched.end());
   for (const Pass* p : later) {
-    for (const Finding& g : p->find(after, cm)) {
+    for (const Finding& g : p->find_in(after, cm, &f)) {
       bool hits = std::any_of(g.ops.begin(), g.ops.end(), [&](int64_t id) { return touched.count(id); });
       if (!hits || !g.legal) continue;
       if (worth(g)) return true;
@@ -72,10 +75,27 @@ bool enables(const Schedule& after, const std::set<int64_t>& touched,
         std::set<int64_t> before = ids_of(after);
         for (int64_t id : ids_of(next))
           if (!before.count(id)) t2.insert(id);
-        if (enables(next, t2, later, cm, depth - 1)) return true;
+        if (enables(next, t2, focus, later, cm, depth - 1)) return true;
       }
     }
   }
+  return false;
+}
+
+// Would a later pass already fire on the ops of enabling finding `f` without it? (Then the
+// enabling step is not needed: tp-sp rewrites an all-reduce directly, no decompose first.)
+bool direct(const Schedule& s, const Finding& f, const Focus& focus,
+            const std::vector<const Pass*>& later, const analysis::CostModel& cm) {
+  Focus worth_only = focus;
+  worth_only.only_worth = true;
+  worth_only.ops = f.ops;
+  std::sort(worth_only.ops.begin(), worth_only.ops.end());
+  for (const Pass* p : later)
+    for (const Finding& g : p->find_in(s, cm, &worth_only))
+      if (worth(g) && std::any_of(g.ops.begin(), g.ops.end(), [&](int64_t id) {
+            return std::find(f.ops.begin(), f.ops.end(), id) != f.ops.end();
+          }))
+        return true;
   return false;
 }
 
@@ -144,7 +164,11 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
         std::set<int64_t> before = ids_of(res.schedule);
         for (int64_t id : ids_of(next))
           if (!before.count(id)) touched.insert(id);
-        if (!enables(next, touched, later, cm, 1)) {
+        Focus focus;
+        focus.ranks = f.ranks;
+        std::sort(focus.ranks.begin(), focus.ranks.end());
+        if (direct(res.schedule, f, focus, later, cm) ||
+            !enables(next, touched, focus, later, cm, 1)) {
           rejected.insert(f.ops);
           continue;
         }

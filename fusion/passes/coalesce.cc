@@ -26,7 +26,8 @@ class Coalesce : public Pass {
   std::string_view description() const override {
     return "adjacent independent collectives on one communicator -> one collective";
   }
-  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const override {
+  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+                               const Focus* focus) const override {
     std::vector<Finding> out;
     Dataflow df(s);
     const auto& groups = df.matching().groups;
@@ -44,6 +45,7 @@ class Coalesce : public Pass {
         const MatchGroup& a = *v[i];
         const MatchGroup& b = *v[i + 1];
         if (a.op != b.op) continue;
+        if (focus && !focus->hits(s, a.members) && !focus->hits(s, b.members)) continue;
         if (a.op != CollOp::AllReduce && a.op != CollOp::Broadcast && a.op != CollOp::Reduce &&
             a.op != CollOp::Send)
           continue;

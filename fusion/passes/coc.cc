@@ -49,10 +49,12 @@ class Coc : public Pass {
     return "GEMM -> All-Reduce split into 2/4/8 chunks pipelined on two streams";
   }
 
-  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const override {
+  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+                               const Focus* focus) const override {
     std::vector<Finding> out;
     Dataflow df(s);
     for (const MatchGroup& g : df.matching().groups) {
+      if (focus && !focus->hits(s, g.members)) continue;
       if (g.op != CollOp::AllReduce) continue;
       std::vector<Member> members;
       std::vector<OpRef> opaque;

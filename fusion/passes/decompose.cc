@@ -12,10 +12,13 @@ class Decompose : public Pass {
   std::string_view description() const override {
     return "All-Reduce -> Reduce-Scatter + All-Gather in place (enables tp-sp, sp-ep, pp-sp)";
   }
-  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const override {
+  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+                               const Focus* focus) const override {
+    if (focus && focus->only_worth) return {};  // enabling only
     std::vector<Finding> out;
     Dataflow df(s);
     for (const MatchGroup& g : df.matching().groups) {
+      if (focus && !focus->any(g.members)) continue;
       if (g.op != CollOp::AllReduce) continue;
       const Collective& c = *s.op(g.members[0]).collective();
       const Comm* comm = s.find_comm(c.comm);

@@ -49,7 +49,8 @@ class Dedup : public Pass {
   std::string_view description() const override {
     return "remove a collective that recomputes a value already present";
   }
-  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const override {
+  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+                               const Focus* focus) const override {
     std::vector<Finding> out;
     Dataflow df(s);
     const auto& groups = df.matching().groups;
@@ -60,7 +61,7 @@ class Dedup : public Pass {
     for (auto& [comm, v] : by_comm) {
       std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->seq < b->seq; });
       for (size_t j = 0; j < v.size(); ++j) {
-        if (taken.count(v[j])) continue;
+        if (taken.count(v[j]) || (focus && !focus->any(v[j]->members))) continue;
         for (size_t i = j; i-- > 0;) {
           const MatchGroup& a = *v[i];
           const MatchGroup& b = *v[j];

@@ -16,17 +16,19 @@ class PpEp : public Pass {
     return "P2P + dispatch All-to-All -> many-to-many scatter; combine All-to-All + P2P -> "
            "many-to-many gather";
   }
-  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const override {
+  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+                               const Focus* focus) const override {
     std::vector<Finding> out;
     Dataflow df(s);
     // Dispatch: P2P receives whose data reaches an all-to-all (directly, or through compute such
     // as the un-permute in backward).
     std::map<const MatchGroup*, std::vector<std::pair<const MatchGroup*, std::vector<OpRef>>>> fed;
     for (const MatchGroup& p : df.matching().groups) {
+      if (focus && !focus->any(p.members)) continue;
       if (p.op != CollOp::Send) continue;
       OpRef recv = p.members[1];
-      for (const Reach& r : reach(df, recv, s.op(recv).collective()->out, CollOp::AllToAll))
-        fed[r.group].push_back({&p, r.via});
+      auto r = reach(df, recv, s.op(recv).collective()->out, CollOp::AllToAll, 2);
+      if (!r.empty()) fed[r[0].group].push_back({&p, r[0].via});  // the nearest all-to-all
     }
     for (const auto& [a, feeds] : fed) {
       std::set<int32_t> covered;
@@ -46,13 +48,15 @@ class PpEp : public Pass {
     }
     // Combine: the all-to-all's output reaches a P2P send on every member.
     for (const MatchGroup& a : df.matching().groups) {
+      if (focus && !focus->any(a.members)) continue;
       if (a.op != CollOp::AllToAll) continue;
       std::vector<const MatchGroup*> sends;
       std::vector<OpRef> via;
       bool all = true;
       for (const OpRef& m : a.members) {
-        auto r = reach(df, m, s.op(m).collective()->out, CollOp::Send);
+        auto r = reach(df, m, s.op(m).collective()->out, CollOp::Send, 2);
         all = all && !r.empty();
+        if (r.size() > 1) r.resize(1);  // the nearest send
         for (const Reach& x : r) {
           if (std::find(sends.begin(), sends.end(), x.group) == sends.end()) sends.push_back(x.group);
           via.insert(via.end(), x.via.begin(), x.via.end());

@@ -12,10 +12,12 @@ class PpSp : public Pass {
   std::string_view description() const override {
     return "All-Gather + P2P -> many-to-many multicast of shards";
   }
-  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const override {
+  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+                               const Focus* focus) const override {
     std::vector<Finding> out;
     Dataflow df(s);
     for (const MatchGroup& g : df.matching().groups) {
+      if (focus && !focus->any(g.members)) continue;
       if (g.op == CollOp::AllGather) gather_send(df, g, cm, out);
       if (g.op == CollOp::ReduceScatter) recv_reduce_scatter(df, g, cm, out);
     }

@@ -21,10 +21,13 @@ class Reorder : public Pass {
   std::string_view description() const override {
     return "move a collective across independent compute next to the collective it fuses with";
   }
-  std::vector<Finding> find(const Schedule& s, const analysis::CostModel&) const override {
+  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel&,
+                               const Focus* focus) const override {
+    if (focus && focus->only_worth) return {};  // enabling only
     std::vector<Finding> out;
     Dataflow df(s);
     for (const MatchGroup& g : df.matching().groups) {
+      if (focus && !focus->any(g.members)) continue;
       std::vector<std::pair<int64_t, int64_t>> moves;  // (op to move, op to follow)
       std::vector<OpRef> opaque;
       std::vector<int64_t> crossed;

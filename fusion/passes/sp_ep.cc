@@ -13,10 +13,12 @@ class SpEp : public Pass {
     return "All-Gather + dispatch All-to-All -> All-to-All on sequence shards; combine "
            "All-to-All + Reduce-Scatter likewise";
   }
-  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const override {
+  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+                               const Focus* focus) const override {
     std::vector<Finding> out;
     Dataflow df(s);
     for (const MatchGroup& g : df.matching().groups) {
+      if (focus && !focus->hits(s, g.members)) continue;
       if (g.op == CollOp::AllGather) dispatch(df, g, cm, out);
       if (g.op == CollOp::AllToAll) combine(df, g, cm, out);
     }
@@ -42,28 +44,32 @@ class SpEp : public Pass {
   void dispatch(const Dataflow& df, const MatchGroup& g, const analysis::CostModel& cm,
                 std::vector<Finding>& out) const {
     const Schedule& s = df.schedule();
-    const MatchGroup* a2a = nullptr;
+    // Each member's nearest all-to-all (with TP x EP, each TP rank has its own EP group).
+    std::vector<MatchGroup> a2as;
     std::vector<OpRef> via;
     for (const OpRef& m : g.members) {
-      auto r = reach(df, m, s.op(m).collective()->out, CollOp::AllToAll);
-      if (r.size() != 1 || (a2a && a2a != r[0].group)) return;
-      a2a = r[0].group;
+      auto r = reach(df, m, s.op(m).collective()->out, CollOp::AllToAll, 3);
+      if (r.empty()) return;
+      bool seen = false;
+      for (const MatchGroup& x : a2as) seen = seen || (x.comm == r[0].group->comm && x.seq == r[0].group->seq);
+      if (!seen) a2as.push_back(*r[0].group);
       via.insert(via.end(), r[0].via.begin(), r[0].via.end());
     }
-    if (!a2a) return;
     const std::string summary = op_name(s.op(g.members[0])) + " + " +
-                                op_name(s.op(a2a->members[0])) +
+                                op_name(s.op(a2as[0].members[0])) +
                                 " -> all-to-all on the sequence shards";
     Finding f;
     if (via.empty()) {
-      MovementPlan p = plan_movement(df, {g}, {*a2a}, cm, "a2a-shards");
+      MovementPlan p = plan_movement(df, {g}, a2as, cm, "a2a-shards");
       if (!finding_from_plan(p, std::string(name()), summary, f)) return;
-      if (!f.legal) closed_form(s, g, *a2a, cm, f);
+      if (!f.legal) closed_form(s, g, a2as[0], cm, f);
     } else {
+      std::vector<MatchGroup> all = a2as;
+      all.push_back(g);
       f.pass = std::string(name());
-      f.ranks = group_ranks({g, *a2a});
-      f.ops = group_ids(s, {g, *a2a});
-      closed_form(s, g, *a2a, cm, f);
+      f.ranks = group_ranks(all);
+      f.ops = group_ids(s, all);
+      closed_form(s, g, a2as[0], cm, f);
       f.legal = false;
       f.summary = summary;
       f.assumption = "assumes " + name_ops(s, via) +
@@ -73,31 +79,34 @@ class SpEp : public Pass {
     out.push_back(std::move(f));
   }
 
+  // Combine mirror: the all-to-all's output reaches a reduce-scatter (back to the sequence
+  // shards) on every member; reported once per reduce-scatter group.
   void combine(const Dataflow& df, const MatchGroup& a, const analysis::CostModel& cm,
                std::vector<Finding>& out) const {
     const Schedule& s = df.schedule();
-    const MatchGroup* rs = nullptr;
+    std::vector<const MatchGroup*> rss;
     for (const OpRef& m : a.members) {
-      auto r = reach(df, m, s.op(m).collective()->out, CollOp::ReduceScatter);
-      if (r.size() != 1 || (rs && rs != r[0].group)) return;
-      rs = r[0].group;
+      auto r = reach(df, m, s.op(m).collective()->out, CollOp::ReduceScatter, 3);
+      if (r.empty()) return;
+      if (std::find(rss.begin(), rss.end(), r[0].group) == rss.end()) rss.push_back(r[0].group);
     }
-    if (!rs) return;
-    Finding f;
-    f.pass = std::string(name());
-    f.ranks = group_ranks({a, *rs});
-    f.ops = group_ids(s, {a, *rs});
-    closed_form(s, *rs, a, cm, f);
-    f.legal = false;
-    f.summary = op_name(s.op(a.members[0])) + " + " + op_name(s.op(rs->members[0])) +
-                " (combine) -> all-to-all returning each token to its sequence shard";
-    f.assumption = "assumes the combine returns every token to the rank owning its sequence "
-                   "shard, so the reduce-scatter's sum is done by the expert side (a reduction "
-                   "cannot be folded into a data-movement op exactly in the IR)";
-    out.push_back(std::move(f));
+    for (const MatchGroup* rs : rss) {
+      // Only from the all-to-all whose first member is in this reduce-scatter: once per pair.
+      Finding f;
+      f.pass = std::string(name());
+      f.ranks = group_ranks({a, *rs});
+      f.ops = group_ids(s, {a, *rs});
+      closed_form(s, *rs, a, cm, f);
+      f.legal = false;
+      f.summary = op_name(s.op(a.members[0])) + " + " + op_name(s.op(rs->members[0])) +
+                  " (combine) -> all-to-all returning each token to its sequence shard";
+      f.assumption = "assumes the combine returns every token to the rank owning its sequence "
+                     "shard, so the reduce-scatter's sum is done by the expert side (a reduction "
+                     "cannot be folded into a data-movement op exactly in the IR)";
+      out.push_back(std::move(f));
+    }
   }
 };
-
 }  // namespace
 
 std::unique_ptr<Pass> make_sp_ep() { return std::make_unique<SpEp>(); }

@@ -3,6 +3,8 @@
 // TP rank (all-gather after the combine). The ranks then split the expert work, which the IR's
 // per-rank compute cannot prove equal, so this is always advice; mirrored on the combine side
 // (All-to-All followed by the All-Reduce).
+#include <set>
+
 #include "fusion/passes/chimera_util.h"
 
 namespace braid::fusion::passes {
@@ -14,10 +16,12 @@ class TpEp : public Pass {
   std::string_view description() const override {
     return "All-Reduce + All-to-All -> Reduce-Scatter + All-to-All of 1/t (advice)";
   }
-  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const override {
+  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+                               const Focus* focus) const override {
     std::vector<Finding> out;
     Dataflow df(s);
     for (const MatchGroup& g : df.matching().groups) {
+      if (focus && !focus->hits(s, g.members)) continue;
       if (g.op != CollOp::AllReduce) continue;
       const int t = static_cast<int>(
           s.find_comm(s.op(g.members[0]).collective()->comm)->ranks.size());
@@ -27,20 +31,22 @@ class TpEp : public Pass {
       bool all_after = true, all_before = true;
       for (const OpRef& m : g.members) {
         const Collective& c = *s.op(m).collective();
-        auto r = reach(df, m, c.out, CollOp::AllToAll);
+        auto r = reach(df, m, c.out, CollOp::AllToAll, 4);
         all_after = all_after && !r.empty();
-        for (const Reach& x : r)
-          if (std::find(after.begin(), after.end(), x.group) == after.end()) after.push_back(x.group);
+        if (!r.empty() && std::find(after.begin(), after.end(), r[0].group) == after.end())
+          after.push_back(r[0].group);  // the nearest all-to-all
       }
       // Mirror: an all-to-all whose output reaches the all-reduce on every member.
       for (const OpRef& m : g.members) {
         bool found = false;
         for (const MatchGroup& a : df.matching().groups) {
+      if (focus && !focus->any(a.members)) continue;
           if (a.op != CollOp::AllToAll) continue;
           for (const OpRef& am : a.members) {
             if (am.rank != m.rank) continue;
-            for (const Reach& x : reach(df, am, s.op(am).collective()->out, CollOp::AllReduce))
-              if (x.group == &g) {
+            auto near = reach(df, am, s.op(am).collective()->out, CollOp::AllReduce, 4);
+            for (const Reach& x : near)
+              if (x.group == &g && &x == &near.front()) {
                 found = true;
                 if (std::find(before.begin(), before.end(), &a) == before.end()) before.push_back(&a);
               }
@@ -48,6 +54,19 @@ class TpEp : public Pass {
         }
         all_before = all_before && found;
       }
+      // TP x EP: each TP rank dispatches over its own EP group (members in distinct groups).
+      auto distinct = [&](const std::vector<const MatchGroup*>& gs) {
+        std::set<int32_t> seen;
+        for (const MatchGroup* a : gs) {
+          int n = 0;
+          for (const OpRef& m : g.members)
+            for (const OpRef& am : a->members) n += am.rank == m.rank;
+          if (n != 1) return false;
+        }
+        return gs.size() == g.members.size();
+      };
+      all_after = all_after && distinct(after);
+      all_before = all_before && distinct(before);
       if (all_after && !after.empty()) report(s, g, after, t, cm, true, out);
       if (all_before && !before.empty()) report(s, g, before, t, cm, false, out);
     }

@@ -95,11 +95,14 @@ class TpSp : public Pass {
            "moves to the first full consumer";
   }
 
-  std::vector<Finding> find(const Schedule& s, const analysis::CostModel& cm) const override {
+  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+                               const Focus* focus) const override {
     std::vector<Finding> out;
     Dataflow df(s);
+    const bool only_worth = focus && focus->only_worth;
     for (const MatchGroup& g : df.matching().groups) {
-      if (g.op == CollOp::AllReduce) all_reduce(df, g, cm, out);
+      if (focus && !focus->hits(s, g.members)) continue;
+      if (g.op == CollOp::AllReduce) all_reduce(df, g, cm, out, only_worth);
       if (g.op == CollOp::AllGather) dead_all_gather(df, g, cm, out);
     }
     return out;
@@ -107,7 +110,7 @@ class TpSp : public Pass {
 
  private:
   void all_reduce(const Dataflow& df, const MatchGroup& g, const analysis::CostModel& cm,
-                  std::vector<Finding>& out) const {
+                  std::vector<Finding>& out, bool only_worth) const {
     const Schedule& s = df.schedule();
     const Collective& c0 = *s.op(g.members[0]).collective();
     const Comm* comm = s.find_comm(c0.comm);
@@ -172,6 +175,7 @@ class TpSp : public Pass {
       return;
     }
     // Some member needs the full tensor later: the all-gather moves there, on every member.
+    if (only_worth) return;
     std::vector<Placement> places;
     for (const MemberUse& m : uses) {
       auto p = place(df, m, c0.comm);
@@ -182,7 +186,7 @@ class TpSp : public Pass {
     f.saving_ns = ar - rs - ag;
     f.saving_bytes = 0;
     f.legal = true;
-    f.enabling = f.saving_ns <= 0;
+    f.enabling = true;  // the bytes are the all-reduce's; only a later fusion gains
     f.summary = what + " -> reduce-scatter; the all-gather moves to the first op that reads the "
                        "full tensor";
     std::vector<int64_t> ids = f.ops;

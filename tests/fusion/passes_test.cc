@@ -431,5 +431,79 @@ TEST(Presets, TpSpFiresOnEveryForwardAllReduceWithClosedForm) {
   expect_same_outputs(s, res.schedule);
 }
 
+// Tiny shapes: T = 8 tokens, h = 16, M = 128 elements, bfloat16 (2 bytes), R = T * k * h.
+constexpr int64_t kM = 8 * 16, kDb = 2;
+
+std::vector<Finding> findings(const Schedule& s, const std::string& pass, bool legal) {
+  std::vector<Finding> v;
+  for (const Finding& f : find(pass, s))
+    if (f.legal == legal && !f.enabling) v.push_back(f);
+  return v;
+}
+
+TEST(Presets, PpSpAllGatherThenSendBecomesMulticast) {
+  const int t = preset("pp-sp").layout.tp;
+  Schedule s = tiny_preset("pp-sp");
+  auto fs = findings(s, "pp-sp", true);
+  ASSERT_FALSE(fs.empty());
+  for (const Finding& f : fs) EXPECT_EQ(f.saving_bytes, (t - 1) * kM * kDb / t);
+  Schedule x = apply_one("pp-sp", s, fs[0]);
+  expect_same_outputs(s, x);
+}
+
+TEST(Presets, RecomputingAllGatherRemovedByDedup) {
+  for (const char* name : {"tp-sp", "pp-sp", "dense"}) {
+    const int t = preset(name).layout.tp;
+    Schedule s = tiny_preset(name);
+    auto fs = findings(s, "dedup", true);
+    ASSERT_FALSE(fs.empty()) << name;
+    for (const Finding& f : fs) EXPECT_EQ(f.saving_bytes, (t - 1) * kM * kDb / t) << name;
+    Schedule x = apply_one("dedup", s, fs[0]);
+    expect_same_outputs(s, x);
+  }
+}
+
+TEST(Presets, SpEpIsAdviceWithTheClosedForm) {
+  Preset p = preset("sp-ep");
+  const int t = p.layout.tp, ep = std::min(p.layout.ep, 4);
+  const int64_t R = 8 * p.model.top_k * 16;
+  auto fs = findings(tiny_preset("sp-ep"), "sp-ep", false);
+  ASSERT_FALSE(fs.empty());
+  const int64_t a2a = (ep - 1) * R * kDb / ep;
+  EXPECT_EQ(fs[0].saving_bytes, (t - 1) * kM * kDb / t + a2a - a2a / t);
+  EXPECT_FALSE(fs[0].assumption.empty());
+}
+
+TEST(Presets, TpEpIsAdviceWithTheClosedForm) {
+  Preset p = preset("tp-ep");
+  const int t = p.layout.tp, ep = std::min(p.layout.ep, 4);
+  const int64_t R = 8 * p.model.top_k * 16;
+  auto fs = findings(tiny_preset("tp-ep"), "tp-ep", false);
+  ASSERT_FALSE(fs.empty());
+  const int64_t a2a = (ep - 1) * R * kDb / ep;
+  for (const Finding& f : fs) EXPECT_EQ(f.saving_bytes, a2a - a2a / t);
+}
+
+TEST(Presets, PpEpIsAdviceBecauseTheUnpermuteSitsBetween) {
+  Preset p = preset("pp-ep");
+  const int ep = p.layout.ep;
+  const int64_t R = 8 * p.model.top_k * 16;
+  auto fs = findings(tiny_preset("pp-ep"), "pp-ep", false);
+  ASSERT_FALSE(fs.empty());
+  for (const Finding& f : fs) {
+    EXPECT_EQ(f.saving_bytes, (ep - 1) * R * kDb / ep);
+    EXPECT_NE(f.assumption.find("unpermute"), std::string::npos) << f.assumption;
+  }
+}
+
+TEST(Presets, PipelineKeepsOutputsOnEveryPreset) {
+  for (const std::string& name : preset_names()) {
+    if (name == "tp-pp") continue;  // 16 ranks: covered by the per-pass tests' size budget
+    Schedule s = tiny_preset(name);
+    auto res = run_pipeline(s, analysis::CostModel());
+    expect_same_outputs(s, res.schedule);
+  }
+}
+
 }  // namespace
 }  // namespace braid::fusion

@@ -1,0 +1,185 @@
+// braid fuse: runs the fusion passes on a stored schedule, stores the fused schedule (with its
+// parent and the passes run) and every finding as an opportunity, in one transaction.
+#include <cstdio>
+#include <memory>
+
+#include "analysis/cost_model.h"
+#include "analysis/hardware.h"
+#include "app/braid/cli.h"
+#include "fusion/pass.h"
+#include "fusion/pipeline.h"
+#include "fusion/schedule_store.h"
+#include "trace/error.h"
+#include "trace/store_update.h"
+
+namespace braid::cli {
+
+namespace {
+
+std::string json_str(std::string_view s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else {
+      o += static_cast<char>(c);
+    }
+  }
+  return o + "\"";
+}
+
+std::string where(const fusion::Finding& f) {
+  std::string t = "ranks ";
+  for (size_t i = 0; i < f.ranks.size() && i < 8; ++i) t += (i ? "," : "") + std::to_string(f.ranks[i]);
+  if (f.ranks.size() > 8) t += ",...";
+  return t;
+}
+
+fusion::StoredOpportunity opportunity(int64_t schedule_id, const fusion::Finding& f, bool applied) {
+  fusion::StoredOpportunity o;
+  o.schedule_id = schedule_id;
+  o.pass = f.pass;
+  o.ranks = f.ranks;
+  o.ops = f.ops;
+  o.predicted_saving_ns = f.saving_ns;
+  o.detail = fusion::finding_detail_json(f, applied);
+  return o;
+}
+
+}  // namespace
+
+void register_fuse(CLI::App& app, Action& run) {
+  struct Opts {
+    std::string file, passes, profile = "h100-nvlink";
+    int64_t schedule = -1;
+    bool all = false, list = false, dry = false, json = false, once = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand(
+      "fuse",
+      "Run the fusion passes (docs/fusion.md) on a stored schedule: legal rewrites with a\n"
+      "positive predicted saving are applied, the rest is reported as advice. Stores the fused\n"
+      "schedule (parent: the input) and every finding as an opportunity in one transaction, and\n"
+      "prints pass, where, applied/advice and predicted saving per finding.");
+  cmd->add_option("file", o->file, ".braid file holding the schedule");
+  cmd->add_option("--schedule", o->schedule, "Schedule id (default: the newest root schedule)");
+  cmd->add_option("--passes", o->passes, "Comma-separated passes to run, in this order");
+  cmd->add_flag("--all", o->all, "Run every pass in the default order (the default)");
+  cmd->add_flag("--once", o->once, "Apply each pass once instead of to a fixed point");
+  cmd->add_option("--profile", o->profile,
+                  "Hardware profile for the cost model: h100-nvlink, h100-pcie, h100-ib,\n"
+                  "a100-nvlink, cpu-shm, or a JSON file")
+      ->capture_default_str();
+  cmd->add_flag("--list-passes", o->list, "List the passes and exit");
+  cmd->add_flag("--dry-run", o->dry, "Report only; store nothing");
+  cmd->add_flag("--json", o->json, "Machine-readable JSON instead of the table");
+  cmd->callback([o, &run] {
+    run = [o] {
+      if (o->list) {
+        for (const auto& p : fusion::all_passes())
+          std::printf("%-10s %s\n", std::string(p->name()).c_str(),
+                      std::string(p->description()).c_str());
+        return 0;
+      }
+      if (o->file.empty()) throw Error(ErrorCode::Usage, "fuse: give a .braid file");
+      if (o->all && !o->passes.empty())
+        throw Error(ErrorCode::Usage, "give either --passes or --all, not both");
+      fusion::PipelineOptions opt;
+      opt.fixed_point = !o->once;
+      for (size_t b = 0; !o->passes.empty() && b <= o->passes.size();) {
+        size_t e = o->passes.find(',', b);
+        if (e == std::string::npos) e = o->passes.size();
+        std::string n = o->passes.substr(b, e - b);
+        if (!n.empty()) {
+          if (!fusion::find_pass(n)) {
+            std::string known;
+            for (const auto& p : fusion::all_passes())
+              known += (known.empty() ? "" : ", ") + std::string(p->name());
+            throw Error(ErrorCode::Usage, "unknown pass '" + n + "' (passes: " + known + ")");
+          }
+          opt.passes.push_back(n);
+        }
+        b = e + 1;
+      }
+      int64_t id = o->schedule;
+      if (id < 0) {
+        for (const auto& st : fusion::list_schedules(o->file))
+          if (st.parent_id < 0 && st.id > id) id = st.id;
+        if (id < 0)
+          throw Error(ErrorCode::NotFound,
+                      o->file + " holds no schedule (create one with `braid synth -o` or "
+                                "`braid analyze --lift`)");
+      }
+      fusion::Schedule s = fusion::load_stored_schedule(o->file, id);
+      analysis::CostModel cm(analysis::load_profile(o->profile));
+      fusion::PipelineResult res = fusion::run_pipeline(s, cm, opt);
+
+      int64_t fused_id = -1;
+      if (!o->dry) {
+        StoreUpdate up(o->file);
+        res.schedule.name = s.name + " (fused)";
+        fused_id = fusion::insert_schedule(up.db(), res.schedule, id, res.passes_json());
+        std::vector<fusion::StoredOpportunity> ops;
+        // Applied findings name ops of the input schedule (or of an intermediate step, for a
+        // rewrite that followed another): stored on the input. Advice names ops of the fused
+        // schedule: stored on it.
+        for (const auto& f : res.applied) ops.push_back(opportunity(id, f, true));
+        for (const auto& f : res.advice) ops.push_back(opportunity(fused_id, f, false));
+        fusion::insert_opportunities(up.db(), ops);
+        up.commit();
+      }
+
+      if (o->json) {
+        std::string t = "{\"schedule\":" + std::to_string(id) + ",\"fused_schedule\":" +
+                        std::to_string(fused_id) + ",\"passes\":" + res.passes_json() +
+                        ",\"predicted_saving_ns\":" + std::to_string(res.total_saving_ns()) +
+                        ",\"findings\":[";
+        bool first = true;
+        auto add = [&](const fusion::Finding& f, bool applied) {
+          t += std::string(first ? "" : ",") + "{\"pass\":" + json_str(f.pass) + ",\"ranks\":[";
+          for (size_t i = 0; i < f.ranks.size(); ++i) t += (i ? "," : "") + std::to_string(f.ranks[i]);
+          t += "],\"ops\":[";
+          for (size_t i = 0; i < f.ops.size(); ++i) t += (i ? "," : "") + std::to_string(f.ops[i]);
+          t += "],\"predicted_saving_ns\":" + std::to_string(f.saving_ns) +
+               ",\"detail\":" + fusion::finding_detail_json(f, applied) + "}";
+          first = false;
+        };
+        for (const auto& f : res.applied) add(f, true);
+        for (const auto& f : res.advice) add(f, false);
+        t += "]}\n";
+        std::fwrite(t.data(), 1, t.size(), stdout);
+        return 0;
+      }
+      std::printf("%-10s %-16s %-8s %14s %14s  %s\n", "pass", "where", "status", "saving ns",
+                  "saving B/rank", "what");
+      auto row = [](const fusion::Finding& f, const char* status) {
+        std::printf("%-10s %-16s %-8s %14lld %14lld  %s\n", f.pass.c_str(), where(f).c_str(),
+                    status, static_cast<long long>(f.saving_ns),
+                    static_cast<long long>(f.saving_bytes), f.summary.c_str());
+        if (!f.assumption.empty()) std::printf("%-10s %-16s %-8s %14s %14s    %s\n", "", "", "", "", "", f.assumption.c_str());
+      };
+      for (const auto& f : res.applied) row(f, "applied");
+      for (const auto& f : res.advice) row(f, f.legal ? "skipped" : "advice");
+      Ns advice_ns = 0;
+      for (const auto& f : res.advice)
+        if (f.saving_ns > 0) advice_ns += f.saving_ns;
+      std::printf("\n%zu applied, %zu advice; predicted step-time change %+.3f ms (applied), "
+                  "up to %.3f ms more if the advice's assumptions hold (profile %s)\n",
+                  res.applied.size(), res.advice.size(), -res.total_saving_ns() / 1e6,
+                  advice_ns / 1e6, cm.profile().name.c_str());
+      if (fused_id >= 0)
+        std::printf("fused schedule %lld (parent %lld) in %s\n", static_cast<long long>(fused_id),
+                    static_cast<long long>(id), o->file.c_str());
+      return 0;
+    };
+  });
+}
+
+static const VerbRegistration kRegister{45, "fuse", register_fuse};
+
+}  // namespace braid::cli
