@@ -1,5 +1,6 @@
 // Per-rank metrics: computed from the events (compute, communication, exposed communication,
 // idle), and the analysis stage's tables when `braid analyze` has written them.
+#include <algorithm>
 #include <cinttypes>
 
 #include "app/view/app.h"
@@ -15,9 +16,14 @@ void show_analysis_table(const AnalysisTable& t) {
     return;
   int n = static_cast<int>(std::min<size_t>(t.columns.size(), 63));
   if (n == 0) return;
+  // A scrolling table fills the space it is given: give it its rows' height (at most 16 rows
+  // shown, the rest scroll), so the tables below stay visible.
+  float rows_h = static_cast<float>(std::min<size_t>(t.rows.size(), 16) + 2) *
+                 ImGui::GetTextLineHeightWithSpacing();
   if (ImGui::BeginTable(t.name.c_str(), n,
-                        ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollX |
-                            ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_Borders)) {
+                        ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollX | ImGuiTableFlags_ScrollY |
+                            ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_Borders,
+                        ImVec2(0, rows_h))) {
     for (int c = 0; c < n; ++c) ImGui::TableSetupColumn(t.columns[c].c_str());
     ImGui::TableHeadersRow();
     ImGuiListClipper clip;
