@@ -1,48 +1,177 @@
-// braid demo: the main job on its built-in default. For now: import the bundled two-rank
-// sample trace and print its summary.
+// braid demo: the whole pipeline on its built-in default, each stage run as the `braid` verb a
+// user would type (so the demo shows exactly what the tools print):
+//   1. synth   a Chimera case (TP + SP on 4 ranks, small enough for a CPU replay)
+//   2. fuse    find and apply the rewrites, with predicted savings
+//   3. ab      baseline vs fused on the `sim` backend (data check + timing), runs stored
+//   4. analyze the simulated baseline: where step time goes, exposed communication
+//   5. ab      on the `mpi` backend under mpirun, when mpirun is installed
+//   6. picture the before/after compare view (braid-view --screenshot, under xvfb-run when
+//              there is no display), when braid-view was built
+// Everything goes into one .braid file, built in a temporary file and renamed at the end.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "app/braid/cli.h"
 #include "trace/error.h"
-#include "trace/import/importer.h"
 #include "trace/reader.h"
-#include "trace/summary.h"
+#include "trace/sqlite_util.h"
+#include "trace/temp_cleanup.h"
 
 namespace braid::cli {
 
+namespace {
+namespace fs = std::filesystem;
+
+std::string self_exe() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw Error(ErrorCode::Internal, "cannot locate the braid executable");
+  return p.string();
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+bool on_path(const char* tool) {
+  std::string cmd = std::string("command -v ") + tool + " >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+// Runs a shell command line, echoing it first; returns its exit status.
+int step(const std::string& title, const std::string& cmdline) {
+  std::printf("\n== %s\n$ %s\n", title.c_str(), cmdline.c_str());
+  std::fflush(stdout);
+  int st = std::system(cmdline.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+void must(int status, const std::string& what) {
+  if (status != 0)
+    throw Error(ErrorCode::Internal, "demo stage '" + what + "' failed (exit " +
+                                         std::to_string(status) + ")");
+}
+
+// Ids of the simulated (or replayed) runs `braid ab` stored for a schedule.
+int64_t run_of(const std::string& file, const char* kind, int64_t schedule) {
+  TraceReader r(file);
+  sql::Stmt s(r.db(),
+              "SELECT MAX(run_id) FROM runs WHERE kind = ? AND schedule_id = ?");
+  s.bind(1, std::string_view(kind));
+  s.bind(2, schedule);
+  return s.step() && !s.is_null(0) ? s.i64(0) : -1;
+}
+
+std::pair<int64_t, int64_t> baseline_and_fused(const std::string& file) {
+  TraceReader r(file);
+  int64_t fused = sql::scalar(r.db(), "SELECT MAX(schedule_id) FROM schedules WHERE parent_id IS NOT NULL", -1);
+  sql::Stmt s(r.db(), "SELECT parent_id FROM schedules WHERE schedule_id = ?");
+  s.bind(1, fused);
+  int64_t base = s.step() ? s.i64(0) : -1;
+  return {base, fused};
+}
+}  // namespace
+
 void register_demo(CLI::App& app, Action& run) {
   struct Opts {
-    std::string out = "demo.braid";
+    std::string out = "demo.braid", picture = "demo-compare.png", preset = "tp-sp";
+    int ranks = 4;
+    bool no_mpi = false, no_picture = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
       "demo",
-      "Run the built-in demonstration: import the bundled two-rank PyTorch profiler sample\n"
-      "(assets/samples) into a .braid file and print its summary.");
-  cmd->add_option("-o,--output", o->out, "Output .braid file (replaced if present)")
+      "Run the whole pipeline on its built-in default: synthesize a Chimera case (TP+SP on 4\n"
+      "ranks), fuse it, A/B baseline vs fused on the sim backend and, when mpirun is present,\n"
+      "on the mpi backend (data check + timing), analyze the simulated baseline, store\n"
+      "everything in one .braid file and write the before/after picture (braid-view).");
+  cmd->add_option("-o,--output", o->out, "Output .braid file (replaced at the end)")
       ->capture_default_str();
+  cmd->add_option("--picture", o->picture, "Before/after PNG (compare view)")->capture_default_str();
+  cmd->add_option("--preset", o->preset, "Synthesizer preset (braid synth --list-presets)")
+      ->capture_default_str();
+  cmd->add_option("--ranks", o->ranks, "Ranks for the mpi replay (the preset's TP degree)")
+      ->capture_default_str();
+  cmd->add_flag("--no-mpi", o->no_mpi, "Skip the mpi backend");
+  cmd->add_flag("--no-picture", o->no_picture, "Skip the screenshot");
   cmd->callback([o, &run] {
     run = [o] {
-      namespace fs = std::filesystem;
-      fs::path dir = fs::path(assets_dir()) / "samples";
-      std::vector<std::string> files;
+      const std::string braid = quote(self_exe());
+      fs::path out = fs::absolute(o->out);
+      fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".tmp-" +
+                                          std::to_string(getpid()));
       std::error_code ec;
-      for (auto& e : fs::directory_iterator(dir, ec))
-        if (e.path().filename().string().starts_with("demo_rank")) files.push_back(e.path().string());
-      if (files.empty())
-        throw Error(ErrorCode::NotFound, dir.string() + ": bundled sample traces not found (set BRAID_ASSETS_DIR)");
-      std::sort(files.begin(), files.end());
-      std::printf("braid demo: importing %zu sample rank traces from %s\n", files.size(), dir.c_str());
-      ImportOptions opts;
-      ImportStats stats;
-      TraceWriter w(o->out, TraceWriter::Mode::Overwrite);
-      import_traces(w, files, TraceFormat::Kineto, opts, stats);
-      w.commit();
-      TraceReader reader(o->out);
-      std::string text = summary_text(o->out, summarize(reader));
-      std::fwrite(text.data(), 1, text.size(), stdout);
+      fs::remove(tmp, ec);
+      register_temp_for_cleanup(tmp.string());
+      const std::string f = quote(tmp.string());
+      // Small shapes keep the CPU replay to seconds; the predicted savings scale with them.
+      const std::string shape = " --tp " + std::to_string(o->ranks) +
+                                " --layers 2 --hidden 256 --seq 256 --heads 8 --micro-batch 1";
+
+      try {
+      must(step("1. synthesize one training step (" + o->preset + ")",
+                braid + " synth --preset " + o->preset + shape + " -o " + f),
+           "synth");
+      must(step("2. find and apply the communication rewrites", braid + " fuse " + f), "fuse");
+      must(step("3. A/B on the simulator (calibrated cost model)",
+                braid + " ab " + f + " --backend sim"),
+           "ab sim");
+      auto [base, fused] = baseline_and_fused(tmp.string());
+      int64_t base_run = run_of(tmp.string(), "simulated", base);
+      int64_t fused_run = run_of(tmp.string(), "simulated", fused);
+      if (base_run >= 0)
+        must(step("4. analyze the simulated baseline",
+                  braid + " analyze " + f + " --run " + std::to_string(base_run)),
+             "analyze");
+      bool mpi = !o->no_mpi && on_path("mpirun");
+      if (mpi) {
+        int rc = step("5. A/B on real processes (" + std::to_string(o->ranks) + " MPI ranks)",
+                      "mpirun --oversubscribe --allow-run-as-root -np " +
+                          std::to_string(o->ranks) + " " + braid + " ab " + f +
+                          " --backend mpi --steps 5");
+        must(rc, "ab mpi");
+        base_run = std::max(base_run, run_of(tmp.string(), "replayed", base));
+        fused_run = std::max(fused_run, run_of(tmp.string(), "replayed", fused));
+      } else {
+        std::printf("\n== 5. A/B on real processes: skipped (%s)\n",
+                    o->no_mpi ? "--no-mpi" : "mpirun not found; install openmpi-bin");
+      }
+      fs::path viewer = fs::path(self_exe()).parent_path() / "view" / "braid-view";
+      if (!o->no_picture && fs::exists(viewer) && base_run >= 0 && fused_run >= 0) {
+        bool display = std::getenv("DISPLAY") && *std::getenv("DISPLAY");
+        std::string prefix = display ? "" : (on_path("xvfb-run") ? "xvfb-run -a " : "");
+        if (!display && prefix.empty()) {
+          std::printf("\n== 6. before/after picture: skipped (no display and no xvfb-run)\n");
+        } else {
+          int rc = step("6. before/after picture",
+                        prefix + quote(viewer.string()) + " " + f + " --screenshot " +
+                            quote(fs::absolute(o->picture).string()) + " --size 1600x900 --compare " +
+                            std::to_string(base_run) + " " + std::to_string(fused_run));
+          if (rc != 0) std::printf("(the picture failed; the .braid file is complete)\n");
+        }
+      } else if (!o->no_picture) {
+        std::printf("\n== 6. before/after picture: skipped (braid-view was not built)\n");
+      }
+      } catch (...) {
+        fs::remove(tmp, ec);
+        unregister_temp_for_cleanup();
+        throw;
+      }
+      fs::rename(tmp, out, ec);
+      if (ec) throw Error(ErrorCode::Io, out.string() + ": cannot write (" + ec.message() + ")");
+      unregister_temp_for_cleanup();
+      std::printf("\nbraid demo: everything is in %s", out.c_str());
+      if (!o->no_picture && fs::exists(o->picture)) std::printf(", the picture in %s", o->picture.c_str());
+      std::printf("\nopen it with: braid-view %s\n", out.c_str());
       return 0;
     };
   });

@@ -19,7 +19,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);  // prints help or the usage error; 0 for --help, non-zero otherwise
+    // Prints help, the version or the usage error. Usage errors exit 2, as docs/cli.md says
+    // (CLI11's own codes, 105-110, would tell a script nothing more).
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
   }
   braid::install_temp_cleanup_on_signal();
   try {

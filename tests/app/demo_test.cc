@@ -1,0 +1,61 @@
+// `braid demo`: the whole pipeline on its built-in default, checked through what it leaves in
+// the file: the synthesized and the fused schedule, the passes' findings, the simulated runs of
+// both, the analysis of the baseline (with the TP communicator recognized), and no temporary
+// file left behind. The mpi stage and the picture have their own tests (tests/replay,
+// tests/view); here they are switched off to keep the suite fast.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "trace/reader.h"
+#include "trace/sqlite_util.h"
+#include "trace/test_util.h"
+
+namespace braid {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(Demo, WholePipelineLandsInOneFile) {
+  test::TempDir tmp;
+  std::string out = tmp.file("demo.braid");
+  std::string cmd = std::string(BRAID_CLI) + " demo --no-mpi --no-picture -o " + out + " >" +
+                    tmp.file("stdout") + " 2>" + tmp.file("stderr") + " </dev/null";
+  int st = std::system(cmd.c_str());
+  std::string text = slurp(tmp.file("stdout"));
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text << slurp(tmp.file("stderr"));
+  EXPECT_THAT(text, HasSubstr("== 1. synthesize"));
+  EXPECT_THAT(text, HasSubstr("== 3. A/B on the simulator"));
+  EXPECT_THAT(text, HasSubstr("everything is in " + out));
+
+  TraceReader r(out);
+  auto q = [&](const char* sql) { return sql::scalar(r.db(), sql, -1); };
+  EXPECT_EQ(q("SELECT COUNT(*) FROM schedules WHERE parent_id IS NULL"), 1);
+  EXPECT_EQ(q("SELECT COUNT(*) FROM schedules WHERE parent_id IS NOT NULL"), 1);
+  // The TP+SP rewrite fired and predicts a saving.
+  EXPECT_GT(q("SELECT COUNT(*) FROM opportunities WHERE pass = 'tp-sp'"), 0);
+  EXPECT_GT(q("SELECT SUM(predicted_saving_ns) FROM opportunities"), 0);
+  // Baseline and fused simulated, each run tied to its schedule.
+  EXPECT_EQ(q("SELECT COUNT(DISTINCT schedule_id) FROM runs WHERE kind = 'simulated'"), 2);
+  EXPECT_GT(q("SELECT COUNT(*) FROM kernels k JOIN runs USING (run_id) WHERE runs.kind = 'simulated'"), 0);
+  // The analysis of the simulated baseline is stored, and its TP communicator recognized.
+  EXPECT_GT(q("SELECT COUNT(*) FROM analysis_ranks"), 0);
+  EXPECT_GT(q("SELECT COUNT(*) FROM analysis_communicators WHERE parallel_dim = 'TP'"), 0);
+  // Built in a temporary file, renamed at the end.
+  for (auto& e : std::filesystem::directory_iterator(tmp.path()))
+    EXPECT_THAT(e.path().filename().string(), ::testing::Not(HasSubstr(".tmp-")));
+}
+
+}  // namespace
+}  // namespace braid
