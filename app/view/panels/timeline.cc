@@ -83,7 +83,10 @@ void tooltip(const App& app, int slot, const Hit& h) {
 void draw_ruler(App& app, ImDrawList* dl, ImVec2 p0, float axis_x0, float axis_w) {
   ImU32 line = IM_COL32(150, 150, 160, 255);
   dl->AddRectFilled(p0, ImVec2(axis_x0 + axis_w, p0.y + kRulerHeight), col(kLaneBackground));
-  for (const Tick& t : ruler_ticks(app.axis, 12.f)) {
+  // Majors are at least two minor steps apart: space minors so that the widest label fits
+  // between two majors, and labels never run into each other.
+  float label_w = ImGui::CalcTextSize("888.8 ms").x + 8.f;
+  for (const Tick& t : ruler_ticks(app.axis, std::max(12.f, label_w / 2.f))) {
     float x = axis_x0 + app.axis.x_of(t.t);
     float h = t.major ? kRulerHeight * 0.5f : kRulerHeight * 0.25f;
     dl->AddLine(ImVec2(x, p0.y + kRulerHeight - h), ImVec2(x, p0.y + kRulerHeight), line);
