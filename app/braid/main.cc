@@ -10,8 +10,10 @@
 int main(int argc, char** argv) {
   CLI::App app{
       "braid: profiler and schedule explorer for multi-GPU training jobs.\n"
-      "Imports traces (PyTorch/Kineto JSON, Nsight Systems SQLite, Chakra ET) into a .braid file,\n"
-      "reports on them and exports them for Perfetto."};
+      "Captures (record, daemon) or imports (import) kernel and NCCL timelines into a .braid file,\n"
+      "analyzes them across ranks (merge, analyze), synthesizes and rewrites schedules to remove\n"
+      "redundant communication (synth, fuse), replays baseline and fused schedules to measure the\n"
+      "difference (replay, ab), and shows everything in braid-view. `braid demo` runs it all."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "braid 0.1.0");
   braid::cli::Action run;
