@@ -195,8 +195,11 @@ std::string report_text(const Analysis& a) {
     o += "\ncost model (profile " + a.profile.name + "), calibrated per communicator\n";
     for (auto& [c, cc] : a.costs)
       o += "  " + (c.empty() ? "(none)" : c) + "  alpha " + fmt("%.2f", cc.link.alpha_ns / 1000) +
-           " µs  bandwidth " + (cc.link.ns_per_byte > 0 ? fmt("%.1f", 1.0 / cc.link.ns_per_byte) : "inf") +
-           " GB/s  cv error " + (cc.cv_error >= 0 ? fmt("%.1f%%", 100 * cc.cv_error) : "-") + "  (" +
+           " µs  bandwidth " +
+           // β fitted as 0: the transfers are all latency, so they do not bound the bandwidth.
+           (cc.link.ns_per_byte > 0 ? fmt("%.1f GB/s", 1.0 / cc.link.ns_per_byte)
+                                    : std::string("not resolved (latency-bound transfers)")) +
+           "  cv error " + (cc.cv_error >= 0 ? fmt("%.1f%%", 100 * cc.cv_error) : "-") + "  (" +
            cc.source + ")\n";
   }
   if (!a.labels.empty()) {
