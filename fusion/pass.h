@@ -18,6 +18,8 @@
 
 namespace braid::fusion {
 
+class Dataflow;
+
 struct Finding {
   std::string pass;
   std::vector<int32_t> ranks;  // ranks whose ops the rewrite touches
@@ -41,6 +43,14 @@ struct Focus {
   std::vector<int32_t> ranks;  // sorted
   std::vector<int64_t> ops;    // sorted; when not empty, patterns must include one of these
   bool only_worth = false;     // leave out enabling findings (they cost a validation each)
+  // The caller validates every rewrite before it uses it (the pipeline applies findings to a
+  // copy and keeps the copy only when it validates), so a pass may skip its own probe
+  // validation of a finding (tp-sp's moved all-gather): the costly part of a search.
+  bool caller_validates = false;
+  // The data flow of the schedule being searched, built once by the caller and shared by the
+  // passes it runs on that schedule (building it is the bulk of a focused search). Used only
+  // when it is the data flow of that very schedule object.
+  const Dataflow* dataflow = nullptr;
   bool has(int32_t r) const;
   // A member on a focus rank and, when `ops` is set, one of them among the members.
   bool hits(const Schedule& s, const std::vector<OpRef>& members) const;

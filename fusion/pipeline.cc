@@ -1,6 +1,7 @@
 #include "fusion/pipeline.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "fusion/passes/passes.h"
@@ -42,6 +43,15 @@ std::set<int64_t> ids_of(const Schedule& s) {
   return v;
 }
 
+// Every rank, for a whole-schedule search by the pipeline, which validates each rewrite itself.
+Focus whole(const Schedule& s) {
+  Focus f;
+  for (const RankSchedule& r : s.ranks) f.ranks.push_back(r.rank);
+  std::sort(f.ranks.begin(), f.ranks.end());
+  f.caller_validates = true;
+  return f;
+}
+
 bool worth(const Finding& f) { return f.legal && !f.enabling && f.saving_ns > 0; }
 
 // Applies `f` to a copy of `s`; true (with the copy in `out`) when it validates.
@@ -61,7 +71,10 @@ bool enables(const Schedule& after, const std::set<int64_t>& touched, const Focu
              const std::vector<const Pass*>& later, const analysis::CostModel& cm, int depth) {
   Focus f = focus;
   f.only_worth = depth == 0;
+  f.caller_validates = true;  // an enabling finding is applied by try_apply, which validates
   f.ops.assign(touched.begin(), touched.end());
+  const Dataflow df(after);  // shared by the later passes' searches
+  f.dataflow = &df;
   for (const Pass* p : later) {
     for (const Finding& g : p->find_in(after, cm, &f)) {
       bool hits = std::any_of(g.ops.begin(), g.ops.end(), [&](int64_t id) { return touched.count(id); });
@@ -84,9 +97,10 @@ bool enables(const Schedule& after, const std::set<int64_t>& touched, const Focu
 
 // Would a later pass already fire on the ops of enabling finding `f` without it? (Then the
 // enabling step is not needed: tp-sp rewrites an all-reduce directly, no decompose first.)
-bool direct(const Schedule& s, const Finding& f, const Focus& focus,
+bool direct(const Schedule& s, const Dataflow& df, const Finding& f, const Focus& focus,
             const std::vector<const Pass*>& later, const analysis::CostModel& cm) {
   Focus worth_only = focus;
+  worth_only.dataflow = &df;
   worth_only.only_worth = true;
   worth_only.ops = f.ops;
   std::sort(worth_only.ops.begin(), worth_only.ops.end());
@@ -128,8 +142,15 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
     std::vector<const Pass*> later(order.begin() + static_cast<long>(pi) + 1, order.end());
     std::set<std::vector<int64_t>> rejected;  // enabling findings that enabled nothing
     std::vector<Finding> last;
+    Focus everything;
     for (int round = 0; round < opt.max_rounds; ++round) {
-      last = pass.find(res.schedule, cm);
+      // The data flow of the schedule as this round starts, shared by the pass's search and
+      // the look-aheads on it (valid until the round changes the schedule).
+      std::optional<Dataflow> cur;
+      cur.emplace(res.schedule);
+      everything = whole(res.schedule);
+      everything.dataflow = &*cur;
+      last = pass.find_in(res.schedule, cm, &everything);
       std::stable_sort(last.begin(), last.end(),
                        [](const Finding& a, const Finding& b) { return a.saving_ns > b.saving_ns; });
       // Findings that save time on their own: every one whose ops no other took this round.
@@ -151,12 +172,24 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
         res.applied.push_back(std::move(kept));
         applied = true;
       }
-      // Otherwise one enabling step, if a later pass then fires on what it touched.
+      // Otherwise one enabling step, if a later pass then fires on what it touched. Cheapest
+      // test first: a later pass firing without it (on the unchanged schedule, whose data flow
+      // `cur` is shared); then the look-ahead on the rewritten copy; the copy is validated only
+      // when it enables something (most candidates enable nothing).
       for (const Finding& f : last) {
         if (applied) break;
         if (!f.legal || !f.enabling || rejected.count(f.ops)) continue;
-        Schedule next;
-        if (!try_apply(pass, res.schedule, f, next)) {
+        Focus focus;
+        focus.ranks = f.ranks;
+        std::sort(focus.ranks.begin(), focus.ranks.end());
+        if (!later.empty() && direct(res.schedule, *cur, f, focus, later, cm)) {
+          rejected.insert(f.ops);
+          continue;
+        }
+        Schedule next = res.schedule;
+        try {
+          pass.apply(next, f);
+        } catch (const Error&) {
           rejected.insert(f.ops);
           continue;
         }
@@ -164,11 +197,8 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
         std::set<int64_t> before = ids_of(res.schedule);
         for (int64_t id : ids_of(next))
           if (!before.count(id)) touched.insert(id);
-        Focus focus;
-        focus.ranks = f.ranks;
-        std::sort(focus.ranks.begin(), focus.ranks.end());
-        if (direct(res.schedule, f, focus, later, cm) ||
-            !enables(next, touched, focus, later, cm, 1)) {
+        if (later.empty() || !enables(next, touched, focus, later, cm, 1) ||
+            !passes::valid(next)) {
           rejected.insert(f.ops);
           continue;
         }
@@ -182,7 +212,8 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
     }
     // What this pass still reports on the schedule as it leaves it: advice, and legal findings
     // not worth applying (enabling steps that enable nothing are left out).
-    last = pass.find(res.schedule, cm);
+    everything = whole(res.schedule);
+    last = pass.find_in(res.schedule, cm, &everything);
     for (Finding& f : last) {
       bool was_applied = false;
       for (const Finding& a : res.applied) was_applied = was_applied || (a.pass == f.pass && a.ops == f.ops);

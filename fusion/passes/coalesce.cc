@@ -29,7 +29,8 @@ class Coalesce : public Pass {
   std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    Dataflow df(s);
+    std::optional<Dataflow> own_df;
+    const Dataflow& df = dataflow_of(s, focus, own_df);
     const auto& groups = df.matching().groups;
     // Groups by (comm, channel) in sequence order.
     std::map<std::tuple<std::string, int32_t, int32_t>, std::vector<const MatchGroup*>> lists;

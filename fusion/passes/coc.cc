@@ -52,7 +52,8 @@ class Coc : public Pass {
   std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    Dataflow df(s);
+    std::optional<Dataflow> own_df;
+    const Dataflow& df = dataflow_of(s, focus, own_df);
     for (const MatchGroup& g : df.matching().groups) {
       if (focus && !focus->hits(s, g.members)) continue;
       if (g.op != CollOp::AllReduce) continue;

@@ -16,7 +16,8 @@ class Decompose : public Pass {
                                const Focus* focus) const override {
     if (focus && focus->only_worth) return {};  // enabling only
     std::vector<Finding> out;
-    Dataflow df(s);
+    std::optional<Dataflow> own_df;
+    const Dataflow& df = dataflow_of(s, focus, own_df);
     for (const MatchGroup& g : df.matching().groups) {
       if (focus && !focus->any(g.members)) continue;
       if (g.op != CollOp::AllReduce) continue;

@@ -52,7 +52,8 @@ class Dedup : public Pass {
   std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    Dataflow df(s);
+    std::optional<Dataflow> own_df;
+    const Dataflow& df = dataflow_of(s, focus, own_df);
     const auto& groups = df.matching().groups;
     std::map<std::string, std::vector<const MatchGroup*>> by_comm;
     for (const MatchGroup& g : groups)

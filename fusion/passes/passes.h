@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,15 @@
 #include "fusion/pass.h"
 
 namespace braid::fusion::passes {
+
+// The data flow of `s`: the caller's (Focus::dataflow) when it is that of `s`, else built into
+// `own`.
+inline const Dataflow& dataflow_of(const Schedule& s, const Focus* focus,
+                                   std::optional<Dataflow>& own) {
+  if (focus && focus->dataflow && &focus->dataflow->schedule() == &s) return *focus->dataflow;
+  own.emplace(s);
+  return *own;
+}
 
 std::unique_ptr<Pass> make_decompose();
 std::unique_ptr<Pass> make_reorder();

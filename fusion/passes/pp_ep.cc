@@ -19,7 +19,8 @@ class PpEp : public Pass {
   std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    Dataflow df(s);
+    std::optional<Dataflow> own_df;
+    const Dataflow& df = dataflow_of(s, focus, own_df);
     // Dispatch: P2P receives whose data reaches an all-to-all (directly, or through compute such
     // as the un-permute in backward).
     std::map<const MatchGroup*, std::vector<std::pair<const MatchGroup*, std::vector<OpRef>>>> fed;

@@ -15,7 +15,8 @@ class PpSp : public Pass {
   std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    Dataflow df(s);
+    std::optional<Dataflow> own_df;
+    const Dataflow& df = dataflow_of(s, focus, own_df);
     for (const MatchGroup& g : df.matching().groups) {
       if (focus && !focus->any(g.members)) continue;
       if (g.op == CollOp::AllGather) gather_send(df, g, cm, out);

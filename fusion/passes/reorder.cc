@@ -25,7 +25,8 @@ class Reorder : public Pass {
                                const Focus* focus) const override {
     if (focus && focus->only_worth) return {};  // enabling only
     std::vector<Finding> out;
-    Dataflow df(s);
+    std::optional<Dataflow> own_df;
+    const Dataflow& df = dataflow_of(s, focus, own_df);
     for (const MatchGroup& g : df.matching().groups) {
       if (focus && !focus->any(g.members)) continue;
       std::vector<std::pair<int64_t, int64_t>> moves;  // (op to move, op to follow)

@@ -98,11 +98,13 @@ class TpSp : public Pass {
   std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    Dataflow df(s);
+    std::optional<Dataflow> own_df;
+    const Dataflow& df = dataflow_of(s, focus, own_df);
     const bool only_worth = focus && focus->only_worth;
+    const bool caller_validates = focus && focus->caller_validates;
     for (const MatchGroup& g : df.matching().groups) {
       if (focus && !focus->hits(s, g.members)) continue;
-      if (g.op == CollOp::AllReduce) all_reduce(df, g, cm, out, only_worth);
+      if (g.op == CollOp::AllReduce) all_reduce(df, g, cm, out, only_worth, caller_validates);
       if (g.op == CollOp::AllGather) dead_all_gather(df, g, cm, out);
     }
     return out;
@@ -110,7 +112,7 @@ class TpSp : public Pass {
 
  private:
   void all_reduce(const Dataflow& df, const MatchGroup& g, const analysis::CostModel& cm,
-                  std::vector<Finding>& out, bool only_worth) const {
+                  std::vector<Finding>& out, bool only_worth, bool caller_validates) const {
     const Schedule& s = df.schedule();
     const Collective& c0 = *s.op(g.members[0]).collective();
     const Comm* comm = s.find_comm(c0.comm);
@@ -215,10 +217,13 @@ class TpSp : public Pass {
         }
       }
     };
-    // A moved collective can close a wait cycle with other ranks' P2P: check.
-    Schedule probe = s;
-    f.rewrite(probe);
-    if (!valid(probe)) return;
+    // A moved collective can close a wait cycle with other ranks' P2P: check (unless the
+    // caller validates the result before using it).
+    if (!caller_validates) {
+      Schedule probe = s;
+      f.rewrite(probe);
+      if (!valid(probe)) return;
+    }
     out.push_back(std::move(f));
   }
 
