@@ -2,12 +2,14 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "analysis/matching.h"
 #include "analysis/run_data.h"
 #include "trace/error.h"
 #include "trace/reader.h"
+#include "trace/schema.h"
 #include "trace/sqlite_util.h"
 #include "trace/store_update.h"
 #include "trace/temp_cleanup.h"
@@ -68,6 +70,57 @@ void copy_run(const TraceReader& r, int64_t src, TraceWriter& w, int64_t dst, in
     ++events;
     return true;
   });
+  // Capture tables. Ranks are not renumbered by merge and call ids are unique per process, so
+  // the links (rank, comm_id, seq) to collectives and (rank, call_id) from proxy ops to calls
+  // hold once the string ids go through the same map as the collectives'. Times stay in the
+  // rank's own clock, like the kernels' (ranks.clock_offset_ns maps both).
+  r.nccl_calls(src, [&](NcclCallRow c) {
+    c.comm = map(c.comm);
+    c.redop = map(c.redop);
+    c.dtype = map(c.dtype);
+    w.add(dst, c);
+    ++events;
+    return true;
+  });
+  r.proxy_ops(src, [&](ProxyOpRow p) {
+    p.comm = map(p.comm);
+    w.add(dst, p);
+    ++events;
+    return true;
+  });
+}
+
+// Meta keys that describe the file format, not the data: the merged file has its own.
+bool format_key(const std::string& k) { return k == "schema_version" || k == "format"; }
+
+std::vector<std::pair<std::string, std::string>> meta_of(const TraceReader& r) {
+  std::vector<std::pair<std::string, std::string>> out;
+  sql::Stmt q(r.db(), "SELECT key, value FROM meta ORDER BY key");
+  while (q.step())
+    if (!format_key(q.text(0))) out.emplace_back(q.text(0), q.text(1));
+  return out;
+}
+
+// What merge leaves out on purpose, for the merged file to say so: the input's other runs
+// (merge takes one run per input) and results derived from the input alone (analysis_*,
+// schedules, opportunities), which describe that one file rather than the job. "" if nothing.
+std::string left_out(const TraceReader& r, int64_t run) {
+  std::string out;
+  auto add = [&](const std::string& what) { out += (out.empty() ? "" : ", ") + what; };
+  std::string others;
+  for (const RunRow& x : r.runs())
+    if (x.run_id != run) others += (others.empty() ? "" : " ") + std::to_string(x.run_id);
+  if (!others.empty()) add("runs " + others + " (only run " + std::to_string(run) + " is merged)");
+  std::vector<std::string> derived;
+  sql::Stmt t(r.db(), "SELECT name FROM sqlite_master WHERE type='table' AND (name LIKE "
+                      "'analysis!_%' ESCAPE '!' OR name IN ('schedules','opportunities'))"
+                      " ORDER BY name");
+  while (t.step()) derived.push_back(t.text(0));
+  for (const std::string& name : derived) {
+    int64_t n = sql::scalar(r.db(), "SELECT COUNT(*) FROM \"" + name + "\"");
+    if (n > 0) add(name + " " + std::to_string(n) + " rows");
+  }
+  return out;
 }
 
 }  // namespace
@@ -87,6 +140,8 @@ MergeResult merge_files(const std::vector<std::string>& inputs, const std::strin
   std::map<int32_t, std::string> owner;
   for (const std::string& in : inputs) {
     readers.push_back(std::make_unique<TraceReader>(in));
+    // A table or column this braid does not know would not reach the output: refuse instead.
+    schema::check_known_layout(readers.back()->db(), in);
     int64_t run = default_run(*readers.back());
     runs.push_back(run);
     auto ranks = readers.back()->ranks(run);
@@ -133,6 +188,27 @@ MergeResult merge_files(const std::vector<std::string>& inputs, const std::strin
         copy_run(*readers[i], runs[i], w, res.run_id, res.events);
       }
       for (auto& [_, c] : comms) w.add_communicator(res.run_id, c);
+      // Meta: each input's keys under input.<i>.<key> (i = its position, from 0), and under the
+      // key itself when every input that has it agrees (capture.window of one recording).
+      std::map<std::string, std::optional<std::string>> shared;
+      Diagnostic skipped{-1, Severity::Warning, "merge.not_carried", 0, ""};
+      for (size_t i = 0; i < readers.size(); ++i) {
+        const std::string prefix = "input." + std::to_string(i) + ".";
+        w.set_meta(prefix + "path", inputs[i]);
+        for (auto& [k, v] : meta_of(*readers[i])) {
+          w.set_meta(prefix + k, v);
+          auto [it, fresh] = shared.emplace(k, v);
+          if (!fresh && it->second && *it->second != v) it->second.reset();
+        }
+        std::string lost = left_out(*readers[i], runs[i]);
+        if (!lost.empty()) {
+          ++skipped.count;
+          skipped.detail += (skipped.detail.empty() ? "" : "; ") + inputs[i] + ": " + lost;
+        }
+      }
+      for (auto& [k, v] : shared)
+        if (v) w.set_meta(k, *v);
+      if (skipped.count > 0) w.add_diagnostic(res.run_id, skipped);
       w.commit();
     }
     // Clock alignment on the merged run, stored in the same file before it is renamed.

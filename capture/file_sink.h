@@ -2,6 +2,8 @@
 // inserted in small transactions that checkpoint() commits. A process killed with SIGKILL leaves
 // a valid file holding every row committed before the kill (unlike TraceWriter, which builds a
 // temporary file and renames it at the end, right for importers and wrong for a live capture).
+// Rows, strings and small tables are written by the same code as TraceWriter's (trace/rows.h);
+// only the file handling and the transactions are this class's own.
 #pragma once
 
 #include <sqlite3.h>
@@ -10,9 +12,9 @@
 #include <memory>
 #include <string>
 #include <tuple>
-#include <unordered_map>
 
 #include "capture/sink.h"
+#include "trace/rows.h"
 #include "trace/sqlite_util.h"
 
 namespace braid::capture {
@@ -59,10 +61,16 @@ class FileSink final : public Sink {
   sqlite3* db_ = nullptr;
   bool closed_ = false;
   int64_t pending_ = 0, committed_ = 0;
-  std::unordered_map<std::string, StrId> strings_;
-  StrId next_string_ = 1;
-  sql::Stmt ins_string_, ins_kernel_, ins_memcpy_, ins_api_, ins_range_, ins_coll_, ins_step_,
-      ins_call_, ins_proxy_;
+  rows::StringTable strings_;
+  sql::Stmt ins_string_;
+  rows::Inserter<Kernel> ins_kernel_;
+  rows::Inserter<Memcpy> ins_memcpy_;
+  rows::Inserter<ApiCall> ins_api_;
+  rows::Inserter<Range> ins_range_;
+  rows::Inserter<Collective> ins_coll_;
+  rows::Inserter<Step> ins_step_;
+  rows::Inserter<NcclCallRow> ins_call_;
+  rows::Inserter<ProxyOpRow> ins_proxy_;
   // Small tables, rewritten at each checkpoint when they changed.
   bool small_dirty_ = true;
   std::map<int32_t, RankInfo> ranks_;

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "trace/error.h"
+#include "trace/rows.h"
 #include "trace/schema.h"
 #include "trace/sqlite_util.h"
 
@@ -325,6 +326,31 @@ void TraceReader::collectives(int64_t run, const Fn<Collective>& fn) const {
 void TraceReader::collectives(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
                               const Fn<Collective>& fn) const {
   BRAID_WINDOW_QUERY("collectives", kCollCols, coll_of, fn)
+}
+
+bool TraceReader::has_table(const std::string& name) const {
+  sql::Stmt s(db_, "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?");
+  s.bind(1, name);
+  return s.step();
+}
+
+void TraceReader::nccl_calls(int64_t run, const Fn<NcclCallRow>& fn) const {
+  if (!has_table("nccl_calls")) return;
+  sql::Stmt s(db_, "SELECT run_id, rank, comm_id, seq, call_id, group_id, op, redop_id, sendbuff,"
+                   " recvbuff, count, dtype_id, peer_or_root, stream_handle, tid, enqueue_ns,"
+                   " return_ns, result, comm_rank, comm_size FROM nccl_calls WHERE run_id=? ORDER BY rank, call_id, seq");
+  s.bind(1, run);
+  while (s.step())
+    if (!fn(rows::read_nccl_call(s))) return;
+}
+
+void TraceReader::proxy_ops(int64_t run, const Fn<ProxyOpRow>& fn) const {
+  if (!has_table("nccl_proxy_ops")) return;
+  sql::Stmt s(db_, "SELECT run_id, rank, comm_id, seq, call_id, channel, peer, is_send, steps,"
+                   " chunk_size, tid, start_ns, end_ns FROM nccl_proxy_ops WHERE run_id=? ORDER BY rank, start_ns");
+  s.bind(1, run);
+  while (s.step())
+    if (!fn(rows::read_proxy_op(s))) return;
 }
 
 }  // namespace braid

@@ -57,6 +57,12 @@ class TraceReader {
   void collectives(int64_t run, const Fn<Collective>& fn) const;
   void collectives(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
                    const Fn<Collective>& fn) const;
+  // The capture tables (docs/schema.md), in (rank, call_id) / (rank, start) order; nothing when
+  // the file has no such table.
+  void nccl_calls(int64_t run, const Fn<NcclCallRow>& fn) const;
+  void proxy_ops(int64_t run, const Fn<ProxyOpRow>& fn) const;
+
+  bool has_table(const std::string& name) const;
 
  private:
   Ns max_duration(const char* table, int64_t run) const;

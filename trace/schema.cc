@@ -1,6 +1,9 @@
 #include "trace/schema.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <vector>
 #include <string>
 
 #include "trace/error.h"
@@ -119,6 +122,24 @@ CREATE TABLE IF NOT EXISTS analysis_reports(
   PRIMARY KEY (run_id, step));
 )SQL";
 
+// Tables capture adds (docs/schema.md, "Tables added by braid record"). Times are host times in
+// the rank's own clock, like every other table's.
+static const char* kCaptureTables = R"SQL(
+CREATE TABLE IF NOT EXISTS nccl_calls(
+  run_id INTEGER NOT NULL, rank INTEGER NOT NULL, comm_id INTEGER NOT NULL, seq INTEGER NOT NULL,
+  call_id INTEGER NOT NULL, group_id INTEGER NOT NULL, op TEXT NOT NULL, redop_id INTEGER NOT NULL,
+  sendbuff INTEGER NOT NULL, recvbuff INTEGER NOT NULL, count INTEGER NOT NULL,
+  dtype_id INTEGER NOT NULL, peer_or_root INTEGER NOT NULL, stream_handle INTEGER NOT NULL,
+  tid INTEGER NOT NULL, enqueue_ns INTEGER NOT NULL, return_ns INTEGER NOT NULL,
+  result INTEGER NOT NULL, comm_rank INTEGER NOT NULL, comm_size INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS nccl_proxy_ops(
+  run_id INTEGER NOT NULL, rank INTEGER NOT NULL, comm_id INTEGER NOT NULL, seq INTEGER NOT NULL,
+  call_id INTEGER NOT NULL, channel INTEGER NOT NULL, peer INTEGER NOT NULL,
+  is_send INTEGER NOT NULL, steps INTEGER NOT NULL, chunk_size INTEGER NOT NULL,
+  tid INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS nccl_calls_match ON nccl_calls(run_id, comm_id, seq);
+)SQL";
+
 static const char* kIndexes = R"SQL(
 CREATE INDEX IF NOT EXISTS kernels_window ON kernels(run_id, rank, stream, start_ns);
 CREATE INDEX IF NOT EXISTS memcpys_window ON memcpys(run_id, rank, stream, start_ns);
@@ -149,6 +170,57 @@ void create_tables(sqlite3* db) {
 }
 
 void create_indexes(sqlite3* db) { sql::exec(db, kIndexes); }
+
+void create_capture_tables(sqlite3* db) { sql::exec(db, kCaptureTables); }
+
+namespace {
+// table -> its columns, in order.
+std::map<std::string, std::vector<std::string>> layout(sqlite3* db) {
+  std::map<std::string, std::vector<std::string>> out;
+  sql::Stmt t(db, "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'");
+  while (t.step()) out[t.text(0)];
+  for (auto& [name, cols] : out) {
+    sql::Stmt c(db, "SELECT name FROM pragma_table_info(?)");
+    c.bind(1, name);
+    while (c.step()) cols.push_back(c.text(0));
+  }
+  return out;
+}
+}  // namespace
+
+void check_known_layout(sqlite3* db, const std::string& path) {
+  // The reference is this build's own DDL, so the check cannot drift from the schema.
+  sqlite3* ref = nullptr;
+  if (sqlite3_open(":memory:", &ref) != SQLITE_OK) {
+    sqlite3_close(ref);
+    throw Error(ErrorCode::Store, "cannot open an in-memory database");
+  }
+  std::map<std::string, std::vector<std::string>> known;
+  try {
+    create_tables(ref);
+    create_capture_tables(ref);
+    known = layout(ref);
+  } catch (...) {
+    sqlite3_close(ref);
+    throw;
+  }
+  sqlite3_close(ref);
+  const std::string ours = std::to_string(kMajor) + "." + std::to_string(kMinor);
+  for (auto& [name, cols] : layout(db)) {
+    auto k = known.find(name);
+    if (k == known.end())
+      throw Error(ErrorCode::Unsupported,
+                  path + ": table '" + name + "' is not in the .braid schema this braid knows (" +
+                      ours + " with the capture tables); it was probably written by a newer "
+                      "braid, and copying the file would lose it; upgrade braid");
+    for (const std::string& c : cols)
+      if (std::find(k->second.begin(), k->second.end(), c) == k->second.end())
+        throw Error(ErrorCode::Unsupported,
+                    path + ": column '" + name + "." + c + "' is not in the .braid schema this "
+                    "braid knows (" + ours + " with the capture tables); it was probably written "
+                    "by a newer braid, and copying the file would lose it; upgrade braid");
+  }
+}
 
 Version check(sqlite3* db, const std::string& path) {
   // A file that is not SQLite fails on the first read, with "file is not a database".

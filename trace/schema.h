@@ -26,4 +26,14 @@ Version check(sqlite3* db, const std::string& path);
 // Brings a file of an older version up to the current one, in place (inside a transaction).
 void migrate(sqlite3* db, const std::string& path);
 
+// The two tables capture adds (nccl_calls, nccl_proxy_ops; docs/schema.md) and their index.
+// Only files that hold such rows have them. Idempotent.
+void create_capture_tables(sqlite3* db);
+
+// Throws braid::Error (Unsupported) naming `path` when the file holds a table, or a column of a
+// table, that this braid's schema (core, analysis and capture tables) does not define: a tool
+// that copies whole files (braid merge) would otherwise drop it without a word. SQLite's own
+// tables (sqlite_*) are ignored.
+void check_known_layout(sqlite3* db, const std::string& path);
+
 }  // namespace braid::schema

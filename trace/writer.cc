@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "trace/error.h"
 #include "trace/schema.h"
@@ -21,100 +22,6 @@ namespace fs = std::filesystem;
 
 namespace braid {
 namespace {
-
-std::string now_iso8601() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-// ---- row binding, one function per table; the column order is the table's ----
-int bind_row(sql::Stmt& s, int i, int64_t run, const Kernel& k) {
-  s.bind(i++, run); s.bind(i++, k.rank); s.bind(i++, k.stream); s.bind(i++, k.start);
-  s.bind(i++, k.end); s.bind(i++, static_cast<int64_t>(k.name));
-  s.bind(i++, static_cast<int>(k.category)); s.bind(i++, k.correlation);
-  s.bind(i++, k.external_id);
-  return i;
-}
-int bind_row(sql::Stmt& s, int i, int64_t run, const Memcpy& m) {
-  s.bind(i++, run); s.bind(i++, m.rank); s.bind(i++, m.stream); s.bind(i++, m.start);
-  s.bind(i++, m.end); s.bind(i++, to_string(m.kind)); s.bind(i++, m.bytes);
-  s.bind(i++, static_cast<int64_t>(m.name)); s.bind(i++, m.correlation);
-  return i;
-}
-int bind_row(sql::Stmt& s, int i, int64_t run, const ApiCall& a) {
-  s.bind(i++, run); s.bind(i++, a.rank); s.bind(i++, a.tid); s.bind(i++, a.start);
-  s.bind(i++, a.end); s.bind(i++, static_cast<int64_t>(a.name)); s.bind(i++, to_string(a.kind));
-  s.bind(i++, a.correlation); s.bind(i++, a.external_id);
-  return i;
-}
-int bind_row(sql::Stmt& s, int i, int64_t run, const Range& r) {
-  s.bind(i++, run); s.bind(i++, r.rank); s.bind(i++, r.stream); s.bind(i++, r.on_gpu ? 1 : 0);
-  s.bind(i++, r.start); s.bind(i++, r.end); s.bind(i++, static_cast<int64_t>(r.name));
-  s.bind(i++, static_cast<int64_t>(r.domain)); s.bind(i++, static_cast<int64_t>(r.payload));
-  return i;
-}
-int bind_row(sql::Stmt& s, int i, int64_t run, const Collective& c) {
-  s.bind(i++, run); s.bind(i++, c.rank); s.bind(i++, static_cast<int64_t>(c.comm));
-  s.bind(i++, c.seq); s.bind(i++, to_string(c.op)); s.bind(i++, static_cast<int64_t>(c.dtype));
-  s.bind(i++, c.in_count); s.bind(i++, c.out_count); s.bind(i++, c.bytes);
-  s.bind(i++, c.peer_or_root); s.bind(i++, c.stream); s.bind(i++, c.start); s.bind(i++, c.end);
-  s.bind(i++, c.enqueue); s.bind(i++, static_cast<int64_t>(c.algo));
-  s.bind(i++, static_cast<int64_t>(c.proto)); s.bind(i++, c.channels); s.bind(i++, c.group_size);
-  s.bind(i++, static_cast<int64_t>(c.name)); s.bind(i++, c.kernel_ref);
-  return i;
-}
-
-template <typename T> struct Table;
-template <> struct Table<Kernel> { static constexpr const char* name = "kernels"; static constexpr int cols = 9; };
-template <> struct Table<Memcpy> { static constexpr const char* name = "memcpys"; static constexpr int cols = 9; };
-template <> struct Table<ApiCall> { static constexpr const char* name = "api_calls"; static constexpr int cols = 9; };
-template <> struct Table<Range> { static constexpr const char* name = "nvtx_ranges"; static constexpr int cols = 9; };
-template <> struct Table<Collective> { static constexpr const char* name = "collectives"; static constexpr int cols = 20; };
-
-std::string insert_sql(const char* table, int cols, int rows) {
-  std::string row = "(";
-  for (int c = 0; c < cols; ++c) row += c ? ",?" : "?";
-  row += ")";
-  std::string s = std::string("INSERT INTO ") + table + " VALUES ";
-  for (int r = 0; r < rows; ++r) {
-    if (r) s += ',';
-    s += row;
-  }
-  return s;
-}
-
-// Inserts rows with a statement of kMulti rows at a time, then single rows for the tail. The
-// statements are prepared once per writer thread (cached per database handle and table).
-template <typename T>
-void insert_rows(sqlite3* db, int64_t run, const std::vector<T>& rows) {
-  constexpr int kMulti = Table<T>::cols > 10 ? 32 : 64;
-  static thread_local std::map<sqlite3*, std::pair<sql::Stmt, sql::Stmt>> cache;
-  auto it = cache.find(db);
-  if (it == cache.end()) {
-    it = cache
-             .emplace(db, std::make_pair(
-                              sql::Stmt(db, insert_sql(Table<T>::name, Table<T>::cols, kMulti)),
-                              sql::Stmt(db, insert_sql(Table<T>::name, Table<T>::cols, 1))))
-             .first;
-  }
-  auto& [multi, single] = it->second;
-  size_t i = 0;
-  for (; i + kMulti <= rows.size(); i += kMulti) {
-    int p = 1;
-    for (int r = 0; r < kMulti; ++r) p = bind_row(multi, p, run, rows[i + r]);
-    multi.step();
-    sqlite3_reset(multi.get());
-  }
-  for (; i < rows.size(); ++i) {
-    bind_row(single, 1, run, rows[i]);
-    single.step();
-    sqlite3_reset(single.get());
-  }
-}
 
 void fsync_path(const std::string& p) {
   int fd = ::open(p.c_str(), O_RDONLY);
@@ -142,8 +49,26 @@ struct TraceWriter::Small {
   std::map<std::string, std::string> meta;
 };
 
+struct TraceWriter::Inserters {
+  std::tuple<std::unique_ptr<rows::Inserter<Kernel>>, std::unique_ptr<rows::Inserter<Memcpy>>,
+             std::unique_ptr<rows::Inserter<ApiCall>>, std::unique_ptr<rows::Inserter<Range>>,
+             std::unique_ptr<rows::Inserter<Collective>>, std::unique_ptr<rows::Inserter<Step>>,
+             std::unique_ptr<rows::Inserter<NcclCallRow>>,
+             std::unique_ptr<rows::Inserter<ProxyOpRow>>>
+      t;
+  template <typename T>
+  rows::Inserter<T>& get(sqlite3* db) {
+    auto& p = std::get<std::unique_ptr<rows::Inserter<T>>>(t);
+    if (!p) p = std::make_unique<rows::Inserter<T>>(db);
+    return *p;
+  }
+};
+
 TraceWriter::TraceWriter(std::string path, Mode mode)
-    : path_(std::move(path)), mode_(mode), small_(std::make_unique<Small>()) {
+    : path_(std::move(path)),
+      mode_(mode),
+      small_(std::make_unique<Small>()),
+      ins_(std::make_unique<Inserters>()) {
   std::error_code ec;
   bool exists = fs::exists(path_, ec);
   if (mode_ == Mode::Create && exists)
@@ -194,13 +119,7 @@ TraceWriter::TraceWriter(std::string path, Mode mode)
     if (mode_ == Mode::Append && exists) {
       schema::migrate(db_, path_);
       next_run_ = sql::scalar(db_, "SELECT COALESCE(MAX(run_id), 0) + 1 FROM runs", 1);
-      sql::Stmt s(db_, "SELECT id, text FROM strings");
-      while (s.step()) {
-        StrId id = static_cast<StrId>(s.i64(0));
-        arena_.push_back(s.text(1));
-        ids_.emplace(arena_.back(), id);
-        next_string_ = std::max<StrId>(next_string_, id + 1);
-      }
+      strings_.load(db_);
     } else {
       schema::create_tables(db_);
       // Indexes from the start: the writer thread maintains them while the importer parses,
@@ -234,14 +153,8 @@ int64_t TraceWriter::begin_run(RunKind kind, std::string_view source, std::strin
 }
 
 StrId TraceWriter::intern(std::string_view s) {
-  if (s.empty()) return 0;
-  auto it = ids_.find(s);
-  if (it != ids_.end()) return it->second;
-  arena_.emplace_back(s);
-  StrId id = next_string_++;
-  ids_.emplace(arena_.back(), id);
-  new_strings_.emplace_back(id, arena_.back());
-  if (new_strings_.size() >= kBatchRows) ship_strings();
+  StrId id = strings_.intern(s);
+  if (strings_.new_count() >= kBatchRows) ship_strings();
   return id;
 }
 
@@ -279,23 +192,16 @@ void TraceWriter::ship(Buffer<T>& b) {
   b.rows.clear();
   b.rows.reserve(kBatchRows);
   int64_t run = b.run;
-  enqueue([run, rows](sqlite3* db) { insert_rows(db, run, *rows); });
+  Inserters* ins = ins_.get();
+  enqueue([ins, run, rows](sqlite3* db) { ins->get<T>(db).add(run, *rows); });
 }
 
 void TraceWriter::ship_strings() {
-  if (new_strings_.empty()) return;
+  if (!strings_.has_new()) return;
+  // The views point into strings_, which outlives the writer thread.
   auto batch = std::make_shared<std::vector<std::pair<StrId, std::string_view>>>(
-      std::move(new_strings_));
-  new_strings_.clear();
-  enqueue([batch](sqlite3* db) {
-    sql::Stmt s(db, "INSERT INTO strings(id, text) VALUES (?, ?)");
-    for (auto& [id, text] : *batch) {
-      s.bind(1, static_cast<int64_t>(id));
-      s.bind(2, text);
-      s.step();
-      sqlite3_reset(s.get());
-    }
-  });
+      strings_.take_new());
+  enqueue([batch](sqlite3* db) { rows::StringTable::write(db, *batch); });
 }
 
 void TraceWriter::enqueue(std::function<void(sqlite3*)> job) {
@@ -317,6 +223,8 @@ void TraceWriter::submit(std::function<void(sqlite3*)> job) {
   ship(apis_);
   ship(ranges_);
   ship(colls_);
+  ship(calls_);
+  ship(proxy_);
   ship_strings();
   enqueue(std::move(job));
 }
@@ -369,101 +277,20 @@ void TraceWriter::commit() {
   stop_worker();
   try {
     auto& s = *small_;
+    rows::SmallTables out(db_);
+    const std::string now = rows::now_iso8601();
+    for (auto& [id, r] : s.runs)
+      out.run(id, r.kind, r.schedule_id, r.backend, r.source, r.label, now);
+    for (auto& [key, r] : s.ranks) out.rank(key.first, r);
+    for (auto& [key, label] : s.streams)
+      out.stream(std::get<0>(key), {std::get<1>(key), std::get<2>(key), std::get<3>(key), label});
+    for (auto& [key, c] : s.comms) out.communicator(key.first, c);
+    for (auto& [key, d] : s.diags) out.diagnostic(std::get<0>(key), d);
     {
-      sql::Stmt q(db_,
-                  "INSERT INTO runs(run_id, kind, schedule_id, backend, source, label, created_at)"
-                  " VALUES (?,?,?,?,?,?,?)");
-      std::string now = now_iso8601();
-      for (auto& [id, r] : s.runs) {
-        q.bind(1, id);
-        q.bind(2, to_string(r.kind));
-        if (r.schedule_id >= 0) q.bind(3, r.schedule_id); else q.bind_null(3);
-        q.bind(4, r.backend);
-        q.bind(5, r.source);
-        q.bind(6, r.label);
-        q.bind(7, now);
-        q.run();
-      }
+      auto& steps = ins_->get<Step>(db_);  // the writer thread has stopped: this thread's now
+      for (auto& [key, st] : s.steps) steps.add(std::get<0>(key), st);
     }
-    {
-      sql::Stmt q(db_,
-                  "INSERT OR REPLACE INTO ranks(run_id, rank, world_size, host, pid, device,"
-                  " device_name, backend, nccl_version, source, clock_offset_ns, offset_error_ns)"
-                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
-      for (auto& [key, r] : s.ranks) {
-        q.bind(1, key.first);
-        q.bind(2, r.rank);
-        if (r.world_size >= 0) q.bind(3, r.world_size); else q.bind_null(3);
-        q.bind(4, r.host);
-        if (r.pid >= 0) q.bind(5, r.pid); else q.bind_null(5);
-        if (r.device >= 0) q.bind(6, r.device); else q.bind_null(6);
-        q.bind(7, r.device_name);
-        q.bind(8, r.backend);
-        q.bind(9, r.nccl_version);
-        q.bind(10, r.source);
-        q.bind(11, r.clock_offset);
-        if (r.offset_error >= 0) q.bind(12, r.offset_error); else q.bind_null(12);
-        q.run();
-      }
-    }
-    {
-      sql::Stmt q(db_, "INSERT OR REPLACE INTO streams(run_id, rank, stream, gpu, label)"
-                       " VALUES (?,?,?,?,?)");
-      for (auto& [key, label] : s.streams) {
-        q.bind(1, std::get<0>(key));
-        q.bind(2, std::get<1>(key));
-        q.bind(3, std::get<2>(key));
-        q.bind(4, std::get<3>(key) ? 1 : 0);
-        q.bind(5, label);
-        q.run();
-      }
-    }
-    {
-      sql::Stmt q(db_, "INSERT OR REPLACE INTO communicators(run_id, comm, nranks, ranks, label,"
-                       " backend) VALUES (?,?,?,?,?,?)");
-      for (auto& [key, c] : s.comms) {
-        q.bind(1, key.first);
-        q.bind(2, c.comm);
-        if (c.nranks >= 0) q.bind(3, c.nranks); else q.bind_null(3);
-        q.bind(4, c.ranks);
-        q.bind(5, c.label);
-        q.bind(6, c.backend);
-        q.run();
-      }
-    }
-    {
-      sql::Stmt q(db_, "INSERT INTO diagnostics(run_id, rank, severity, code, count, detail)"
-                       " VALUES (?,?,?,?,?,?)");
-      for (auto& [key, d] : s.diags) {
-        q.bind(1, std::get<0>(key));
-        q.bind(2, d.rank);
-        q.bind(3, to_string(d.severity));
-        q.bind(4, d.code);
-        q.bind(5, d.count);
-        q.bind(6, d.detail);
-        q.run();
-      }
-    }
-    {
-      sql::Stmt q(db_, "INSERT OR REPLACE INTO steps(run_id, rank, step, start_ns, end_ns)"
-                       " VALUES (?,?,?,?,?)");
-      for (auto& [key, st] : s.steps) {
-        q.bind(1, std::get<0>(key));
-        q.bind(2, st.rank);
-        q.bind(3, st.step);
-        q.bind(4, st.start);
-        q.bind(5, st.end);
-        q.run();
-      }
-    }
-    {
-      sql::Stmt q(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
-      for (auto& [k, v] : s.meta) {
-        q.bind(1, k);
-        q.bind(2, v);
-        q.run();
-      }
-    }
+    for (auto& [k, v] : s.meta) out.meta(k, v);
     schema::create_indexes(db_);
     sql::exec(db_, "COMMIT");
     sql::exec(db_, "PRAGMA locking_mode=NORMAL");
@@ -474,6 +301,7 @@ void TraceWriter::commit() {
     abort();
     throw;
   }
+  ins_.reset();  // prepared statements go before the connection
   if (sqlite3_close(db_) != SQLITE_OK) {
     db_ = nullptr;
     abort();
@@ -506,6 +334,7 @@ void TraceWriter::abort() {
     queue_.clear();
   }
   stop_worker();
+  ins_.reset();
   if (db_) {
     sqlite3_close_v2(db_);
     db_ = nullptr;

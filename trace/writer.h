@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "trace/model.h"
+#include "trace/rows.h"
 
 namespace braid {
 
@@ -56,6 +57,9 @@ class TraceWriter {
   void add(int64_t run, const ApiCall& a) { push(apis_, run, a); }
   void add(int64_t run, const Range& r) { push(ranges_, run, r); }
   void add(int64_t run, const Collective& c) { push(colls_, run, c); }
+  // Capture tables (nccl_calls, nccl_proxy_ops): created in the file on the first row.
+  void add(int64_t run, const NcclCallRow& c) { push(calls_, run, c); }
+  void add(int64_t run, const ProxyOpRow& p) { push(proxy_, run, p); }
 
   // Runs `job` on the writer thread after everything queued before it; for importers that
   // fix up rows in SQL (e.g. a time base learnt at the end of a file).
@@ -103,20 +107,21 @@ class TraceWriter {
   int64_t next_run_ = 1;
   int64_t rows_ = 0;
 
-  // String interning: keys are views into `arena_`, which never moves its strings.
-  std::unordered_map<std::string_view, StrId> ids_;
-  std::deque<std::string> arena_;
-  std::vector<std::pair<StrId, std::string_view>> new_strings_;
-  StrId next_string_ = 1;
+  rows::StringTable strings_;
 
   Buffer<Kernel> kernels_;
   Buffer<Memcpy> memcpys_;
   Buffer<ApiCall> apis_;
   Buffer<Range> ranges_;
   Buffer<Collective> colls_;
+  Buffer<NcclCallRow> calls_;
+  Buffer<ProxyOpRow> proxy_;
 
   struct Small;
   std::unique_ptr<Small> small_;
+  // Prepared inserts, used by the writer thread (and by commit() once it has stopped).
+  struct Inserters;
+  std::unique_ptr<Inserters> ins_;
 
   // Writer thread and its bounded queue.
   std::thread thread_;

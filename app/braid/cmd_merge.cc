@@ -16,9 +16,12 @@ void register_merge(CLI::App& app, Action& run) {
   auto* cmd = app.add_subcommand(
       "merge",
       "Combine per-rank .braid files (one per process) into one job file with one run whose\n"
-      "ranks are the union. A rank in two inputs is refused. Clocks are aligned on matched\n"
+      "ranks are the union. A rank in two inputs is refused. Every row of each input's run is\n"
+      "copied (capture tables nccl_calls/nccl_proxy_ops included), times on each rank's clock;\n"
+      "each input's meta keys are kept as input.<i>.<key>. Clocks are aligned on matched\n"
       "collectives and the offsets stored with their error; ranks no collective links keep\n"
-      "their own clock (a diagnostic says so).");
+      "their own clock (a diagnostic says so). An input with a table or column this braid does\n"
+      "not know (a newer schema) is refused.");
   cmd->add_option("inputs", o->inputs, "Per-rank .braid files")->required();
   cmd->add_option("-o,--output", o->out, "Output .braid file (replaced atomically)")->required();
   cmd->add_flag("--keep-clocks", o->keep_clocks, "Do not solve clock offsets (all 0)");

@@ -1,0 +1,116 @@
+// Writing rows into a `.braid` database: the one place that says which column of which table holds
+// which field, how rows are inserted, how strings are interned and how the small tables are
+// written. Both writers use it, TraceWriter (importers, merge: a temporary file renamed at the
+// end) and capture::FileSink (a live capture: WAL, committed as it goes), so their files cannot
+// drift apart; TraceReader reads the capture tables back with the same layout.
+//
+// Nothing here opens files, starts transactions or threads: the callers own durability.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "trace/model.h"
+#include "trace/sqlite_util.h"
+
+namespace braid::rows {
+
+// ---- event tables: name, column count, INSERT OR REPLACE (keyed tables) ----
+template <typename T> struct Table;
+template <> struct Table<Kernel> { static constexpr const char* name = "kernels"; static constexpr int cols = 9; static constexpr bool replace = false; };
+template <> struct Table<Memcpy> { static constexpr const char* name = "memcpys"; static constexpr int cols = 9; static constexpr bool replace = false; };
+template <> struct Table<ApiCall> { static constexpr const char* name = "api_calls"; static constexpr int cols = 9; static constexpr bool replace = false; };
+template <> struct Table<Range> { static constexpr const char* name = "nvtx_ranges"; static constexpr int cols = 9; static constexpr bool replace = false; };
+template <> struct Table<Collective> { static constexpr const char* name = "collectives"; static constexpr int cols = 20; static constexpr bool replace = false; };
+template <> struct Table<Step> { static constexpr const char* name = "steps"; static constexpr int cols = 5; static constexpr bool replace = true; };
+template <> struct Table<NcclCallRow> { static constexpr const char* name = "nccl_calls"; static constexpr int cols = 20; static constexpr bool replace = false; };
+template <> struct Table<ProxyOpRow> { static constexpr const char* name = "nccl_proxy_ops"; static constexpr int cols = 13; static constexpr bool replace = false; };
+
+// Binds one row's columns (run_id first, in the table's column order) from parameter `i` on;
+// returns the next free parameter.
+int bind(sql::Stmt& s, int i, int64_t run, const Kernel& k);
+int bind(sql::Stmt& s, int i, int64_t run, const Memcpy& m);
+int bind(sql::Stmt& s, int i, int64_t run, const ApiCall& a);
+int bind(sql::Stmt& s, int i, int64_t run, const Range& r);
+int bind(sql::Stmt& s, int i, int64_t run, const Collective& c);
+int bind(sql::Stmt& s, int i, int64_t run, const Step& st);
+int bind(sql::Stmt& s, int i, int64_t run, const NcclCallRow& c);
+int bind(sql::Stmt& s, int i, int64_t run, const ProxyOpRow& p);
+
+// The capture tables read back: all their columns, in table order, from `col` (run_id) on.
+NcclCallRow read_nccl_call(const sql::Stmt& s, int col = 0);
+ProxyOpRow read_proxy_op(const sql::Stmt& s, int col = 0);
+
+// "INSERT [OR REPLACE] INTO table VALUES (?,..),(?,..)" with `rows` rows of `cols` columns.
+std::string insert_sql(const char* table, int cols, int rows, bool replace = false);
+
+// Prepared inserts of one table on one connection: one row at a time (a live capture), or a
+// batch with a multi-row statement, which SQLite executes several times faster per row.
+// Creates the capture tables on first use when T is one of theirs.
+template <typename T>
+class Inserter {
+ public:
+  Inserter() = default;
+  explicit Inserter(sqlite3* db);
+  void add(int64_t run, const T& row);
+  void add(int64_t run, const std::vector<T>& rows);
+  void reset() { multi_ = sql::Stmt(), single_ = sql::Stmt(); }  // before the connection closes
+
+  static constexpr int kMulti = Table<T>::cols > 10 ? 32 : 64;
+
+ private:
+  sqlite3* db_ = nullptr;
+  sql::Stmt multi_, single_;
+};
+
+// String interning: ids from 1 (0 is "no string"); each new string is reported once by
+// take_new(), for the caller to write when it suits it. Views returned by take_new() stay valid
+// as long as the table lives (strings are kept in a deque that never moves them).
+class StringTable {
+ public:
+  StrId intern(std::string_view s);
+  // Continues the ids of a file that already has strings (appending).
+  void load(sqlite3* db);
+  std::vector<std::pair<StrId, std::string_view>> take_new();
+  bool has_new() const { return !new_.empty(); }
+  size_t new_count() const { return new_.size(); }
+
+  static void write(sqlite3* db, const std::vector<std::pair<StrId, std::string_view>>& batch);
+
+ private:
+  std::unordered_map<std::string_view, StrId> ids_;
+  std::deque<std::string> arena_;
+  std::vector<std::pair<StrId, std::string_view>> new_;
+  StrId next_ = 1;
+};
+
+// The small tables, one row per call (a later row for the same key replaces the earlier one,
+// except diagnostics, which have no key).
+class SmallTables {
+ public:
+  explicit SmallTables(sqlite3* db) : db_(db) {}
+  void run(int64_t run, RunKind kind, int64_t schedule_id, std::string_view backend,
+           std::string_view source, std::string_view label, std::string_view created_at);
+  void rank(int64_t run, const RankInfo& r);
+  void stream(int64_t run, const StreamInfo& s);
+  void communicator(int64_t run, const Communicator& c);
+  void diagnostic(int64_t run, const Diagnostic& d);
+  void meta(std::string_view key, std::string_view value);
+
+ private:
+  sql::Stmt& stmt(sql::Stmt& s, const char* text);
+  sqlite3* db_;
+  sql::Stmt run_, rank_, stream_, comm_, diag_, meta_;
+};
+
+// Now, UTC, as runs.created_at stores it.
+std::string now_iso8601();
+
+}  // namespace braid::rows
