@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <queue>
 
@@ -150,7 +151,41 @@ bool HappensBefore::before(OpRef a, OpRef b) const {
 // ---------------------------------------------------------------------------------------------
 // Dataflow
 
-Dataflow::Dataflow(const Schedule& s) : s_(s), hb_(s), m_(match_collectives(s)) {}
+Dataflow::Dataflow(const Schedule& s)
+    : s_(s), hb_(s), m_(match_collectives(s)), index_(s.ranks.size()) {}
+
+const std::vector<OpRef>& Dataflow::touching(int32_t rank, const std::string& buffer) const {
+  RankIndex& ix = index_[rank];
+  if (!ix.built) {
+    ix.built = true;
+    const auto& streams = s_.ranks[rank].streams;
+    for (int32_t st = 0; st < static_cast<int32_t>(streams.size()); ++st)
+      for (int32_t i = 0; i < static_cast<int32_t>(streams[st].ops.size()); ++i) {
+        OpRef o{rank, st, i};
+        Access acc = access_of(s_, rank, s_.op(o));
+        if (acc.any) {
+          ix.opaque.push_back(o);
+          continue;
+        }
+        auto note = [&](const Slice& x) {
+          auto& v = ix.by_buffer[x.buffer];
+          if (v.empty() || v.back() != o) v.push_back(o);
+        };
+        for (const Slice& x : acc.reads) note(x);
+        for (const Slice& x : acc.writes) note(x);
+      }
+    // Opaque compute may touch every buffer: merge it into each list, keeping the order.
+    if (!ix.opaque.empty())
+      for (auto& [name, v] : ix.by_buffer) {
+        std::vector<OpRef> merged;
+        std::merge(v.begin(), v.end(), ix.opaque.begin(), ix.opaque.end(),
+                   std::back_inserter(merged));
+        v = std::move(merged);
+      }
+  }
+  auto it = ix.by_buffer.find(buffer);
+  return it == ix.by_buffer.end() ? ix.opaque : it->second;
+}
 
 const MatchGroup* Dataflow::group(OpRef r) const {
   int g = m_.group_of(r);
@@ -172,15 +207,12 @@ bool touches(const std::vector<Slice>& v, const Slice& s) {
 
 Uses Dataflow::uses_after(OpRef at, const Slice& slice) const {
   Uses u;
-  const auto& streams = s_.ranks[at.rank].streams;
   struct Touch {
     OpRef ref;
     Access acc;
   };
   std::vector<Touch> after;
-  for (int32_t st = 0; st < static_cast<int32_t>(streams.size()); ++st)
-    for (int32_t i = 0; i < static_cast<int32_t>(streams[st].ops.size()); ++i) {
-      OpRef o{at.rank, st, i};
+  for (const OpRef& o : touching(at.rank, slice.buffer)) {
       if (o == at) continue;
       Access acc = access_of(s_, at.rank, s_.op(o));
       if (!acc.any && !touches(acc.reads, slice) && !touches(acc.writes, slice)) continue;
@@ -228,10 +260,7 @@ Uses Dataflow::uses_after(OpRef at, const Slice& slice) const {
 
 std::vector<OpRef> Dataflow::writers_between(OpRef a, OpRef b, const Slice& slice) const {
   std::vector<OpRef> out;
-  const auto& streams = s_.ranks[a.rank].streams;
-  for (int32_t st = 0; st < static_cast<int32_t>(streams.size()); ++st)
-    for (int32_t i = 0; i < static_cast<int32_t>(streams[st].ops.size()); ++i) {
-      OpRef o{a.rank, st, i};
+  for (const OpRef& o : touching(a.rank, slice.buffer)) {
       if (o == a || o == b) continue;
       Access acc = access_of(s_, a.rank, s_.op(o));
       if (!acc.any && !touches(acc.writes, slice)) continue;

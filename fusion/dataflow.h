@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "analysis/cost_model.h"
@@ -73,9 +74,20 @@ class Dataflow {
   std::vector<OpRef> writers_between(OpRef a, OpRef b, const Slice& slice) const;
 
  private:
+  // Ops of a rank that may touch a buffer: those whose access names it, plus opaque compute,
+  // in (stream, position) order. Built per rank on first use, so a search reads only the ops
+  // of the buffer it follows instead of every op of the rank.
+  const std::vector<OpRef>& touching(int32_t rank, const std::string& buffer) const;
+
   const Schedule& s_;
   HappensBefore hb_;
   Matching m_;
+  struct RankIndex {
+    bool built = false;
+    std::unordered_map<std::string, std::vector<OpRef>> by_buffer;  // opaque ops merged in
+    std::vector<OpRef> opaque;
+  };
+  mutable std::vector<RankIndex> index_;
 };
 
 // Bytes of nccl-tests size (the larger of input and output) of a collective on a rank, and the

@@ -35,12 +35,14 @@ std::string PipelineResult::passes_json() const {
 
 namespace {
 
-std::set<int64_t> ids_of(const Schedule& s) {
-  std::set<int64_t> v;
-  for (const auto& r : s.ranks)
+// Ids of the ops `after` has that `before` had not: passes give new ops fresh ids, above every
+// id of the schedule they rewrote.
+void add_new_ids(const Schedule& before, const Schedule& after, std::set<int64_t>& out) {
+  const int64_t first_new = before.next_op_id();
+  for (const auto& r : after.ranks)
     for (const auto& st : r.streams)
-      for (const auto& op : st.ops) v.insert(op.id);
-  return v;
+      for (const auto& op : st.ops)
+        if (op.id >= first_new) out.insert(op.id);
 }
 
 // Every rank, for a whole-schedule search by the pipeline, which validates each rewrite itself.
@@ -85,9 +87,7 @@ bool enables(const Schedule& after, const std::set<int64_t>& touched, const Focu
         if (!try_apply(*p, after, g, next)) continue;
         std::set<int64_t> t2 = touched;
         for (int64_t id : g.ops) t2.insert(id);
-        std::set<int64_t> before = ids_of(after);
-        for (int64_t id : ids_of(next))
-          if (!before.count(id)) t2.insert(id);
+        add_new_ids(after, next, t2);
         if (enables(next, t2, focus, later, cm, depth - 1)) return true;
       }
     }
@@ -194,9 +194,7 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
           continue;
         }
         std::set<int64_t> touched(f.ops.begin(), f.ops.end());
-        std::set<int64_t> before = ids_of(res.schedule);
-        for (int64_t id : ids_of(next))
-          if (!before.count(id)) touched.insert(id);
+        add_new_ids(res.schedule, next, touched);
         if (later.empty() || !enables(next, touched, focus, later, cm, 1) ||
             !passes::valid(next)) {
           rejected.insert(f.ops);
