@@ -107,6 +107,7 @@ std::string to_string(const WindowSpec& w) {
     case WindowKind::Nvtx: return "nvtx:" + w.nvtx_name;
     case WindowKind::Steps:
       return "steps:" + std::to_string(w.first_step) + "-" + std::to_string(w.last_step);
+    case WindowKind::Daemon: return "daemon";
     case WindowKind::Duration: {
       char buf[64];
       std::snprintf(buf, sizeof buf, "duration:%g@%g", w.duration_s, w.delay_s);
@@ -149,7 +150,17 @@ CaptureConfig config_from_env(const GetEnv& getenv) {
   const char* out = getenv("BRAID_CAPTURE_OUTPUT");
   c.enabled = out && *out;
   if (c.enabled) c.output = out;
-  if (const char* w = getenv("BRAID_CAPTURE_WINDOW"); w && *w) {
+  if (const char* a = getenv("BRAID_CAPTURE_ATTACH"); a && *a) {
+    // Attach mode wins over a file output: the daemon decides what is captured and where.
+    c.enabled = true;
+    c.attach_socket = a;
+    c.output.clear();
+    c.window = WindowSpec{};
+    c.window.kind = WindowKind::Daemon;
+    const char* job = getenv("BRAID_CAPTURE_JOB");
+    c.job = job && *job ? job : "job";
+  }
+  if (const char* w = getenv("BRAID_CAPTURE_WINDOW"); w && *w && !c.attach()) {
     try {
       c.window = parse_window(w);
     } catch (const Error&) {
@@ -196,6 +207,11 @@ std::optional<bool> WindowController::on_range_start(std::string_view name) {
   } else if (spec_.kind == WindowKind::Steps) {
     auto step = step_from_range_name(name);
     if (!step) return std::nullopt;
+    if (steps_to_arm_ > 0) {  // attach mode: the window's steps count from this one
+      spec_.first_step = *step;
+      spec_.last_step = *step + steps_to_arm_ - 1;
+      steps_to_arm_ = 0;
+    }
     if (*step >= spec_.first_step && *step <= spec_.last_step) return set(true);
     if (*step > spec_.last_step) {
       auto r = set(false);
@@ -218,6 +234,34 @@ std::optional<bool> WindowController::on_range_end(std::string_view name) {
     }
   }
   return std::nullopt;
+}
+
+std::optional<bool> WindowController::open_duration() {
+  steps_to_arm_ = 0;
+  spec_.kind = WindowKind::Daemon;  // open until close(): the daemon times duration windows
+  finished_ = false;
+  return set(true);
+}
+
+void WindowController::open_steps(int64_t n) {
+  auto closed = set(false);
+  (void)closed;
+  spec_.kind = WindowKind::Steps;
+  spec_.first_step = spec_.last_step = -1;
+  steps_to_arm_ = std::max<int64_t>(1, n);
+  finished_ = false;
+}
+
+std::optional<bool> WindowController::close() {
+  steps_to_arm_ = 0;
+  auto r = set(false);
+  if (spec_.kind == WindowKind::Steps || spec_.kind == WindowKind::Daemon) {
+    spec_.kind = WindowKind::Daemon;
+    finished_ = false;  // the daemon may open another window later
+  } else {
+    finished_ = true;
+  }
+  return r;
 }
 
 std::optional<bool> WindowController::on_tick(double t) {

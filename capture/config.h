@@ -22,7 +22,9 @@ struct RankIdentity {
 // that order of preference.
 RankIdentity rank_from_env(const GetEnv& getenv);
 
-enum class WindowKind { All, ProfilerApi, Nvtx, Steps, Duration };
+// Daemon: attach mode, where the node daemon opens and closes windows (open_duration,
+// open_steps, close below); nothing is captured until it does.
+enum class WindowKind { All, ProfilerApi, Nvtx, Steps, Duration, Daemon };
 struct WindowSpec {
   WindowKind kind = WindowKind::All;
   std::string nvtx_name;                    // Nvtx: the range that opens the window
@@ -43,6 +45,10 @@ bool is_recorded_api(std::string_view name);
 
 struct CaptureConfig {
   std::string output;   // "dir/job.braid": each process writes dir/job.rank<R>.braid
+  // Attach mode (BRAID_CAPTURE_ATTACH): register with the node daemon on this socket and capture
+  // only the windows it opens; no output file. `job` (BRAID_CAPTURE_JOB) names the job there.
+  std::string attach_socket;
+  std::string job;
   WindowSpec window;
   std::string command;  // what was recorded (runs.source)
   size_t buffer_bytes = 8u << 20;
@@ -50,7 +56,8 @@ struct CaptureConfig {
   size_t max_buffers = 64;
   int flush_ms = 500;
   int recalibrate_ms = 2000;
-  bool enabled = false;  // BRAID_CAPTURE_OUTPUT was set
+  bool enabled = false;  // BRAID_CAPTURE_OUTPUT or BRAID_CAPTURE_ATTACH was set
+  bool attach() const { return !attach_socket.empty(); }
 };
 CaptureConfig config_from_env(const GetEnv& getenv);
 
@@ -69,11 +76,20 @@ class WindowController {
   std::optional<bool> on_tick(double seconds_since_start);
   const WindowSpec& spec() const { return spec_; }
 
+  // Attach mode (a controller made with WindowKind::Daemon). A duration window opens now and
+  // stays open until close(); a steps window opens at the start of the next step range (step S)
+  // and closes by itself at the end of step S+n-1, as a Steps window does. close() ends either.
+  std::optional<bool> open_duration();
+  void open_steps(int64_t n);
+  std::optional<bool> close();
+  bool steps_pending() const { return steps_to_arm_ > 0; }
+
  private:
   std::optional<bool> set(bool on);
   WindowSpec spec_;
   bool enabled_ = false, finished_ = false;
   int depth_ = 0;
+  int64_t steps_to_arm_ = 0;  // attach-mode steps window waiting for its first step
 };
 
 }  // namespace braid::capture

@@ -98,12 +98,34 @@ std::vector<std::pair<std::string, std::string>> capture_environment(const Recor
   // NVTX ranges reach CUPTI only through NVTX's injection hook.
   if (const char* p = std::getenv("NVTX_INJECTION64_PATH"); (!p || !*p) && !cupti_path().empty())
     env.emplace_back("NVTX_INJECTION64_PATH", cupti_path());
-  env.emplace_back("BRAID_CAPTURE_OUTPUT", fs::absolute(o.output).string());
-  env.emplace_back("BRAID_CAPTURE_WINDOW", to_string(o.window));
+  if (o.attach) {
+    env.emplace_back("BRAID_CAPTURE_ATTACH", o.socket);
+    env.emplace_back("BRAID_CAPTURE_JOB",
+                     o.job.empty() ? default_job_id(o.command, [](const char* n) { return std::getenv(n); })
+                                   : o.job);
+  } else {
+    env.emplace_back("BRAID_CAPTURE_OUTPUT", fs::absolute(o.output).string());
+    env.emplace_back("BRAID_CAPTURE_WINDOW", to_string(o.window));
+  }
   env.emplace_back("BRAID_CAPTURE_COMMAND", join(o.command));
   env.emplace_back("BRAID_CAPTURE_BUFFER_MB", std::to_string(o.buffer_mb));
   env.emplace_back("BRAID_CAPTURE_MAX_BUFFERS", std::to_string(o.max_buffers));
   return env;
+}
+
+std::string default_job_id(const std::vector<std::string>& command, const GetEnv& getenv) {
+  if (const char* s = getenv("SLURM_JOB_ID"); s && *s) return std::string("slurm-") + s;
+  if (const char* t = getenv("TORCHELASTIC_RUN_ID"); t && *t && std::string(t) != "none") return t;
+  // torchrun train.py, python -m ..., mpirun -n 8 python train.py: the script names the job.
+  for (size_t i = 1; i < command.size(); ++i) {
+    fs::path a(command[i]);
+    std::string ext = a.extension().string();
+    if (command[i].rfind("-", 0) != 0 && (ext == ".py" || ext == ".sh"))
+      return a.stem().string();
+  }
+  if (command.empty()) return "job";
+  std::string name = fs::path(command[0]).filename().string();
+  return name.empty() ? "job" : name;
 }
 
 std::vector<std::string> recorded_files(const std::string& output) {
@@ -133,14 +155,32 @@ int record(const RecordOptions& o) {
   if (o.buffer_mb < 1 || o.buffer_mb > 10)
     throw Error(ErrorCode::Usage, "record: --buffer-mb must be between 1 and 10");
   if (o.max_buffers < 1) throw Error(ErrorCode::Usage, "record: --max-buffers must be positive");
+  if (o.attach && o.socket.empty()) throw Error(ErrorCode::Usage, "record: --attach needs a socket");
   fs::path out = fs::absolute(o.output);
   std::error_code ec;
-  if (!fs::is_directory(out.parent_path(), ec))
-    throw Error(ErrorCode::NotFound,
-                o.output + ": directory " + out.parent_path().string() + " does not exist");
-  std::string reason = capture_unavailable_reason();
-  bool capture = reason.empty();
-  if (capture) {
+  std::string reason;
+  bool capture = false;
+  if (o.attach) {
+    // Attach mode writes no file here and needs no GPU to be useful: NCCL calls are captured
+    // without CUDA, and a process without a GPU still registers. Only the agent must exist.
+    std::string lib = agent_path();
+    if (lib.empty())
+      reason = "this braid was built without the capture agent (no CUDA toolkit with CUPTI at "
+               "build time)";
+    else if (!fs::exists(lib))
+      reason = "the capture agent " + lib + " is missing";
+    capture = reason.empty();
+    if (!capture)
+      std::fprintf(stderr, "braid record: attach mode unavailable: %s; the command runs without "
+                           "capture\n", reason.c_str());
+  } else {
+    if (!fs::is_directory(out.parent_path(), ec))
+      throw Error(ErrorCode::NotFound,
+                  o.output + ": directory " + out.parent_path().string() + " does not exist");
+    reason = capture_unavailable_reason();
+    capture = reason.empty();
+  }
+  if (capture && !o.attach) {
     auto old = recorded_files(o.output);
     if (!old.empty() && !o.force)
       throw Error(ErrorCode::Io, old.front() + ": already exists from an earlier recording "
@@ -181,6 +221,7 @@ int record(const RecordOptions& o) {
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (code == 127 && WIFEXITED(status)) return code;  // exec failed; already said why
 
+  if (o.attach) return code;  // the daemon wrote whatever was captured
   if (!capture) {
     std::fprintf(stderr, "braid record: nothing captured: %s; the command ran without capture\n",
                  reason.c_str());

@@ -16,7 +16,17 @@ struct RecordOptions {
   bool quiet = false;
   int buffer_mb = 8;
   int max_buffers = 64;
+  // Attach mode: no files; every process registers with the node daemon on `socket` under job
+  // id `job` and captures the windows `braid trigger` opens (docs/daemon.md).
+  bool attach = false;
+  std::string socket;  // absolute path of the daemon's socket (required with attach)
+  std::string job;     // empty: default_job_id()
 };
+
+// The job id attach mode registers under when --job is not given: $SLURM_JOB_ID ("slurm-<id>"),
+// else $TORCHELASTIC_RUN_ID, else the script a launcher or interpreter runs (train.py -> "train"),
+// else the command's name.
+std::string default_job_id(const std::vector<std::string>& command, const GetEnv& getenv);
 
 // Why nothing can be captured here, or "" when capture can run: no agent built, no CUDA driver
 // (libcuda.so.1), cuInit failing, or no GPU.
@@ -26,7 +36,8 @@ std::string capture_unavailable_reason();
 // NCCL interposer and profiler plugin, NVTX injection and the BRAID_CAPTURE_* settings.
 std::vector<std::pair<std::string, std::string>> capture_environment(const RecordOptions& o);
 
-// Runs the command (capturing when possible) and returns its exit status as a shell would
+// Runs the command (capturing when possible; in attach mode whenever the agent is built) and
+// returns its exit status as a shell would
 // (128 + signal when it was killed). Throws braid::Error on bad options or when the command
 // cannot be started.
 int record(const RecordOptions& o);

@@ -52,6 +52,14 @@ void Pipeline::post(NcclCommEvent e) { push(std::move(e)); }
 void Pipeline::post(RankInfo r) { push(std::move(r)); }
 void Pipeline::post(Diagnostic d) { push(std::move(d)); }
 void Pipeline::post_buffer(uint8_t* buf, size_t valid) { push(Buffer{buf, valid}); }
+void Pipeline::post_control(Control fn) {
+  // Never dropped for a full queue: a lost close would leave a capture window open.
+  std::lock_guard lk(mu_);
+  if (stopped_) return;
+  queue_.push_back(std::move(fn));
+  ++flush_requests_;
+  cv_.notify_all();
+}
 
 int64_t Pipeline::dropped() const {
   std::lock_guard lk(const_cast<std::mutex&>(mu_));
@@ -68,9 +76,10 @@ PipelineHooks Pipeline::hooks() {
   return hooks_;
 }
 
-void Pipeline::request_flush() {
+void Pipeline::request_flush(bool forced) {
   std::lock_guard lk(mu_);
   ++flush_requests_;
+  forced_ = forced_ || forced;
   cv_.notify_all();
 }
 
@@ -130,6 +139,8 @@ void Pipeline::drain(bool final) {
       col.set_rank_info(*r);
     } else if (auto* d = std::get_if<Diagnostic>(&item)) {
       col.count(d->code, d->count, d->severity, d->detail);
+    } else if (auto* f = std::get_if<Control>(&item)) {
+      if (*f) (*f)(col);
     }
   }
   if (h.update_counters) h.update_counters(col);

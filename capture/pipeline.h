@@ -61,11 +61,16 @@ class Pipeline {
   void post(Diagnostic d);  // added to the counter of its code
   // A completed CUPTI buffer; returned to the pool once parsed.
   void post_buffer(uint8_t* buf, size_t valid);
+  // Runs `fn` on the writer thread once everything posted before it has been handed to the
+  // collector, in order with the events (attach mode opens and closes capture windows so).
+  using Control = std::function<void(Collector&)>;
+  void post_control(Control fn);
 
   // Replaces the hooks (CUPTI attaches after the pipeline started for an NCCL call).
   void set_hooks(PipelineHooks hooks);
-  // Asks the writer thread for a drain soon, without waiting (safe inside CUPTI callbacks).
-  void request_flush();
+  // Asks the writer thread for a drain soon, without waiting (safe inside CUPTI callbacks);
+  // `forced`: CUPTI hands over its partly filled buffers too.
+  void request_flush(bool forced = false);
   // Drains everything queued so far (after asking CUPTI for its buffers) and commits it.
   void flush(bool forced = false);
   // Final flush, pending collectives written host-side, sink closed. Idempotent.
@@ -80,7 +85,7 @@ class Pipeline {
     size_t valid;
   };
   using Item = std::variant<NcclCall, NcclCallDetail, NcclProxyOp, NcclCommEvent, RankInfo,
-                            Diagnostic, Buffer>;
+                            Diagnostic, Buffer, Control>;
   void push(Item item);
   void run();
   void drain(bool final);

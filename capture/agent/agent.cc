@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "capture/daemon/client.h"
+#include "capture/daemon/window_sink.h"
 #include "capture/file_sink.h"
 
 namespace braid::capture::agent {
@@ -55,6 +57,10 @@ bool Agent::start() {
   if (!config_.enabled) return false;
   env_rank_ = rank_from_env([](const char* n) { return std::getenv(n); });
   rank_ = env_rank_.rank >= 0 ? env_rank_.rank : 0;
+  std::string rank_source = env_rank_.source.empty() ? "largest communicator" : env_rank_.source;
+  pool_ = std::make_unique<BufferPool>(config_.buffer_bytes, config_.prealloc_buffers,
+                                       config_.max_buffers);
+  if (config_.attach()) return start_attach(rank_source);
   std::string path = output_path_for(config_.output, env_rank_.rank, static_cast<long>(getpid()));
   // Two processes claiming one rank (a launcher that touched CUDA, say): the later one writes
   // beside it under its pid.
@@ -66,7 +72,6 @@ bool Agent::start() {
   so.backend = "cupti+nccl";
   so.label = "braid record, window " + to_string(config_.window);
   std::string window = to_string(config_.window);
-  std::string rank_source = env_rank_.source.empty() ? "largest communicator" : env_rank_.source;
   // The file is created on the writer thread, not on the thread that started the agent.
   SinkFactory make_sink = [path, so, window, rank_source]() -> std::unique_ptr<Sink> {
     auto sink = std::make_unique<FileSink>(path, so);
@@ -74,8 +79,6 @@ bool Agent::start() {
     sink->set_meta("capture.rank_source", rank_source);
     return sink;
   };
-  pool_ = std::make_unique<BufferPool>(config_.buffer_bytes, config_.prealloc_buffers,
-                                       config_.max_buffers);
   PipelineOptions po;
   po.flush_ms = config_.flush_ms;
   po.recalibrate_ms = config_.recalibrate_ms;
@@ -93,6 +96,100 @@ bool Agent::start() {
   window_open_.store(config_.window.kind == WindowKind::All ||
                      (config_.window.kind == WindowKind::Duration && config_.window.delay_s <= 0));
   return true;
+}
+
+bool Agent::start_attach(const std::string& rank_source) {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  daemon::AgentIdentity id;
+  id.pid = getpid();
+  id.rank = env_rank_.rank;
+  id.local_rank = env_rank_.local_rank;
+  id.world_size = env_rank_.world_size;
+  id.job_id = config_.job;
+  id.host = host;
+  if (const char* d = std::getenv("CUDA_VISIBLE_DEVICES")) id.devices = d;
+  daemon::AgentClient::Callbacks cb;
+  cb.on_open = [this](const daemon::Open& o) { on_daemon_open(o); };
+  cb.on_close = [this](uint64_t capture) { end_window(capture, "window closed", false); };
+  window_open_.store(false);  // nothing is captured until the daemon opens a window
+  try {
+    client_ = std::make_unique<daemon::AgentClient>(config_.attach_socket, id, std::move(cb));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "braid capture: attach mode unavailable in this process: %s\n", e.what());
+    return false;
+  }
+  // The sink is made on the writer thread; client_ exists by then.
+  SinkFactory make_sink = [this, rank_source]() -> std::unique_ptr<Sink> {
+    auto sink = std::make_unique<daemon::WindowSink>(*client_);
+    sink->set_meta("capture.rank_source", rank_source);
+    wsink_ = sink.get();
+    return sink;
+  };
+  PipelineOptions po;
+  po.flush_ms = config_.flush_ms;
+  po.recalibrate_ms = config_.recalibrate_ms;
+  pipeline_ = std::make_unique<Pipeline>(std::move(make_sink), rank_, kNcclExternalKind,
+                                         PipelineHooks{}, po, pool_.get());
+  pipeline_->request_flush();
+  info_.rank = rank_;
+  info_.world_size = env_rank_.world_size;
+  info_.host = host;
+  info_.pid = getpid();
+  info_.source = "braid daemon " + config_.attach_socket + ", job " + config_.job;
+  pipeline_->post(info_);
+  ready_.store(true);
+  return true;
+}
+
+void Agent::on_daemon_open(const daemon::Open& o) {
+  // A daemon quick enough to open a window while start_attach is still running waits for it.
+  for (int i = 0; i < 5000 && !ready_.load() && !stopping_.load(); ++i) usleep(1000);
+  if (!ready_.load() || stopping_.load()) return;
+  if (uint64_t prev = capture_.load(); prev && prev != o.capture_id)
+    end_window(prev, "superseded by capture " + std::to_string(o.capture_id), false);
+  capture_.store(o.capture_id);
+  uint64_t id = o.capture_id;
+  // The sink opens the window before any record made inside it reaches the writer thread.
+  pipeline_->post_control([this, id](Collector& col) {
+    if (!wsink_) return;
+    wsink_->set_before_done([&col] { col.end_cycle(true); });  // pending collectives out
+    wsink_->open_window(id);  // the daemon sets the file's capture.window and capture.job
+  });
+  const WindowOps* ops = window_ops_.load(std::memory_order_acquire);
+  if (o.mode == daemon::WindowMode::Duration) {
+    if (ops) ops->open_duration();  // CUPTI activity on; sets window_open_
+    else window_open_.store(true);
+  } else if (ops) {
+    ops->open_steps(o.value);  // opens at the next step range
+  } else {
+    Diagnostic d;
+    d.severity = Severity::Warning;
+    d.code = "capture.steps_unavailable";
+    d.detail = "a steps window was asked for, but this process has no CUDA/CUPTI to see NVTX step "
+               "ranges: nothing captured";
+    pipeline_->post(d);
+    end_window(id, "steps cannot be counted without CUDA", true);
+  }
+  pipeline_->request_flush();
+}
+
+void Agent::end_window(uint64_t id, const std::string& reason, bool activity_already_off) {
+  uint64_t expect = id;
+  if (id == 0 || !capture_.compare_exchange_strong(expect, 0)) return;  // not the open one
+  if (!activity_already_off)
+    if (const WindowOps* ops = window_ops_.load(std::memory_order_acquire)) ops->close();
+  window_open_.store(false);
+  pipeline_->post_control([this, id, reason](Collector&) {
+    if (!wsink_) return;
+    wsink_->close_window(id, reason);
+    pipeline_->request_flush(true);  // next cycle: CUPTI's last buffers in, then Done
+  });
+  pipeline_->request_flush();
+}
+
+void Agent::window_finished() {
+  if (config_.attach()) end_window(capture_.load(), "steps done", true);
 }
 
 void Agent::on_comm(const CommRecord* c) {
@@ -123,9 +220,15 @@ void Agent::attach_cupti(PipelineHooks hooks, void (*push_ext)(uint64_t), void (
 }
 
 void Agent::shutdown() {
+  stopping_.store(true);
+  if (config_.attach()) {
+    capture_.store(0);
+    window_open_.store(false);
+  }
   push_ext_.store(nullptr);
   pop_ext_.store(nullptr);
-  if (pipeline_) pipeline_->stop();
+  if (pipeline_) pipeline_->stop();  // attach mode: the sink ends an open window, "job exiting"
+  client_.reset();                   // after the last Done
 }
 
 }  // namespace braid::capture::agent

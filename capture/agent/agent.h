@@ -1,7 +1,13 @@
 // The agent inside a recorded process: one per process, started by the first of its entry
 // points to run (CUDA's injection hook, an NCCL call, NCCL's profiler plugin) when `braid record`
-// asked for a capture (BRAID_CAPTURE_OUTPUT). Processes that never touch CUDA or NCCL (the
-// launcher, shells, data-loader workers) never start it and write nothing.
+// asked for a capture (BRAID_CAPTURE_OUTPUT) or attach mode (BRAID_CAPTURE_ATTACH). Processes
+// that never touch CUDA or NCCL (the launcher, shells, data-loader workers) never start it and
+// write nothing.
+//
+// Attach mode: the agent registers with the node daemon (daemon::AgentClient, retrying in the
+// background while there is none) and captures only inside the windows the daemon opens; its
+// pipeline writes to a daemon::WindowSink, which sends each window's records to that capture.
+// Outside a window CUPTI activity is off and NCCL calls keep their sequence numbers unsent.
 #pragma once
 
 #include <atomic>
@@ -14,7 +20,21 @@
 #include "capture/config.h"
 #include "capture/pipeline.h"
 
+namespace braid::daemon {
+class AgentClient;
+class WindowSink;
+struct Open;
+}  // namespace braid::daemon
+
 namespace braid::capture::agent {
+
+// How attach mode switches CUPTI's window (cupti_agent.cc registers them once CUPTI runs; they
+// take its window lock, so never call them from inside a CUPTI callback).
+struct WindowOps {
+  void (*open_duration)();
+  void (*open_steps)(int64_t steps);
+  void (*close)();
+};
 
 // CUPTI external-correlation kind the interposer's ids travel under (CUPTI_EXTERNAL_CORRELATION_
 // KIND_CUSTOM2; frameworks use CUSTOM0/1).
@@ -55,9 +75,19 @@ class Agent {
   // Flushes and closes the output (at exit; also safe to call twice).
   void shutdown();
 
+  // Attach mode. CUPTI registers its window switches; a steps window that ended by itself (its
+  // last step ended) is reported with window_finished() from inside the CUPTI callback.
+  void set_window_ops(const WindowOps* ops) { window_ops_.store(ops, std::memory_order_release); }
+  void window_finished();
+
  private:
   Agent() = default;
   bool start();
+  bool start_attach(const std::string& rank_source);
+  void on_daemon_open(const daemon::Open& o);
+  // Ends capture `id` (when it is still the open one): switches CUPTI off unless it is already,
+  // and has the sink finish the window once its last records are in.
+  void end_window(uint64_t id, const std::string& reason, bool activity_already_off);
 
   CaptureConfig config_;
   RankIdentity env_rank_;
@@ -72,6 +102,12 @@ class Agent {
   std::atomic<void (*)()> pop_ext_{nullptr};
   std::mutex mu_;
   RankInfo info_;
+  // attach mode
+  std::unique_ptr<daemon::AgentClient> client_;
+  daemon::WindowSink* wsink_ = nullptr;  // owned by the pipeline; used on its writer thread
+  std::atomic<uint64_t> capture_{0};     // the window open on the application side, 0: none
+  std::atomic<bool> ready_{false}, stopping_{false};
+  std::atomic<const WindowOps*> window_ops_{nullptr};
 };
 
 }  // namespace braid::capture::agent

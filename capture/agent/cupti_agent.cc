@@ -1,6 +1,6 @@
 // CUDA's injection entry point and everything CUPTI: the activity buffers (from the pool, handed
 // to the writer thread when complete), the capture window switched by cudaProfilerStart/Stop,
-// NVTX ranges or a duration, the device clock for the clock fit, dropped-record counts, and the
+// NVTX ranges, a duration or (attach mode) the node daemon, the device clock for the clock fit, dropped-record counts, and the
 // external-correlation ids the NCCL interposer pushes around its launches.
 #include <cupti.h>
 #include <generated_nvtx_meta.h>
@@ -90,8 +90,30 @@ void set_activity(bool on) {
 }
 
 void apply(std::optional<bool> change) {
-  if (change) set_activity(*change);
+  if (!change) return;
+  set_activity(*change);
+  // Attach mode: a steps window that ended by itself (its last step ended) is done.
+  if (!*change && g_window && g_window->finished())
+    if (Agent* a = Agent::running(); a && a->config().attach()) a->window_finished();
 }
+
+// Attach mode: the daemon's windows (Agent calls these from its daemon thread, never from a
+// CUPTI callback).
+void attach_open_duration() {
+  std::lock_guard lk(g_window_mu);
+  if (g_window) apply(g_window->open_duration());
+}
+void attach_open_steps(int64_t n) {
+  // Step ranges arrive as NVTX callbacks; enabled outside our lock (callbacks take it).
+  cuptiEnableDomain(1, g_subscriber, CUPTI_CB_DOMAIN_NVTX);
+  std::lock_guard lk(g_window_mu);
+  if (g_window) g_window->open_steps(n);
+}
+void attach_close() {
+  std::lock_guard lk(g_window_mu);
+  if (g_window) apply(g_window->close());
+}
+const WindowOps kAttachOps{attach_open_duration, attach_open_steps, attach_close};
 
 const char* nvtx_push_name(CUpti_CallbackId cbid, const void* params) {
   const nvtxEventAttributes_t* attr = nullptr;
@@ -230,6 +252,13 @@ bool start_cupti(Agent& a) {
     apply(g_window->on_tick(t));
   };
   a.attach_cupti(std::move(hooks), push_ext, pop_ext);
+  if (w.kind == WindowKind::Daemon) {
+    // A duration window the daemon opened before this process initialized CUDA is open now.
+    a.set_window_ops(&kAttachOps);  // first: a later open goes through them
+    std::lock_guard lk(g_window_mu);
+    if (a.window_open()) apply(g_window->open_duration());
+    return true;
+  }
   std::lock_guard lk(g_window_mu);
   a.set_window_open(g_window->enabled());
   if (g_window->enabled()) set_activity(true);

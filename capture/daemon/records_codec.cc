@@ -117,6 +117,8 @@ void RecordEncoder::add(const capture::NcclCallRow& c) {
   e_.i64(c.enqueue);
   e_.i64(c.ret);
   e_.i32(c.result);
+  e_.i32(c.comm_rank);
+  e_.i32(c.comm_size);
   ++items_;
 }
 
@@ -366,6 +368,8 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
         c.enqueue = d.i64();
         c.ret = d.i64();
         c.result = d.i32();
+        c.comm_rank = d.i32();
+        c.comm_size = d.i32();
         sink.add(c);
         ++rows;
         break;

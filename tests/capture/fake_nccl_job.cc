@@ -1,10 +1,17 @@
 // One rank of a simulated NCCL job, run against the fake NCCL with libbraid_capture.so first in
-// the link order (as LD_PRELOAD puts it). Usage: fake_nccl_job RANK NRANKS DIR. Prints the number
-// of calls the fake NCCL received.
+// the link order (as LD_PRELOAD puts it). Usage: fake_nccl_job RANK NRANKS DIR [ITERS:SLEEP_MS].
+// Prints the number of calls the fake NCCL received.
+//
+// With ITERS:SLEEP_MS (a long-running job for the attach-mode tests): after the world
+// communicator is made, ITERS all-reduces on it, SLEEP_MS apart, each printed as
+// "call <seq> <host ns before> <host ns after>" (CLOCK_REALTIME, the agent's clock) so a test
+// knows which calls fell inside a capture window.
 #include <nccl.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -22,8 +29,16 @@ extern "C" int fake_nccl_calls();
     }                                                            \
   } while (0)
 
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 4) return 2;
+  if (argc != 4 && argc != 5) return 2;
+  int iters = 0, sleep_ms = 0;
+  if (argc == 5 && std::sscanf(argv[4], "%d:%d", &iters, &sleep_ms) != 2) return 2;
   int rank = std::atoi(argv[1]), n = std::atoi(argv[2]);
   std::string dir = argv[3];
   ncclUniqueId id;
@@ -43,6 +58,20 @@ int main(int argc, char** argv) {
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(0x1234);
   ncclComm_t world;
   CHECK(ncclCommInitRank(&world, n, id, rank));
+  if (iters > 0) {
+    for (int i = 0; i < iters; ++i) {
+      int64_t before = now_ns();
+      CHECK(ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, world, stream));
+      int64_t after = now_ns();
+      std::printf("call %d %lld %lld\n", i, static_cast<long long>(before),
+                  static_cast<long long>(after));
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    }
+    CHECK(ncclCommDestroy(world));
+    std::printf("calls=%d\n", fake_nccl_calls());
+    return 0;
+  }
   for (int i = 0; i < 3; ++i) CHECK(ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, world, stream));
   CHECK(ncclGroupStart());
   CHECK(ncclSend(buf, 256, ncclInt32, (rank + 1) % n, world, stream));
