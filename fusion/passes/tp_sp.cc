@@ -23,7 +23,16 @@ MemberUse use_of(const Dataflow& df, OpRef ref, const Slice& out, const Slice& s
   MemberUse m{ref, out, shard, {}, false, {}, false};
   Uses u = df.uses_after(ref, out);
   m.opaque = u.opaque;
-  m.unordered = !u.unordered.empty();
+  // Opaque compute not ordered with the collective (a lifted kernel on another stream with no
+  // event seen between them) is an unknown reader like ordered opaque compute: it makes the
+  // finding advice. A declared op racing with it makes the uses unknowable: no finding.
+  for (OpRef r : u.unordered) {
+    const Compute* c = df.schedule().op(r).compute();
+    if (c && c->opaque)
+      m.opaque.push_back(r);
+    else
+      m.unordered = true;
+  }
   for (const auto& r : u.readers)
     if (!r.elems.within(shard.offset, shard.end())) m.full.push_back(r.op);
   m.full_at_end = !u.live_at_end.within(shard.offset, shard.end());

@@ -5,6 +5,7 @@
 
 #include "analysis/synthetic.h"
 #include "fusion/lift.h"
+#include "fusion/pipeline.h"
 #include "fusion/validate.h"
 #include "trace/import/importer.h"
 #include "trace/error.h"
@@ -141,6 +142,66 @@ TEST(Lift, RealTwoRankTrace) {
     EXPECT_EQ(c.collectives + c.computes, gpu) << rank;
     EXPECT_EQ(count(s, 0).collectives, c.collectives);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The passes on a lifted real trace: opaque compute, so advice only.
+
+TEST(LiftThenFuse, RealTraceGivesAdviceWithSavingAndAssumptionAndAppliesNothingUnproven) {
+  // HTA's rank-0 trace of a 2-rank A100 job (15 All-Reduces and 6 Broadcasts of the default
+  // process group [0, 1], sizes in the trace). The job's rank-1 file is not public: the same file
+  // relabelled as rank 1 stands in for it (distributedInfo.rank is its only "rank" field), so
+  // every collective has its partner and is lifted as a collective on a 2-rank communicator.
+  test::TempDir tmp;
+  const std::string text =
+      test::gunzip_file(test::traces("hta/tests/data/nccl_parser_config/nccl_data.json.gz"));
+  ASSERT_FALSE(text.empty());
+  const std::string key = "\"rank\": 0";
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(text.find(key, at + 1), std::string::npos);
+  std::string rank1 = text;
+  rank1.replace(at, key.size(), "\"rank\": 1");
+  test::write_file(tmp.file("rank0.json"), text);
+  test::write_file(tmp.file("rank1.json"), rank1);
+  int64_t run = test::import_files({tmp.file("rank0.json"), tmp.file("rank1.json")},
+                                   tmp.file("nccl.braid"));
+  TraceReader r(tmp.file("nccl.braid"));
+  Schedule s = lift_run(r, run);
+  ASSERT_EQ(validate(s), std::vector<std::string>{});
+  ASSERT_EQ(s.ranks.size(), 2u);
+  int all_reduces = 0;
+  for (const Stream& st : s.ranks[0].streams)
+    for (const Op& op : st.ops)
+      if (op.collective() && op.collective()->op == CollOp::AllReduce) ++all_reduces;
+  EXPECT_EQ(all_reduces, 15);
+
+  PipelineResult res = run_pipeline(s, analysis::CostModel());
+  // Compute lifted from a trace is opaque: nothing the passes cannot prove is applied. Whatever
+  // is applied is legal and keeps the schedule valid (here: nothing).
+  for (const Finding& f : res.applied) EXPECT_TRUE(f.legal) << f.pass << ": " << f.summary;
+  EXPECT_EQ(validate(res.schedule), std::vector<std::string>{});
+  EXPECT_TRUE(res.applied.empty());
+  EXPECT_EQ(res.schedule, s);
+  // tp-sp advice on every All-Reduce: the opaque kernels after it might read only the rank's
+  // half, then it would be a Reduce-Scatter saving (t-1)/t of the bytes: M / 2 on 2 ranks
+  // (float32, 4 bytes per element).
+  std::map<int64_t, int> counts;  // saving -> findings
+  int tp_sp = 0;
+  for (const Finding& f : res.advice) {
+    EXPECT_FALSE(f.legal && f.saving_ns > 0 && !f.enabling) << f.pass << ": " << f.summary;
+    if (f.pass != "tp-sp") continue;
+    ++tp_sp;
+    EXPECT_FALSE(f.legal);
+    EXPECT_GT(f.saving_ns, 0);
+    EXPECT_GT(f.saving_bytes, 0);
+    EXPECT_NE(f.assumption.find("read only the rank's own 1/2 shard"), std::string::npos)
+        << f.assumption;
+    ++counts[f.saving_bytes];
+  }
+  EXPECT_EQ(tp_sp, 15);
+  for (int64_t n : {2049000, 2431040, 6563840, 6637568, 7875584})
+    EXPECT_EQ(counts[n * 4 / 2], 3) << n;
 }
 
 }  // namespace
