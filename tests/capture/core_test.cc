@@ -287,5 +287,95 @@ TEST(Launcher, EnvironmentInjectsTheAgentAndSettings) {
   EXPECT_EQ(m["BRAID_CAPTURE_COMMAND"], "python train.py --lr '1e-3 x'");
 }
 
+TEST(Config, AttachModeFromEnvironment) {
+  std::map<std::string, std::string> m{{"BRAID_CAPTURE_ATTACH", "/run/braid/daemon.sock"},
+                                       {"BRAID_CAPTURE_OUTPUT", "/o/job.braid"},
+                                       {"BRAID_CAPTURE_WINDOW", "steps:2-4"}};
+  auto env = [&](const char* k) -> const char* {
+    auto it = m.find(k);
+    return it == m.end() ? nullptr : it->second.c_str();
+  };
+  auto c = config_from_env(env);
+  EXPECT_TRUE(c.enabled);
+  EXPECT_TRUE(c.attach());
+  EXPECT_EQ(c.attach_socket, "/run/braid/daemon.sock");
+  EXPECT_EQ(c.output, "");  // the daemon writes; the window is its to choose
+  EXPECT_EQ(c.window.kind, WindowKind::Daemon);
+  EXPECT_EQ(c.job, "job");
+  m["BRAID_CAPTURE_JOB"] = "train";
+  EXPECT_EQ(config_from_env(env).job, "train");
+}
+
+TEST(Config, AttachJobIdDefaults) {
+  std::map<std::string, std::string> m;
+  auto env = [&](const char* k) -> const char* {
+    auto it = m.find(k);
+    return it == m.end() ? nullptr : it->second.c_str();
+  };
+  EXPECT_EQ(default_job_id({"torchrun", "--nproc-per-node", "8", "/x/train.py", "--lr", "1"}, env),
+            "train");
+  EXPECT_EQ(default_job_id({"/usr/bin/my_app", "-n", "3"}, env), "my_app");
+  m["TORCHELASTIC_RUN_ID"] = "rdzv42";
+  EXPECT_EQ(default_job_id({"torchrun", "train.py"}, env), "rdzv42");
+  m["SLURM_JOB_ID"] = "1234";
+  EXPECT_EQ(default_job_id({"torchrun", "train.py"}, env), "slurm-1234");
+  RecordOptions o;
+  o.attach = true;
+  o.socket = "/tmp/d.sock";
+  o.job = "train";
+  o.command = {"python", "train.py"};
+  auto e = capture_environment(o);
+  std::map<std::string, std::string> got(e.begin(), e.end());
+  EXPECT_EQ(got["BRAID_CAPTURE_ATTACH"], "/tmp/d.sock");
+  EXPECT_EQ(got["BRAID_CAPTURE_JOB"], "train");
+  EXPECT_EQ(got.count("BRAID_CAPTURE_OUTPUT"), 0u);
+  EXPECT_EQ(got.count("LD_PRELOAD"), 1u);
+}
+
+TEST(Window, DaemonDurationWindowsOpenAndCloseRepeatedly) {
+  WindowSpec spec;
+  spec.kind = WindowKind::Daemon;
+  WindowController w(spec);
+  EXPECT_FALSE(w.enabled());
+  EXPECT_EQ(w.on_tick(100.0), std::nullopt);  // the daemon times its windows, not the agent
+  EXPECT_EQ(w.on_range_start("ProfilerStep#3"), std::nullopt);
+  EXPECT_EQ(w.on_profiler_api(true), std::nullopt);
+  EXPECT_EQ(w.open_duration(), true);
+  EXPECT_EQ(w.on_tick(1000.0), std::nullopt);
+  EXPECT_EQ(w.close(), false);
+  EXPECT_FALSE(w.finished());  // another window may come
+  EXPECT_EQ(w.close(), std::nullopt);
+  EXPECT_EQ(w.open_duration(), true);
+  EXPECT_EQ(w.close(), false);
+}
+
+TEST(Window, DaemonStepsWindowCountsFromTheNextStep) {
+  WindowSpec spec;
+  spec.kind = WindowKind::Daemon;
+  WindowController w(spec);
+  w.open_steps(2);
+  EXPECT_TRUE(w.steps_pending());
+  EXPECT_FALSE(w.enabled());
+  EXPECT_EQ(w.on_range_end("ProfilerStep#6"), std::nullopt);  // a step already running
+  EXPECT_EQ(w.on_range_start("forward"), std::nullopt);
+  EXPECT_EQ(w.on_range_start("ProfilerStep#7"), true);  // steps 7 and 8
+  EXPECT_FALSE(w.steps_pending());
+  EXPECT_EQ(w.on_range_end("ProfilerStep#7"), std::nullopt);
+  EXPECT_EQ(w.on_range_start("ProfilerStep#8"), std::nullopt);
+  EXPECT_EQ(w.on_range_end("ProfilerStep#8"), false);
+  EXPECT_TRUE(w.finished());  // ended by itself: the agent sends done
+  EXPECT_EQ(w.on_range_start("ProfilerStep#9"), std::nullopt);
+  EXPECT_EQ(w.close(), std::nullopt);
+  EXPECT_FALSE(w.finished());
+  // The daemon closes a steps window that is still waiting or running.
+  w.open_steps(5);
+  EXPECT_EQ(w.on_range_start("step 20"), true);
+  EXPECT_EQ(w.close(), false);
+  EXPECT_EQ(w.on_range_start("step 21"), std::nullopt);
+  w.open_steps(1);
+  EXPECT_EQ(w.close(), std::nullopt);
+  EXPECT_FALSE(w.steps_pending());
+}
+
 }  // namespace
 }  // namespace braid::capture
