@@ -21,24 +21,8 @@ namespace {
 using ::testing::HasSubstr;
 using test::TempDir;
 
-struct Result {
-  int code;
-  std::string out, err;
-};
 
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
-Result braid_cli(const TempDir& tmp, const std::string& args) {
-  std::string cmd = std::string(BRAID_CLI) + " " + args + " >" + tmp.file("stdout") + " 2>" +
-                    tmp.file("stderr") + " </dev/null";
-  int st = std::system(cmd.c_str());
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, slurp(tmp.file("stdout")), slurp(tmp.file("stderr"))};
-}
 
 TEST(AnalysisCli, MergePerRankFilesThenAnalyze) {
   TempDir tmp;
@@ -53,7 +37,7 @@ TEST(AnalysisCli, MergePerRankFilesThenAnalyze) {
     inputs += " " + f;
   }
   std::string merged = tmp.file("job.braid");
-  Result m = braid_cli(tmp, "merge" + inputs + " -o " + merged);
+  test::CliResult m = test::run_braid(tmp, "merge" + inputs + " -o " + merged);
   ASSERT_EQ(m.code, 0) << m.err;
   {
     TraceReader r(merged);
@@ -68,19 +52,19 @@ TEST(AnalysisCli, MergePerRankFilesThenAnalyze) {
           << "rank " << k;
   }
   // Merging a rank twice is refused and the existing output is left alone.
-  auto before = slurp(merged);
-  Result dup = braid_cli(tmp, "merge" + inputs + " " + tmp.file("rank1.braid") + " -o " + merged);
+  auto before = test::slurp(merged);
+  test::CliResult dup = test::run_braid(tmp, "merge" + inputs + " " + tmp.file("rank1.braid") + " -o " + merged);
   EXPECT_NE(dup.code, 0);
   EXPECT_THAT(dup.err, HasSubstr("braid: error: "));
-  EXPECT_EQ(slurp(merged), before);
+  EXPECT_EQ(test::slurp(merged), before);
 
-  Result a = braid_cli(tmp, "analyze " + merged + " --json");
+  test::CliResult a = test::run_braid(tmp, "analyze " + merged + " --json");
   ASSERT_EQ(a.code, 0) << a.err;
   simdjson::dom::parser p;
   simdjson::dom::element doc;
   ASSERT_EQ(p.parse(a.out).get(doc), simdjson::SUCCESS) << a.out.substr(0, 400);
   EXPECT_THAT(a.out, HasSubstr("\"late_rank\":3"));  // the planted straggler
-  Result text = braid_cli(tmp, "analyze " + merged);
+  test::CliResult text = test::run_braid(tmp, "analyze " + merged);
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_THAT(text.out, HasSubstr("rank 3"));
   {
@@ -92,15 +76,15 @@ TEST(AnalysisCli, MergePerRankFilesThenAnalyze) {
 
 TEST(AnalysisCli, ErrorsAreOneLineWithAnExitCode) {
   TempDir tmp;
-  Result r = braid_cli(tmp, "analyze " + tmp.file("missing.braid"));
+  auto r = test::run_braid(tmp, "analyze " + tmp.file("missing.braid"));
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("braid: error: "));
   std::string f = tmp.file("job.braid");
   write_synthetic_job(f, SyntheticJob{});
-  r = braid_cli(tmp, "analyze " + f + " --run 99");
+  r = test::run_braid(tmp, "analyze " + f + " --run 99");
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.err, HasSubstr("braid: error: "));
-  r = braid_cli(tmp, "merge -o " + tmp.file("x.braid"));
+  r = test::run_braid(tmp, "merge -o " + tmp.file("x.braid"));
   EXPECT_EQ(r.code, 2);  // inputs are required
 }
 

@@ -19,26 +19,10 @@ namespace {
 using test::TempDir;
 using test::traces;
 
-struct Result {
-  int code;
-  std::string out, err;
-};
 
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
-Result braid_cli(const TempDir& tmp, const std::string& args) {
-  std::string cmd = std::string(BRAID_CLI) + " " + args + " >" + tmp.file("stdout") + " 2>" +
-                    tmp.file("stderr") + " </dev/null";
-  int st = std::system(cmd.c_str());
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, slurp(tmp.file("stdout")), slurp(tmp.file("stderr"))};
-}
 
-void expect_one_line_error(const Result& r, const std::string& needle) {
+void expect_one_line_error(const test::CliResult& r, const std::string& needle) {
   EXPECT_NE(r.code, 0);
   EXPECT_EQ(r.err.rfind("braid: error: ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
@@ -49,9 +33,9 @@ TEST(Cli, InfoJsonCountsMatchTheFiles) {
   TempDir tmp;
   auto f0 = traces("hta/tests/data/trace_filter/sampled_rank-0.json.gz");
   auto f1 = traces("hta/tests/data/trace_filter/sampled_rank-1.json.gz");
-  auto r = braid_cli(tmp, "import -q " + f0 + " " + f1 + " -o " + tmp.file("job.braid"));
+  auto r = test::run_braid(tmp, "import -q " + f0 + " " + f1 + " -o " + tmp.file("job.braid"));
   ASSERT_EQ(r.code, 0) << r.err;
-  r = braid_cli(tmp, "info --json " + tmp.file("job.braid"));
+  r = test::run_braid(tmp, "info --json " + tmp.file("job.braid"));
   ASSERT_EQ(r.code, 0) << r.err;
   auto c0 = test::count_kineto(f0), c1 = test::count_kineto(f1);
   simdjson::dom::parser p;
@@ -79,8 +63,8 @@ TEST(Cli, InfoJsonCountsMatchTheFiles) {
 TEST(Cli, InfoJsonCollectiveBytes) {
   TempDir tmp;
   auto f = traces("hta/tests/data/nccl_parser_config/nccl_data.json.gz");
-  ASSERT_EQ(braid_cli(tmp, "import -q " + f + " -o " + tmp.file("n.braid")).code, 0);
-  auto r = braid_cli(tmp, "info --json " + tmp.file("n.braid"));
+  ASSERT_EQ(test::run_braid(tmp, "import -q " + f + " -o " + tmp.file("n.braid")).code, 0);
+  auto r = test::run_braid(tmp, "info --json " + tmp.file("n.braid"));
   ASSERT_EQ(r.code, 0);
   // Independent: sum of In msg nelems * 4 over the AllReduce kernels' args in the file.
   std::string text = test::gunzip_file(f);
@@ -103,14 +87,14 @@ TEST(Cli, InfoJsonCollectiveBytes) {
 TEST(Cli, TextInfoAndExport) {
   TempDir tmp;
   auto f = traces("tracelens/tests/traces/b200/eager_trace.json.gz");
-  auto r = braid_cli(tmp, "import " + f + " -o " + tmp.file("b.braid"));
+  auto r = test::run_braid(tmp, "import " + f + " -o " + tmp.file("b.braid"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("imported 1 file"), std::string::npos) << r.out;
-  r = braid_cli(tmp, "info " + tmp.file("b.braid"));
+  r = test::run_braid(tmp, "info " + tmp.file("b.braid"));
   ASSERT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("allgather"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("NVIDIA B200"), std::string::npos) << r.out;
-  r = braid_cli(tmp, "export " + tmp.file("b.braid") + " -o " + tmp.file("b.json"));
+  r = test::run_braid(tmp, "export " + tmp.file("b.braid") + " -o " + tmp.file("b.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   simdjson::dom::parser p;
   simdjson::dom::element doc;
@@ -122,38 +106,38 @@ TEST(Cli, BadInputsGiveOneLineErrorsAndKeepExistingOutput) {
   TempDir tmp;
   // An existing output that must survive every failed import below.
   auto good = traces("hta/tests/data/trace_filter/sampled_rank-0.json.gz");
-  ASSERT_EQ(braid_cli(tmp, "import -q " + good + " -o " + tmp.file("out.braid")).code, 0);
-  std::string before = slurp(tmp.file("out.braid"));
+  ASSERT_EQ(test::run_braid(tmp, "import -q " + good + " -o " + tmp.file("out.braid")).code, 0);
+  std::string before = test::slurp(tmp.file("out.braid"));
 
-  auto r = braid_cli(tmp, "import -q --force " + tmp.file("nope.json") + " -o " + tmp.file("out.braid"));
+  auto r = test::run_braid(tmp, "import -q --force " + tmp.file("nope.json") + " -o " + tmp.file("out.braid"));
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("nope.json"), std::string::npos) << r.err;
 
-  std::string gz = slurp(good);
+  std::string gz = test::slurp(good);
   test::write_file(tmp.file("cut.json.gz"), gz.substr(0, gz.size() / 3));
-  r = braid_cli(tmp, "import -q --force " + tmp.file("cut.json.gz") + " -o " + tmp.file("out.braid"));
+  r = test::run_braid(tmp, "import -q --force " + tmp.file("cut.json.gz") + " -o " + tmp.file("out.braid"));
   expect_one_line_error(r, "cut.json.gz: truncated gzip");
 
   test::write_file(tmp.file("bad.json"), "{\"traceEvents\":[{\"ph\":\"X\" \"ts\":1}]}");
-  r = braid_cli(tmp, "import -q --force " + tmp.file("bad.json") + " -o " + tmp.file("out.braid"));
+  r = test::run_braid(tmp, "import -q --force " + tmp.file("bad.json") + " -o " + tmp.file("out.braid"));
   expect_one_line_error(r, "bad.json: malformed JSON");
 
   test::write_file(tmp.file("empty.json"), "{\"traceEvents\":[]}");
-  r = braid_cli(tmp, "import -q --force " + tmp.file("empty.json") + " -o " + tmp.file("out.braid"));
+  r = test::run_braid(tmp, "import -q --force " + tmp.file("empty.json") + " -o " + tmp.file("out.braid"));
   expect_one_line_error(r, "empty.json: no trace events");
 
   test::write_file(tmp.file("junk.bin"), std::string("\x01\x02\x03garbage", 10));
-  r = braid_cli(tmp, "import -q --force " + tmp.file("junk.bin") + " -o " + tmp.file("out.braid"));
+  r = test::run_braid(tmp, "import -q --force " + tmp.file("junk.bin") + " -o " + tmp.file("out.braid"));
   expect_one_line_error(r, "junk.bin: unrecognized trace format");
 
-  EXPECT_EQ(slurp(tmp.file("out.braid")), before) << "a failed import changed the existing output";
+  EXPECT_EQ(test::slurp(tmp.file("out.braid")), before) << "a failed import changed the existing output";
 
   // Without --force an existing output is refused before any work.
-  r = braid_cli(tmp, "import -q " + good + " -o " + tmp.file("out.braid"));
+  r = test::run_braid(tmp, "import -q " + good + " -o " + tmp.file("out.braid"));
   expect_one_line_error(r, "already exists");
 
   // Readers: a non-SQLite file and a newer schema.
-  r = braid_cli(tmp, "info " + tmp.file("bad.json"));
+  r = test::run_braid(tmp, "info " + tmp.file("bad.json"));
   expect_one_line_error(r, "bad.json: not a .braid file");
   std::filesystem::copy_file(tmp.file("out.braid"), tmp.file("newer.braid"));
   {
@@ -162,9 +146,9 @@ TEST(Cli, BadInputsGiveOneLineErrorsAndKeepExistingOutput) {
     sql::exec(db, "UPDATE meta SET value='7.0' WHERE key='schema_version'");
     sqlite3_close(db);
   }
-  r = braid_cli(tmp, "info " + tmp.file("newer.braid"));
+  r = test::run_braid(tmp, "info " + tmp.file("newer.braid"));
   expect_one_line_error(r, "newer.braid: schema version 7.0 is newer");
-  r = braid_cli(tmp, "info " + tmp.file("missing.braid"));
+  r = test::run_braid(tmp, "info " + tmp.file("missing.braid"));
   expect_one_line_error(r, "missing.braid: no such file");
   // No temporary files left anywhere.
   for (auto& e : std::filesystem::directory_iterator(tmp.path()))
@@ -174,8 +158,8 @@ TEST(Cli, BadInputsGiveOneLineErrorsAndKeepExistingOutput) {
 TEST(Cli, InterruptedImportLeavesNothingBehind) {
   TempDir tmp;
   auto good = traces("hta/tests/data/trace_filter/sampled_rank-0.json.gz");
-  ASSERT_EQ(braid_cli(tmp, "import -q " + good + " -o " + tmp.file("out.braid")).code, 0);
-  std::string before = slurp(tmp.file("out.braid"));
+  ASSERT_EQ(test::run_braid(tmp, "import -q " + good + " -o " + tmp.file("out.braid")).code, 0);
+  std::string before = test::slurp(tmp.file("out.braid"));
   // A trace big enough (~120 MB) that the import is still running when SIGINT arrives.
   {
     FILE* f = std::fopen(tmp.file("big.json").c_str(), "wb");
@@ -199,22 +183,22 @@ TEST(Cli, InterruptedImportLeavesNothingBehind) {
   waitpid(pid, &st, 0);
   ASSERT_TRUE(WIFSIGNALED(st)) << "the import finished before the signal; make the input bigger";
   EXPECT_EQ(WTERMSIG(st), SIGINT);
-  EXPECT_EQ(slurp(tmp.file("out.braid")), before);
+  EXPECT_EQ(test::slurp(tmp.file("out.braid")), before);
   for (auto& e : std::filesystem::directory_iterator(tmp.path()))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
 }
 
 TEST(Cli, HelpIsTruthful) {
   TempDir tmp;
-  auto r = braid_cli(tmp, "--help");
+  auto r = test::run_braid(tmp, "--help");
   EXPECT_EQ(r.code, 0);
   for (const char* verb : {"import", "info", "export", "demo"})
     EXPECT_NE(r.out.find(verb), std::string::npos) << verb;
-  r = braid_cli(tmp, "import --help");
+  r = test::run_braid(tmp, "import --help");
   EXPECT_EQ(r.code, 0);
   for (const char* opt : {"--output", "--format", "--rank", "--append", "--force"})
     EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
-  r = braid_cli(tmp, "frobnicate");
+  r = test::run_braid(tmp, "frobnicate");
   EXPECT_NE(r.code, 0);
 }
 

@@ -5,11 +5,8 @@
 // tests/view); here they are switched off to keep the suite fast.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "trace/reader.h"
 #include "trace/sqlite_util.h"
@@ -20,21 +17,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 TEST(Demo, WholePipelineLandsInOneFile) {
   test::TempDir tmp;
   std::string out = tmp.file("demo.braid");
-  std::string cmd = std::string(BRAID_CLI) + " demo --no-mpi --no-picture -o " + out + " >" +
-                    tmp.file("stdout") + " 2>" + tmp.file("stderr") + " </dev/null";
-  int st = std::system(cmd.c_str());
-  std::string text = slurp(tmp.file("stdout"));
-  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text << slurp(tmp.file("stderr"));
+  test::CliResult run = test::run_braid(tmp, "demo --no-mpi --no-picture -o " + out);
+  const std::string& text = run.out;
+  ASSERT_EQ(run.code, 0) << text << run.err;
   EXPECT_THAT(text, HasSubstr("== 1. synthesize"));
   EXPECT_THAT(text, HasSubstr("== 3. A/B on the simulator"));
   EXPECT_THAT(text, HasSubstr("everything is in " + out));

@@ -23,36 +23,20 @@ namespace {
 using ::testing::HasSubstr;
 using test::TempDir;
 
-struct Result {
-  int code;
-  std::string out, err;
-};
 
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
-Result braid_cli(const TempDir& tmp, const std::string& args) {
-  std::string cmd = std::string(BRAID_CLI) + " " + args + " >" + tmp.file("stdout") + " 2>" +
-                    tmp.file("stderr") + " </dev/null";
-  int st = std::system(cmd.c_str());
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, slurp(tmp.file("stdout")), slurp(tmp.file("stderr"))};
-}
 
 TEST(DaemonCli, DaemonTriggerStatusEndToEnd) {
   TempDir tmp;
   std::string sock = tmp.file("d.sock"), out = tmp.file("captures");
   // No daemon yet: a clear error, exit 1.
-  Result r = braid_cli(tmp, "status --socket " + sock);
+  auto r = test::run_braid(tmp, "status --socket " + sock);
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("braid: error: no braid daemon is listening on " + sock));
-  r = braid_cli(tmp, "trigger --socket " + sock);
+  r = test::run_braid(tmp, "trigger --socket " + sock);
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("give --duration or --steps"));
-  r = braid_cli(tmp, "trigger --socket " + sock + " --duration 5parsecs");
+  r = test::run_braid(tmp, "trigger --socket " + sock + " --duration 5parsecs");
   EXPECT_EQ(r.code, 2);
 
   pid_t pid = fork();
@@ -66,11 +50,11 @@ TEST(DaemonCli, DaemonTriggerStatusEndToEnd) {
   {
     testing::FakeAgent a(sock, "train", 0), b(sock, "train", 1);
     ASSERT_TRUE(a.client().wait_registered(5000) && b.client().wait_registered(5000));
-    r = braid_cli(tmp, "status --socket " + sock);
+    r = test::run_braid(tmp, "status --socket " + sock);
     EXPECT_EQ(r.code, 0) << r.err;
     EXPECT_THAT(r.out, HasSubstr("2 registered processes"));
     EXPECT_THAT(r.out, HasSubstr("job train"));
-    r = braid_cli(tmp, "trigger --socket " + sock + " --duration 300ms");
+    r = test::run_braid(tmp, "trigger --socket " + sock + " --duration 300ms");
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_THAT(r.err, HasSubstr("started on 2 processes"));
     EXPECT_THAT(r.err, HasSubstr("0 dropped, 0 of 2 processes lost"));
@@ -83,10 +67,10 @@ TEST(DaemonCli, DaemonTriggerStatusEndToEnd) {
     EXPECT_EQ(sql::scalar(reader.db(), "SELECT COUNT(*) FROM kernels") +
                   sql::scalar(reader.db(), "SELECT COUNT(*) FROM collectives"),
               a.rows_sent() + b.rows_sent());
-    r = braid_cli(tmp, "trigger --socket " + sock + " --job nope --steps 2");
+    r = test::run_braid(tmp, "trigger --socket " + sock + " --job nope --steps 2");
     EXPECT_EQ(r.code, 2);
     EXPECT_THAT(r.err, HasSubstr("no registered process of job 'nope' (registered jobs: train)"));
-    r = braid_cli(tmp, "status --json --socket " + sock);
+    r = test::run_braid(tmp, "status --json --socket " + sock);
     EXPECT_THAT(r.out, HasSubstr("\"completed\": ["));
   }
   kill(pid, SIGTERM);

@@ -3,13 +3,16 @@
 #pragma once
 
 #include <simdjson.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,29 @@ class TempDir {
  private:
   std::string path_;
 };
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+#ifdef BRAID_CLI
+// Runs the `braid` executable (BRAID_CLI) as a user would, with no input, capturing its exit
+// status and both outputs (through files in `tmp`).
+struct CliResult {
+  int code;
+  std::string out, err;
+};
+inline CliResult run_braid(const TempDir& tmp, const std::string& args) {
+  std::string cmd = std::string(BRAID_CLI) + " " + args + " >" + tmp.file("stdout") + " 2>" +
+                    tmp.file("stderr") + " </dev/null";
+  int st = std::system(cmd.c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, slurp(tmp.file("stdout")),
+          slurp(tmp.file("stderr"))};
+}
+#endif
 
 // Imports `files` into a new .braid at `out` and returns the run id.
 inline int64_t import_files(const std::vector<std::string>& files, const std::string& out,
