@@ -36,6 +36,7 @@ const std::vector<std::unique_ptr<Pass>>& all_passes() {
     p.push_back(passes::make_tp_ep());
     p.push_back(passes::make_pp_ep());
     p.push_back(passes::make_pp_sp());
+    p.push_back(passes::make_tp_pp());
     p.push_back(passes::make_sp_ep());
     p.push_back(passes::make_coalesce());
     p.push_back(passes::make_dedup());

@@ -79,7 +79,7 @@ class Pass {
 };
 
 // Every pass, in the pipeline's default order: decompose, reorder, tp-sp, tp-ep, pp-ep, pp-sp,
-// sp-ep, coalesce, dedup, coc.
+// tp-pp, sp-ep, coalesce, dedup, coc.
 const std::vector<std::unique_ptr<Pass>>& all_passes();
 // nullptr when no pass has that name.
 const Pass* find_pass(std::string_view name);

@@ -27,6 +27,7 @@ std::unique_ptr<Pass> make_tp_sp();
 std::unique_ptr<Pass> make_tp_ep();
 std::unique_ptr<Pass> make_pp_ep();
 std::unique_ptr<Pass> make_pp_sp();
+std::unique_ptr<Pass> make_tp_pp();
 std::unique_ptr<Pass> make_sp_ep();
 std::unique_ptr<Pass> make_coalesce();
 std::unique_ptr<Pass> make_dedup();

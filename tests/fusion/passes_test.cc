@@ -496,6 +496,67 @@ TEST(Presets, PpEpIsAdviceBecauseTheUnpermuteSitsBetween) {
   }
 }
 
+TEST(Presets, TpPpIsAdviceWithTheClosedForm) {
+  // Last layer of each stage: mlp.allreduce -> residual -> send of the full activation on all t
+  // TP ranks; backward: attn.bwd.allreduce -> ln.bwd -> send. 3 stage boundaries x 2
+  // micro-batches x 2 directions.
+  Preset p = preset("tp-pp");
+  const int t = p.layout.tp;
+  Schedule s = tiny_preset("tp-pp");
+  // Bandwidth-bound links, as at the preset's real sizes (at 256-byte messages the extra
+  // collective's latency outweighs the bytes: the predicted ns is negative there).
+  auto fs = find("tp-pp", s, slow_links());
+  EXPECT_EQ(fs.size(), static_cast<size_t>(2 * (p.layout.pp - 1) * 2));
+  for (const Finding& f : fs) {
+    EXPECT_FALSE(f.legal);
+    EXPECT_EQ(f.saving_bytes, (t - 1) * kM * kDb / t);  // the P2P's (t-1)/t, net
+    EXPECT_GT(f.saving_ns, 0);
+    EXPECT_EQ(f.ops.size(), static_cast<size_t>(3 * t));  // all-reduce, sends, recvs
+    EXPECT_NE(f.assumption.find("identical on the 4 ranks"), std::string::npos) << f.assumption;
+  }
+}
+
+// tp-pp negative cases: two TP ranks all-reduce and each sends the result on to the next stage.
+Schedule tp_pp_pair(bool receivers_grouped, int64_t sent) {
+  using testing::coll;
+  using testing::p2p;
+  using testing::sl;
+  const int64_t M = 8;
+  Schedule s;
+  s.comms.push_back({"tp0", {0, 1}});
+  if (receivers_grouped) s.comms.push_back({"tp1", {2, 3}});
+  s.comms.push_back({"pp0", {0, 2}});
+  s.comms.push_back({"pp1", {1, 3}});
+  for (int32_t r = 0; r < 4; ++r) {
+    s.add_buffer(r, "partial", "float32", M);
+    s.add_buffer(r, "x", "float32", M);
+    int st = s.add_stream(r, "compute");
+    if (r < 2) {
+      s.append(r, st, coll(CollOp::AllReduce, "tp0", M, sl("partial", 0, M), sl("x", 0, M)));
+      s.append(r, st, p2p(CollOp::Send, r ? "pp1" : "pp0", r + 2, sent, sl("x", 0, sent)));
+    } else {
+      s.append(r, st, p2p(CollOp::Recv, r == 3 ? "pp1" : "pp0", r - 2, sent, sl("x", 0, sent)));
+    }
+  }
+  return s;
+}
+
+TEST(TpPp, FiresOnlyForTheFullActivationToAGroupedStage) {
+  ASSERT_EQ(validate(tp_pp_pair(true, 8)), std::vector<std::string>{});
+  auto fs = find("tp-pp", tp_pp_pair(true, 8));
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_EQ(fs[0].saving_bytes, 8 * 4 / 2);
+  EXPECT_FALSE(fs[0].legal);
+  // The receivers share no communicator to all-gather over: nothing.
+  EXPECT_TRUE(find("tp-pp", tp_pp_pair(false, 8)).empty());
+  // Only half the result is sent (not the replicated full activation): nothing.
+  EXPECT_TRUE(find("tp-pp", tp_pp_pair(true, 4)).empty());
+  // Advice is never applied.
+  auto res = run_pipeline(tp_pp_pair(true, 8), analysis::CostModel(), {{"tp-pp"}});
+  EXPECT_TRUE(res.applied.empty());
+  EXPECT_EQ(res.advice.size(), 1u);
+}
+
 TEST(Presets, PipelineKeepsOutputsOnEveryPreset) {
   for (const std::string& name : preset_names()) {
     if (name == "tp-pp") continue;  // 16 ranks: covered by the per-pass tests' size budget
