@@ -264,6 +264,21 @@ std::optional<bool> WindowController::close() {
   return r;
 }
 
+std::optional<bool> WindowController::on_range_start_id(uint64_t id, std::string_view name) {
+  // Ranges a program starts and never ends must not grow this without bound.
+  if (started_.size() >= (1u << 16)) started_.clear();
+  started_[id] = std::string(name);
+  return on_range_start(name);
+}
+
+std::optional<bool> WindowController::on_range_end_id(uint64_t id) {
+  auto it = started_.find(id);
+  if (it == started_.end()) return std::nullopt;
+  std::string name = std::move(it->second);
+  started_.erase(it);
+  return on_range_end(name);
+}
+
 std::optional<bool> WindowController::on_tick(double t) {
   if (spec_.kind != WindowKind::Duration) return std::nullopt;
   if (t >= spec_.delay_s + spec_.duration_s) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 namespace braid::capture {
 
@@ -73,6 +74,11 @@ class WindowController {
   std::optional<bool> on_profiler_api(bool start);
   std::optional<bool> on_range_start(std::string_view name);
   std::optional<bool> on_range_end(std::string_view name);
+  // Start/end ranges (nvtxRangeStartA/Ex, nvtxDomainRangeStartEx ... nvtxRangeEnd): not nested,
+  // may end on another thread, so they are keyed by NVTX's range id. An end whose start was not
+  // seen (before the callbacks were on) is ignored.
+  std::optional<bool> on_range_start_id(uint64_t id, std::string_view name);
+  std::optional<bool> on_range_end_id(uint64_t id);
   std::optional<bool> on_tick(double seconds_since_start);
   const WindowSpec& spec() const { return spec_; }
 
@@ -90,6 +96,7 @@ class WindowController {
   bool enabled_ = false, finished_ = false;
   int depth_ = 0;
   int64_t steps_to_arm_ = 0;  // attach-mode steps window waiting for its first step
+  std::unordered_map<uint64_t, std::string> started_;  // open start/end ranges by id
 };
 
 }  // namespace braid::capture

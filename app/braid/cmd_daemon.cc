@@ -26,9 +26,9 @@ void register_daemon(CLI::App& app, Action& run) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
       "daemon",
-      "Run the per-node capture daemon in the foreground (no GUI). Capture agents in attach\n"
-      "mode register with it over a Unix socket (the protocol of docs/daemon-protocol.md;\n"
-      "`braid record` does not start agents in attach mode yet); `braid trigger` opens a\n"
+      "Run the per-node capture daemon in the foreground (no GUI). The processes of jobs started\n"
+      "with `braid record --attach` register with it over a Unix socket (the protocol of\n"
+      "docs/daemon-protocol.md); `braid trigger` opens a\n"
       "capture window in every registered process of a job and the daemon writes one .braid per\n"
       "job and capture into --out. The socket and the files are owner-only; only the daemon's\n"
       "user and root may connect (checked with peer credentials). There is no network listener:\n"

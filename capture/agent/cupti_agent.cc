@@ -27,6 +27,7 @@ std::mutex g_window_mu;
 WindowController* g_window = nullptr;
 std::chrono::steady_clock::time_point g_start;
 thread_local std::vector<std::string> t_nvtx_stack;  // names of this thread's pushed ranges
+// (start/end ranges are kept by id in the WindowController, under g_window_mu)
 
 void warn(const char* what, CUptiResult rc) {
   const char* s = nullptr;
@@ -168,6 +169,23 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
         t_nvtx_stack.pop_back();
         apply(g_window->on_range_end(name));
       }
+      break;
+    // Start/end ranges: keyed by the id nvtxRangeStart* returns (they may end on another thread).
+    case CUPTI_CBID_NVTX_nvtxRangeStartA:
+    case CUPTI_CBID_NVTX_nvtxRangeStartEx:
+    case CUPTI_CBID_NVTX_nvtxDomainRangeStartEx:
+      if (nv->functionReturnValue) {
+        const char* name = nvtx_push_name(cbid, nv->functionParams);
+        auto id = *static_cast<const nvtxRangeId_t*>(nv->functionReturnValue);
+        apply(g_window->on_range_start_id(id, name ? name : ""));
+      }
+      break;
+    case CUPTI_CBID_NVTX_nvtxRangeEnd:
+      apply(g_window->on_range_end_id(static_cast<const nvtxRangeEnd_params*>(nv->functionParams)->id));
+      break;
+    case CUPTI_CBID_NVTX_nvtxDomainRangeEnd:
+      apply(g_window->on_range_end_id(
+          static_cast<const nvtxDomainRangeEnd_params*>(nv->functionParams)->core.id));
       break;
     default:
       break;

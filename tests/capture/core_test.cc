@@ -377,5 +377,35 @@ TEST(Window, DaemonStepsWindowCountsFromTheNextStep) {
   EXPECT_FALSE(w.steps_pending());
 }
 
+TEST(Window, StartEndRangesKeyedById) {
+  // nvtxRangeStartA/End: overlapping, not nested, ended by id (possibly on another thread).
+  WindowController w(parse_window("nvtx:capture me"));
+  EXPECT_EQ(w.on_range_end_id(99), std::nullopt);  // started before the callbacks: ignored
+  EXPECT_EQ(w.on_range_start_id(1, "capture me"), true);
+  EXPECT_EQ(w.on_range_start_id(2, "other"), std::nullopt);
+  EXPECT_EQ(w.on_range_start_id(3, "capture me"), std::nullopt);  // overlapping
+  EXPECT_EQ(w.on_range_end_id(1), std::nullopt);                   // 3 still open
+  EXPECT_EQ(w.on_range_end_id(2), std::nullopt);
+  EXPECT_EQ(w.on_range_end_id(3), false);
+  EXPECT_EQ(w.on_range_end_id(3), std::nullopt);  // ended twice: ignored
+  // Steps from start/end ranges, here interleaved with the next step's start.
+  WindowController s(parse_window("steps:1-2"));
+  EXPECT_EQ(s.on_range_start_id(10, "ProfilerStep#0"), std::nullopt);
+  EXPECT_EQ(s.on_range_start_id(11, "ProfilerStep#1"), true);
+  EXPECT_EQ(s.on_range_end_id(10), std::nullopt);
+  EXPECT_EQ(s.on_range_end_id(11), std::nullopt);
+  EXPECT_EQ(s.on_range_start_id(12, "ProfilerStep#2"), std::nullopt);
+  EXPECT_EQ(s.on_range_end_id(12), false);
+  EXPECT_TRUE(s.finished());
+  // The daemon's steps window counts start/end step ranges too.
+  WindowSpec spec;
+  spec.kind = WindowKind::Daemon;
+  WindowController d(spec);
+  d.open_steps(1);
+  EXPECT_EQ(d.on_range_start_id(20, "step 4"), true);
+  EXPECT_EQ(d.on_range_end_id(20), false);
+  EXPECT_TRUE(d.finished());
+}
+
 }  // namespace
 }  // namespace braid::capture
