@@ -28,12 +28,12 @@ void register_daemon(CLI::App& app, Action& run) {
       "daemon",
       "Run the per-node capture daemon in the foreground (no GUI). The processes of jobs started\n"
       "with `braid record --attach` register with it over a Unix socket (the protocol of\n"
-      "docs/daemon-protocol.md); `braid trigger` opens a\n"
-      "capture window in every registered process of a job and the daemon writes one .braid per\n"
-      "job and capture into --out. The socket and the files are owner-only; only the daemon's\n"
-      "user and root may connect (checked with peer credentials). There is no network listener:\n"
-      "fan out to many nodes with ssh, pdsh or srun (docs/daemon.md). SIGINT/SIGTERM stop it;\n"
-      "captures in progress are finished with what arrived.");
+      "docs/daemon-protocol.md); `braid trigger` opens a capture window in every registered\n"
+      "process of a job and the daemon writes one .braid per job and capture into --out. The\n"
+      "socket and the files are owner-only; only the daemon's user and root may connect (checked\n"
+      "with peer credentials). There is no network listener: fan out to many nodes with ssh, pdsh\n"
+      "or srun (docs/daemon.md). SIGINT/SIGTERM stop it; captures in progress are finished with\n"
+      "what arrived.");
   cmd->add_option("--socket", o->socket,
                   "Unix socket (default: $XDG_RUNTIME_DIR/braid/daemon.sock, /run/braid/daemon.sock "
                   "for root, else /tmp/braid-<uid>/daemon.sock)");
