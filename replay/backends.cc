@@ -40,12 +40,8 @@ std::vector<std::string> available_backends() {
 }
 
 std::unique_ptr<Executor> make_executor(std::string_view name, const analysis::CostModel& model,
-                                        Ns sim_compute_overhead_ns) {
-  if (name == "sim") {
-    SimOptions o;
-    o.compute_overhead_ns = sim_compute_overhead_ns;
-    return std::make_unique<SimExecutor>(model, o);
-  }
+                                        const SimOptions& sim) {
+  if (name == "sim") return std::make_unique<SimExecutor>(model, sim);
 #ifdef BRAID_HAVE_MPI
   if (name == "mpi") return std::make_unique<MpiExecutor>();
 #endif

@@ -167,14 +167,27 @@ std::vector<Probe> calibration_probes(int n, const CalibrationOptions& o) {
       v.push_back(std::move(p));
     }
   }
-  for (Ns d : {Ns{100'000}, Ns{500'000}})
+  // Two durations on each side of kShortestSleepNs (the mpi backend spins the short ones and,
+  // on an oversubscribed host, sleeps the long ones), each as chains of two lengths, so
+  // slowdown and overhead are fitted per regime. Long ops run on every rank at once, as the
+  // ranks of a tensor- or expert-parallel group sleep and wake together. Short ops run on rank
+  // 0 alone while the others wait in MPI, as a short op between two collectives runs: chains
+  // of spinning ops on more ranks than cores would share the cores, which the sim does not
+  // model (docs/replay.md).
+  for (Ns d : {Ns{10'000}, Ns{40'000}, Ns{100'000}, Ns{500'000}})
     for (int k : {10, 40}) {
       Probe p;
       p.count = k;
       p.compute_ns = d;
-      p.name = "compute " + std::to_string(d / 1000) + " us x" + std::to_string(k);
+      const bool alone = d < kShortestSleepNs;
+      p.name = "compute " + std::to_string(d / 1000) + " us x" + std::to_string(k) +
+               (alone ? " (rank 0)" : "");
       fusion::Schedule s = world_schedule(n, "calibrate " + p.name, 1);
-      for (int r = 0; r < n; ++r)
+      for (int r = 0; r < n; ++r) {
+        if (alone && r > 0) {
+          s.append(r, 0, fusion::Record{"idle"});
+          continue;
+        }
         for (int i = 0; i < k; ++i) {
           fusion::Compute c;
           c.label = "probe";
@@ -182,6 +195,7 @@ std::vector<Probe> calibration_probes(int n, const CalibrationOptions& o) {
           c.opaque = true;
           s.append(r, 0, c);
         }
+      }
       p.schedule = std::move(s);
       v.push_back(std::move(p));
     }
@@ -241,6 +255,33 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
     link.alpha_ns = fit[0];
     link.ns_per_byte = fit[1];
   }
+  // Per collective kind, with the algorithms the globally fitted link picks.
+  {
+    analysis::HardwareProfile cur = cal.profile;
+    cur.gpus_per_node = std::max(nranks, 1);
+    cur.intra_node.latency_ns = link.alpha_ns;
+    cur.intra_node.bandwidth_gbps = link.ns_per_byte > 0 ? 1.0 / link.ns_per_byte : 1e6;
+    analysis::CostModel model(cur);
+    std::map<CollOp, std::vector<size_t>> by_op;
+    for (size_t i = 0; i < probes.size(); ++i)
+      if (probes[i].op != CollOp::Unknown && probes[i].op != CollOp::Barrier && measured[i] > 0)
+        by_op[probes[i].op].push_back(i);
+    for (const auto& [op, idx] : by_op) {
+      std::vector<std::vector<double>> x;
+      std::vector<double> y, w;
+      for (size_t i : idx) {
+        const Probe& p = probes[i];
+        const int t = op == CollOp::Send ? 2 : nranks;
+        const analysis::Algorithm algo = model.choose(op, p.bytes, t);
+        x.push_back({p.count * analysis::latency_steps(op, t, algo),
+                     p.count * analysis::wire_factor(op, t, algo) * static_cast<double>(p.bytes)});
+        y.push_back(measured[i] - c0);
+        w.push_back(1.0 / (measured[i] * measured[i]));
+      }
+      const std::vector<double> f = fit_nonneg(x, y, w, /*intercept=*/false);
+      cal.op_links[op] = {f[0], f[1]};
+    }
+  }
   cal.profile.name = cal.profile.name + "-calibrated";
   cal.profile.description = "calibrated on this host: " + std::to_string(nranks) + " " +
                             cal.backend + " ranks (braid replay --calibrate)";
@@ -250,19 +291,32 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
   cal.profile.intra_node.bandwidth_gbps =
       link.ns_per_byte > 1e-9 ? 1.0 / link.ns_per_byte : 1000.0;
 
-  // Compute: T - c0 - count * duration = count * overhead.
-  std::vector<std::vector<double>> x;
-  std::vector<double> y, w;
-  for (size_t i = 0; i < probes.size(); ++i) {
-    const Probe& p = probes[i];
-    if (p.op != CollOp::Unknown || measured[i] <= 0) continue;
-    x.push_back({static_cast<double>(p.count)});
-    y.push_back(measured[i] - c0 - static_cast<double>(p.count) * static_cast<double>(p.compute_ns));
-    w.push_back(1.0 / (measured[i] * measured[i]));
+  // Compute, per regime: T - c0 = count * (slowdown * duration + overhead).
+  for (bool short_ops : {true, false}) {
+    std::vector<std::vector<double>> x;
+    std::vector<double> y, w;
+    for (size_t i = 0; i < probes.size(); ++i) {
+      const Probe& p = probes[i];
+      if (p.op != CollOp::Unknown || measured[i] <= 0) continue;
+      if ((p.compute_ns < kShortestSleepNs) != short_ops) continue;
+      x.push_back({static_cast<double>(p.count) * static_cast<double>(p.compute_ns),
+                   static_cast<double>(p.count)});
+      y.push_back(measured[i] - c0);
+      w.push_back(1.0 / (measured[i] * measured[i]));
+    }
+    if (x.empty()) continue;
+    const std::vector<double> f = fit_nonneg(x, y, w, /*intercept=*/false);
+    const double slowdown = f[0] > 0 ? f[0] : 1.0;
+    const Ns overhead = static_cast<Ns>(std::llround(f[1]));
+    if (short_ops) {
+      cal.short_compute_slowdown = slowdown;
+      cal.short_compute_overhead_ns = overhead;
+    } else {
+      cal.compute_slowdown = slowdown;
+      cal.compute_overhead_ns = overhead;
+    }
   }
-  if (!x.empty())
-    cal.compute_overhead_ns =
-        static_cast<Ns>(std::llround(fit_nonneg(x, y, w, /*intercept=*/false)[0]));
+  const SimOptions so = cal.sim_options();
   const double cc0 = c0;
 
   // How well the fitted model reproduces the probes.
@@ -275,10 +329,15 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
     if (p.op == CollOp::Barrier) {
       pred = c0;
     } else if (p.op == CollOp::Unknown) {
-      pred = cc0 + p.count * static_cast<double>(p.compute_ns + cal.compute_overhead_ns);
+      pred = cc0 + p.count * static_cast<double>(so.compute_cost(p.compute_ns));
     } else {
       const int t = p.op == CollOp::Send ? 2 : nranks;
-      pred = c0 + p.count * static_cast<double>(model.collective_ns(p.op, p.bytes, t));
+      const analysis::Algorithm algo = model.choose(p.op, p.bytes, t);
+      const analysis::LinkCost l = so.op_links.count(p.op) ? so.op_links.at(p.op)
+                                                           : model.link_for({}, {});
+      pred = c0 + p.count * l.time_ns(analysis::latency_steps(p.op, t, algo),
+                                      analysis::wire_factor(p.op, t, algo) *
+                                          static_cast<double>(p.bytes));
     }
     cal.samples.push_back({p.name, static_cast<Ns>(measured[i]), static_cast<Ns>(pred)});
     if (measured[i] > 0) {
@@ -290,18 +349,41 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
   return cal;
 }
 
+SimOptions Calibration::sim_options() const {
+  SimOptions so;
+  so.compute_overhead_ns = compute_overhead_ns;
+  so.compute_slowdown = compute_slowdown;
+  so.short_compute_overhead_ns = short_compute_overhead_ns;
+  so.short_compute_slowdown = short_compute_slowdown;
+  so.short_compute_below_ns = kShortestSleepNs;
+  so.op_links = op_links;
+  return so;
+}
+
 std::string Calibration::to_json() const {
   std::string p = analysis::profile_to_json(profile);
   const size_t brace = p.rfind('}');
   std::string body = p.substr(0, brace);
   while (!body.empty() && (body.back() == '\n' || body.back() == ' ')) body.pop_back();
-  char buf[512];
+  char buf[768];
   std::snprintf(buf, sizeof buf,
                 ",\n  \"replay\": {\"backend\": \"%s\", \"ranks\": %d, \"compute_overhead_ns\": "
-                "%lld, \"step_overhead_ns\": %lld, \"mean_rel_error\": %.4f}\n}\n",
+                "%lld, \"compute_slowdown\": %.4f, \"short_compute_overhead_ns\": %lld, "
+                "\"short_compute_slowdown\": %.4f, \"short_compute_below_ns\": %lld, "
+                "\"step_overhead_ns\": %lld, \"mean_rel_error\": %.4f, \"op_links\": {",
                 backend.c_str(), ranks, static_cast<long long>(compute_overhead_ns),
+                compute_slowdown, static_cast<long long>(short_compute_overhead_ns),
+                short_compute_slowdown, static_cast<long long>(kShortestSleepNs),
                 static_cast<long long>(step_overhead_ns), mean_rel_error);
-  return body + buf;
+  std::string links;
+  for (const auto& [op, l] : op_links) {
+    char one[160];
+    std::snprintf(one, sizeof one, "%s\"%s\": {\"alpha_ns\": %.1f, \"ns_per_byte\": %.6g}",
+                  links.empty() ? "" : ", ", std::string(to_string(op)).c_str(), l.alpha_ns,
+                  l.ns_per_byte);
+    links += one;
+  }
+  return body + buf + links + "}}\n}\n";
 }
 
 SimProfile load_sim_profile(const std::string& name_or_path) {
@@ -317,9 +399,34 @@ SimProfile load_sim_profile(const std::string& name_or_path) {
   if (root["replay"].get(replay)) return sp;
   int64_t ov = 0;
   if (replay["compute_overhead_ns"].get_int64().get(ov) == simdjson::SUCCESS) {
-    sp.compute_overhead_ns = std::max<int64_t>(ov, 0);
+    sp.sim.compute_overhead_ns = std::max<int64_t>(ov, 0);
     sp.calibrated = true;
   }
+  // Files written before the per-regime fit have only compute_overhead_ns: one pair for all.
+  auto number = [&](const char* key, double& out) {
+    double d;
+    if (replay[key].get_double().get(d) == simdjson::SUCCESS && d >= 0) out = d;
+  };
+  auto integer = [&](const char* key, Ns& out) {
+    int64_t v;
+    if (replay[key].get_int64().get(v) == simdjson::SUCCESS && v >= 0) out = v;
+  };
+  number("compute_slowdown", sp.sim.compute_slowdown);
+  number("short_compute_slowdown", sp.sim.short_compute_slowdown);
+  integer("short_compute_overhead_ns", sp.sim.short_compute_overhead_ns);
+  integer("short_compute_below_ns", sp.sim.short_compute_below_ns);
+  simdjson::dom::object links;
+  if (replay["op_links"].get_object().get(links) == simdjson::SUCCESS)
+    for (auto [key, v] : links) {
+      const std::optional<CollOp> op = coll_op_from_string(key);
+      double a = 0, b = 0;
+      if (!op || v["alpha_ns"].get_double().get(a) || v["ns_per_byte"].get_double().get(b))
+        throw Error(ErrorCode::BadFormat, name_or_path + ": replay.op_links." +
+                                              std::string(key) +
+                                              ": expected a collective with alpha_ns and "
+                                              "ns_per_byte");
+      sp.sim.op_links[*op] = {std::max(a, 0.0), std::max(b, 0.0)};
+    }
   return sp;
 }
 

@@ -2,13 +2,17 @@
 // repeated, and chains of compute ops) are replayed on the backend, and the sim's parameters are
 // fitted to the measured step times by least squares on relative error:
 //   - the link's α (per step) and β (per byte), with the cost model's steps and wire factors for
-//     each probe's op, size and algorithm;
-//   - a per-compute-op overhead (what a compute op costs the backend beyond its duration).
+//     each probe's op, size and algorithm, over all probes (the profile's link) and per
+//     collective kind (what the sim uses for that kind);
+//   - per-compute-op overheads (what a compute op costs the backend beyond its duration), one
+//     for ops shorter than kShortestSleepNs (which the mpi backend always spins) and one for
+//     longer ops (which it sleeps on an oversubscribed host, paying the scheduler's wake-up).
 // The result is a hardware profile (a JSON file usable anywhere as --profile) whose intra-node
 // link is the fitted one, with every rank on one node, plus a "replay" object holding the
 // compute overhead and how the calibration was made.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,14 +38,26 @@ struct CalibrationSample {
 
 struct Calibration {
   analysis::HardwareProfile profile;
+  // A compute op of duration d costs slowdown · d + overhead: the first pair for ops of
+  // kShortestSleepNs and longer, the short_ pair for shorter ones (SimOptions::compute_cost).
   Ns compute_overhead_ns = 0;
+  double compute_slowdown = 1.0;
+  Ns short_compute_overhead_ns = 0;
+  double short_compute_slowdown = 1.0;
+  // α-β per probed collective kind (SimOptions::op_links); the profile's link is the fit over
+  // all of them.
+  std::map<CollOp, analysis::LinkCost> op_links;
   Ns step_overhead_ns = 0;     // fitted constant per step (not used by the sim)
   double mean_rel_error = 0;   // of the fitted model on the probes
   int ranks = 0;
   std::string backend;
   std::vector<CalibrationSample> samples;
-  // The profile JSON plus "replay": {"compute_overhead_ns", "ranks", "backend", ...}.
+  // The profile JSON plus "replay": {"compute_overhead_ns", "compute_slowdown",
+  // "short_compute_overhead_ns", "short_compute_slowdown", "short_compute_below_ns",
+  // "op_links": {"allreduce": {"alpha_ns", "ns_per_byte"}, ...}, "ranks", "backend", ...}.
   std::string to_json() const;
+  // The sim's options this calibration gives.
+  SimOptions sim_options() const;
 };
 
 // The probe schedules for `nranks` ranks (exposed for tests).
@@ -60,11 +76,17 @@ std::vector<Probe> calibration_probes(int nranks, const CalibrationOptions& o);
 Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o = {});
 
 // A profile for the sim: a built-in name or JSON file; a calibration file also gives the
-// compute overhead.
+// compute overheads.
 struct SimProfile {
   analysis::HardwareProfile profile;
-  Ns compute_overhead_ns = 0;
+  SimOptions sim;  // the calibrated compute costs (defaults when not calibrated)
   bool calibrated = false;
+  // The sim's options for a replay at `compute_scale`.
+  SimOptions sim_options(double compute_scale = 1.0) const {
+    SimOptions o = sim;
+    o.compute_scale = compute_scale;
+    return o;
+  }
 };
 SimProfile load_sim_profile(const std::string& name_or_path);
 

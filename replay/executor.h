@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -35,12 +36,42 @@ enum class DataMode : uint8_t { Timing, Check };
 // on this host has a core of its own, sleep otherwise (oversubscribed runs).
 enum class ComputeMode : uint8_t { Auto, Spin, Sleep };
 
+// Compute and delay ops shorter than this never sleep in the mpi backend, whatever the compute
+// mode: a sleeping thread wakes no sooner than the scheduler runs it again (35-160 µs measured
+// on the 2-core VM, more under load), so a shorter sleep would time the wake-up, not the op.
+// They spin to their deadline instead, which costs a core for at most this long.
+constexpr Ns kShortestSleepNs = 50'000;
+
 struct ReplayOptions {
   DataMode data = DataMode::Timing;
   ComputeMode compute = ComputeMode::Auto;
   double compute_scale = 1.0;      // compute and delay durations are multiplied by this
   Ns timeout_ns = 60'000'000'000;  // a rank stuck this long in one op ends the run (watchdog)
   int64_t max_buffer_bytes = int64_t{1} << 30;  // per rank; larger schedules are refused
+};
+
+// The sim backend's options (replay/sim.h), here so make_executor can take them.
+struct SimOptions {
+  double compute_scale = 1.0;  // compute and delay durations are multiplied by this
+  // What a compute op of scaled duration d costs the backend, from a calibration:
+  // slowdown · d + overhead. Ops with d below `short_compute_below_ns` use the short_ pair: the
+  // mpi backend spins them (kShortestSleepNs), sharing the cores with the other ranks when the
+  // host is oversubscribed, and sleeps longer ones there, paying the scheduler's wake-up.
+  // short_compute_below_ns 0: one pair for all ops.
+  Ns compute_overhead_ns = 0;
+  double compute_slowdown = 1.0;
+  Ns short_compute_overhead_ns = 0;
+  double short_compute_slowdown = 1.0;
+  Ns short_compute_below_ns = 0;
+  // A backend's own α-β per collective kind (a calibration fits one per probed op: MPI's
+  // algorithms are not NCCL's), used instead of the profile's link with the steps and wire
+  // factor of the algorithm the cost model picks; kinds not here use the profile.
+  std::map<CollOp, analysis::LinkCost> op_links;
+  Ns compute_cost(Ns d) const {
+    const bool s = d < short_compute_below_ns;
+    return static_cast<Ns>(static_cast<double>(d) * (s ? short_compute_slowdown : compute_slowdown)) +
+           (s ? short_compute_overhead_ns : compute_overhead_ns);
+  }
 };
 
 // One executed op of one rank, relative to the start of its step.
@@ -124,9 +155,10 @@ std::string launch_problem(std::string_view backend, int nranks);
 std::vector<std::string> available_backends();
 // Throws braid::Error(Unsupported) naming the backends of this build when `name` is not one.
 // `model` is the cost model of the sim backend (ignored by the others).
-// `sim_compute_overhead_ns` is added to every compute op of the sim (a calibrated backend cost).
+// `sim` gives the sim its calibrated per-compute-op overheads (its compute_scale is replaced by
+// each replay's ReplayOptions::compute_scale).
 std::unique_ptr<Executor> make_executor(std::string_view name,
                                         const analysis::CostModel& model = analysis::CostModel(),
-                                        Ns sim_compute_overhead_ns = 0);
+                                        const SimOptions& sim = {});
 
 }  // namespace braid::replay

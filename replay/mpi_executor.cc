@@ -32,6 +32,12 @@ struct MpiSession {
     int init = 0;
     MPI_Initialized(&init);
     if (!init) {
+      // OpenMPI: a process waiting in MPI (the step's barrier, a collective) polls its progress
+      // engine; with this it calls sched_yield between polls, so on an oversubscribed host the
+      // ranks that compute or move data get the cores at once. mpirun sets it itself when it
+      // places more processes than cores; set here so every launch behaves alike (a value the
+      // user gave wins). Other MPIs ignore the variable.
+      setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
       int provided = 0;
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
       if (provided < MPI_THREAD_MULTIPLE)
@@ -83,7 +89,8 @@ int to_int(int64_t v, const std::string& what) {
 
 // Sleep mode sleeps to the deadline (the thread's timer slack is 1 ns, see stream_main) and
 // does not spin after waking: on an oversubscribed host, spinning ranks would take the cores the
-// others need to wake up and make progress.
+// others need to wake up and make progress. Ops shorter than kShortestSleepNs always spin (a
+// sleep that short would time the scheduler's wake-up, not the op).
 void wait_until(Ns deadline, bool spin) {
   if (!spin) {
     timespec ts{static_cast<time_t>(deadline / 1'000'000'000),
@@ -95,9 +102,6 @@ void wait_until(Ns deadline, bool spin) {
   while (monotonic_ns() < deadline) {
   }
 }
-
-// The longest pause between two polls of a pending collective on an oversubscribed host.
-constexpr Ns kMaxPollPauseNs = 50'000;
 
 // What one op does, resolved in prepare() so a step only runs it.
 struct OpPlan {
@@ -186,7 +190,7 @@ class MpiPrepared : public PreparedReplay {
     char note[256];
     std::snprintf(note, sizeof note,
                   "mpi replay: %d processes, compute %s for %.3g x the recorded duration, %s data",
-                  world_size(), spin_ ? "spinning" : "sleeping", opt_.compute_scale,
+                  world_size(), spin_ ? "spinning" : "sleeping (ops under 50 us spin)", opt_.compute_scale,
                   check_ ? "int64 check" : "timing");
     return gather_steps(measured_, "mpi", {note});
   }
@@ -379,10 +383,10 @@ class MpiPrepared : public PreparedReplay {
       switch (p.op->kind()) {
         case fusion::OpKind::Compute:
           if (check_ && !p.op->compute()->opaque) compute_values(*p.op->compute());
-          wait_until(start + p.duration, spin_);
+          wait_until(start + p.duration, spin_ || p.duration < kShortestSleepNs);
           break;
         case fusion::OpKind::Delay:
-          wait_until(start + p.duration, spin_);
+          wait_until(start + p.duration, spin_ || p.duration < kShortestSleepNs);
           break;
         case fusion::OpKind::Record: {
           {
@@ -486,24 +490,13 @@ class MpiPrepared : public PreparedReplay {
     complete(reqs);
   }
 
-  // Waits for the requests. Spinning hosts wait in MPI; oversubscribed ones poll with a short,
-  // growing sleep in between, so threads waiting for a late peer leave the cores to the ranks
-  // that compute and move data (MPI's own blocking wait polls without pause).
+  // Waits for the requests in MPI, which polls its progress engine and, with
+  // mpi_yield_when_idle (set in MpiSession), yields the core between polls. (Polling with
+  // MPI_Testall and a sleep in between, as this backend did before, made every round of a
+  // collective wait for a sleeping rank's wake-up: 50-150 µs each on a 2-core VM, several
+  // times the collective, and varying with the host's load; docs/replay.md.)
   void complete(std::vector<MPI_Request>& reqs) {
-    const int n = static_cast<int>(reqs.size());
-    if (spin_) {
-      MPI_Waitall(n, reqs.data(), MPI_STATUSES_IGNORE);
-      return;
-    }
-    Ns pause = 2'000;
-    for (;;) {
-      int done = 0;
-      MPI_Testall(n, reqs.data(), &done, MPI_STATUSES_IGNORE);
-      if (done) return;
-      timespec ts{0, static_cast<long>(pause)};
-      nanosleep(&ts, nullptr);
-      pause = std::min<Ns>(pause * 2, kMaxPollPauseNs);
-    }
+    MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
   }
 
   // Waits for every stream of this step; ends the job when one op waits too long.

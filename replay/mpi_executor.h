@@ -10,7 +10,9 @@
 //   of the dtype's size (wrap-around, like the reference interpreter).
 // - Streams are threads (MPI_THREAD_MULTIPLE), events a condition variable per rank; compute
 //   and delay ops take their recorded duration times the compute scale, spinning on the clock
-//   or sleeping until the deadline (ComputeMode).
+//   or sleeping until the deadline (ComputeMode; ops under kShortestSleepNs always spin).
+//   Pending MPI operations complete in MPI_Waitall, which yields the core between polls
+//   (OpenMPI's mpi_yield_when_idle, set unless the environment sets it).
 // - Each step starts after an MPI_Barrier; op times are relative to the barrier's exit.
 // - A watchdog ends the job (MPI_Abort, naming the op, rank and communicator) when one op has
 //   waited longer than ReplayOptions::timeout_ns; a rank that dies makes mpirun end every rank.

@@ -1,6 +1,7 @@
 #include "replay/sim.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <unordered_map>
 
@@ -50,9 +51,10 @@ class Simulation {
         for (size_t i = 0; i < sops.size(); ++i) {
           OpInfo& oi = info_[r][st][i];
           const fusion::Op& op = sops[i];
-          if (const auto* c = op.compute())
-            oi.duration = static_cast<Ns>(static_cast<double>(c->duration_ns) * o.compute_scale) +
-                          (o.compute_scale > 0 ? o.compute_overhead_ns : 0);
+          if (const auto* c = op.compute()) {
+            const Ns d = static_cast<Ns>(static_cast<double>(c->duration_ns) * o.compute_scale);
+            oi.duration = o.compute_scale > 0 ? o.compute_cost(d) : d;
+          }
           else if (const auto* d = op.delay())
             oi.duration = static_cast<Ns>(static_cast<double>(d->duration_ns) * o.compute_scale);
           else if (const auto* e = op.record())
@@ -92,7 +94,15 @@ class Simulation {
         for (const fusion::OpRef& mem : grp.members)
           bytes = std::max(bytes, collective_bytes(*s.op(mem).collective(), nranks, esize));
       }
-      group_cost_[g] = model.collective_ns(cost_op(grp.op), bytes, nranks, grp.comm, members);
+      const CollOp op = cost_op(grp.op);
+      if (auto it = o.op_links.find(op); it != o.op_links.end()) {
+        const analysis::Algorithm algo = model.choose(op, bytes, nranks, grp.comm, members);
+        group_cost_[g] = static_cast<Ns>(std::llround(it->second.time_ns(
+            analysis::latency_steps(op, nranks, algo),
+            analysis::wire_factor(op, nranks, algo) * static_cast<double>(bytes))));
+      } else {
+        group_cost_[g] = model.collective_ns(op, bytes, nranks, grp.comm, members);
+      }
     }
   }
 

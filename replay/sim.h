@@ -1,7 +1,7 @@
 // The `sim` backend: a discrete-event simulation of a schedule with the α-β cost model.
 //
 // Every stream is an in-order queue with its own clock. Compute and delay ops take their
-// recorded duration (times the compute scale, plus a per-op overhead); a wait starts no earlier
+// recorded duration (times the compute scale, plus a per-op overhead, SimOptions in replay/executor.h); a wait starts no earlier
 // than its event's record; a collective (or send/recv pair) starts when its last member arrives
 // and takes CostModel::collective_ns for its op, size and communicator (members decide whether
 // the intra- or inter-node link of the profile's topology is used). Each member's op spans from
@@ -21,11 +21,6 @@
 #include "replay/executor.h"
 
 namespace braid::replay {
-
-struct SimOptions {
-  double compute_scale = 1.0;  // compute and delay durations are multiplied by this
-  Ns compute_overhead_ns = 0;  // added to every compute op (a backend's per-kernel cost)
-};
 
 struct SimResult {
   StepRecord step;                    // every rank's op times

@@ -42,7 +42,7 @@ int run_ab_verb(const AbOpts& o) {
   const std::string profile_name =
       o.profile.empty() ? (o.backend == "mpi" ? "cpu-shm" : "h100-nvlink") : o.profile;
   replay::SimProfile sp = replay::load_sim_profile(profile_name);
-  auto ex = replay::make_executor(o.backend, analysis::CostModel(sp.profile), sp.compute_overhead_ns);
+  auto ex = replay::make_executor(o.backend, analysis::CostModel(sp.profile), sp.sim_options());
   return replay::run_guarded(*ex, [&] {
     replay::AbOptions ao;
     ao.steps = o.steps;
@@ -55,7 +55,7 @@ int run_ab_verb(const AbOpts& o) {
     ao.replay.max_buffer_bytes = o.max_buffer_mb << 20;
     ao.data_check = !o.no_data_check;
     ao.model = analysis::CostModel(sp.profile);
-    ao.sim.compute_overhead_ns = sp.compute_overhead_ns;
+    ao.sim = sp.sim_options();
     replay::AbReport rep = replay::run_ab(*ex, base.schedule, fused.schedule, ao);
     if (!ex->reporting()) return rep.data_ok() ? 0 : 1;
 

@@ -69,11 +69,14 @@ int run_calibration(const ReplayOpts& o) {
     w.put(json);
     w.flush();
     out.commit();
-    std::printf("calibrated %s on %d ranks: α %.0f ns per step, %.3f GB/s, compute overhead %lld ns"
-                " per op (mean error on the probes %.1f%%)\n",
+    std::printf("calibrated %s on %d ranks: α %.0f ns per step, %.3f GB/s; a compute op of d costs "
+                "%.2f·d + %lld ns (%.2f·d + %lld ns below %lld us); mean error on the probes "
+                "%.1f%%\n",
                 o.backend.c_str(), n, cal.profile.intra_node.latency_ns,
-                cal.profile.intra_node.bandwidth_gbps,
-                static_cast<long long>(cal.compute_overhead_ns), 100 * cal.mean_rel_error);
+                cal.profile.intra_node.bandwidth_gbps, cal.compute_slowdown,
+                static_cast<long long>(cal.compute_overhead_ns), cal.short_compute_slowdown,
+                static_cast<long long>(cal.short_compute_overhead_ns),
+                static_cast<long long>(replay::kShortestSleepNs / 1000), 100 * cal.mean_rel_error);
     for (const auto& s : cal.samples)
       std::printf("  %-36s measured %9.3f ms  fitted %9.3f ms\n", s.probe.c_str(),
                   ms(static_cast<double>(s.measured_ns)), ms(static_cast<double>(s.predicted_ns)));
@@ -95,7 +98,7 @@ int run_replay(const ReplayOpts& o) {
       o.profile.empty() ? (o.backend == "mpi" ? "cpu-shm" : "h100-nvlink") : o.profile;
   replay::SimProfile sp = replay::load_sim_profile(profile_name);
   const analysis::CostModel model(sp.profile);
-  auto ex = replay::make_executor(o.backend, model, sp.compute_overhead_ns);
+  auto ex = replay::make_executor(o.backend, model, sp.sim_options());
   return replay::run_guarded(*ex, [&] {
     replay::ReplayOptions ro;
     ro.compute = compute_mode(o.compute);
@@ -136,9 +139,7 @@ int run_replay(const ReplayOpts& o) {
     }
     std::printf("per rank (median ms): %s\n", per.c_str());
     if (o.backend != "sim") {
-      replay::SimOptions so;
-      so.compute_scale = o.compute_scale;
-      so.compute_overhead_ns = sp.compute_overhead_ns;
+      const replay::SimOptions so = sp.sim_options(o.compute_scale);
       const double sim = static_cast<double>(replay::simulate(s, model, so).step_ns());
       const double med = replay::quantile(steps, 0.5);
       std::printf("sim prediction (profile %s): %.3f ms, measured/predicted %.3f\n",

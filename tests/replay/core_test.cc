@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -92,6 +93,26 @@ TEST(Sim, ComputeScaleAndOverheadApply) {
   const auto cm = model();
   const Ns ar = cm.collective_ns(CollOp::AllReduce, 32, 2, "world", {0, 1});
   EXPECT_EQ(simulate(s, cm, o).step_ns(), 100'000 + 1000 + ar + 50'000 + 1000);
+}
+
+TEST(Sim, ACollectiveKindsOwnLinkReplacesTheProfiles) {
+  // A calibrated α-β for all-reduce (op_links) is used with the model's steps and wire factor.
+  fusion::Schedule s = allreduce_pair(false);
+  const auto cm = model();
+  SimOptions o;
+  o.op_links[CollOp::AllReduce] = {10'000, 2.0};
+  const int64_t bytes = 32;  // 8 float32
+  const analysis::Algorithm algo = cm.choose(CollOp::AllReduce, bytes, 2, "world", {0, 1});
+  const Ns ar = static_cast<Ns>(std::llround(
+      10'000 * analysis::latency_steps(CollOp::AllReduce, 2, algo) +
+      2.0 * analysis::wire_factor(CollOp::AllReduce, 2, algo) * bytes));
+  EXPECT_EQ(simulate(s, cm, o).step_ns(), 200'000 + ar + 100'000);
+  EXPECT_NE(ar, cm.collective_ns(CollOp::AllReduce, bytes, 2, "world", {0, 1}));
+  // Other kinds keep the profile's link.
+  o.op_links.clear();
+  o.op_links[CollOp::AllGather] = {10'000, 2.0};
+  EXPECT_EQ(simulate(s, cm, o).step_ns(),
+            200'000 + cm.collective_ns(CollOp::AllReduce, bytes, 2, "world", {0, 1}) + 100'000);
 }
 
 TEST(Sim, TopologyDecidesTheLink) {
@@ -360,7 +381,7 @@ TEST(Calibrate, ProbesAreValidAndCoverTheOps) {
   EXPECT_EQ(ops, (std::set<CollOp>{CollOp::Unknown, CollOp::Barrier, CollOp::AllReduce,
                                    CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllToAll,
                                    CollOp::Send}));
-  EXPECT_EQ(compute, 4);
+  EXPECT_EQ(compute, 8);  // two durations on each side of kShortestSleepNs, two chain lengths
 }
 
 TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
@@ -369,6 +390,10 @@ TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   c.profile = *analysis::find_profile("cpu-shm");
   c.profile.intra_node.latency_ns = 4321;
   c.compute_overhead_ns = 777;
+  c.compute_slowdown = 1.25;
+  c.short_compute_overhead_ns = 55;
+  c.short_compute_slowdown = 2.5;
+  c.op_links[CollOp::AllReduce] = {1234.5, 0.25};
   c.backend = "mpi";
   c.ranks = 4;
   const std::string path = dir.file("cal.json");
@@ -378,7 +403,17 @@ TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   fclose(f);
   SimProfile sp = load_sim_profile(path);
   EXPECT_TRUE(sp.calibrated);
-  EXPECT_EQ(sp.compute_overhead_ns, 777);
+  EXPECT_EQ(sp.sim.compute_overhead_ns, 777);
+  EXPECT_DOUBLE_EQ(sp.sim.compute_slowdown, 1.25);
+  EXPECT_EQ(sp.sim.short_compute_overhead_ns, 55);
+  EXPECT_DOUBLE_EQ(sp.sim.short_compute_slowdown, 2.5);
+  EXPECT_EQ(sp.sim.short_compute_below_ns, kShortestSleepNs);
+  // A short op costs the short pair, a long one the other.
+  EXPECT_EQ(sp.sim.compute_cost(10'000), 25'000 + 55);
+  EXPECT_EQ(sp.sim.compute_cost(100'000), 125'000 + 777);
+  ASSERT_EQ(sp.sim.op_links.size(), 1u);
+  EXPECT_DOUBLE_EQ(sp.sim.op_links.at(CollOp::AllReduce).alpha_ns, 1234.5);
+  EXPECT_DOUBLE_EQ(sp.sim.op_links.at(CollOp::AllReduce).ns_per_byte, 0.25);
   EXPECT_EQ(sp.profile.intra_node.latency_ns, 4321);
   EXPECT_FALSE(load_sim_profile("h100-nvlink").calibrated);
 }
