@@ -12,6 +12,7 @@ packages=(
   libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libimgui-dev libstb-dev libglfw3-dev libgl-dev libgl1-mesa-dri libpng-dev xvfb xauth
+  openmpi-bin libopenmpi-dev
 )
 missing=()
 for p in "${packages[@]}"; do
