@@ -25,7 +25,10 @@ void at_exit() {
 
 // A forked child (a data-loader worker) must not touch the parent's writer: it has no writer
 // thread and shares the parent's file. It records nothing unless it execs.
-void in_forked_child() { g_state.store(kOff); }
+void in_forked_child() {
+  if (g_agent) g_agent->forked_child();
+  g_state.store(kOff);
+}
 
 }  // namespace
 
@@ -186,6 +189,10 @@ void Agent::end_window(uint64_t id, const std::string& reason, bool activity_alr
     pipeline_->request_flush(true);  // next cycle: CUPTI's last buffers in, then Done
   });
   pipeline_->request_flush();
+}
+
+void Agent::forked_child() {
+  if (client_) client_->abandon_in_forked_child();
 }
 
 void Agent::window_finished() {

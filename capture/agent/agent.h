@@ -79,6 +79,8 @@ class Agent {
   // last step ended) is reported with window_finished() from inside the CUPTI callback.
   void set_window_ops(const WindowOps* ops) { window_ops_.store(ops, std::memory_order_release); }
   void window_finished();
+  // A forked child records nothing; in attach mode it also lets go of the daemon connection.
+  void forked_child();
 
  private:
   Agent() = default;

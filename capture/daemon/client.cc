@@ -155,6 +155,12 @@ void AgentClient::done(uint64_t capture_id, int64_t dropped, const std::string& 
   send_frame(encode(Done{capture_id, dropped, reason}));
 }
 
+void AgentClient::abandon_in_forked_child() {
+  int fd = fd_.exchange(-1);
+  if (fd >= 0) close(fd);
+  registered_ = false;
+}
+
 bool AgentClient::connect_once() {
   int err = 0;
   int fd = connect_unix(path_, &err);

@@ -71,6 +71,9 @@ class AgentClient {
   bool send_frame(const std::string& frame);
   // Ends a window: every record of `capture_id` has been sent.
   void done(uint64_t capture_id, int64_t dropped, const std::string& reason);
+  // In a forked child (which has no client thread): drops the inherited connection so the
+  // daemon sees the parent leave when it does. The object must not be used or destroyed after.
+  void abandon_in_forked_child();
 
  private:
   void loop();

@@ -257,6 +257,28 @@ TEST(Attach, DaemonKilledMidWindowLeavesTheJobRunning) {
   }
 }
 
+TEST(Attach, AForkedChildDoesNotKeepItsParentRegistered) {
+  // A forked worker inherits the agent's daemon connection; it must let go of it, or the daemon
+  // would think the parent alive (and wait for it in captures) until the worker exits.
+  test::TempDir tmp;
+  const std::string sock = tmp.file("d.sock"), out = tmp.file("captures");
+  pid_t daemon = start_daemon(sock, out);
+  setenv("FAKE_JOB_FORK_MS", "4000", 1);
+  pid_t rec = start_record(tmp.path(), {"--socket", sock}, rank_cmd(tmp.path(), 0, 1, "10:20"));
+  unsetenv("FAKE_JOB_FORK_MS");
+  EXPECT_EQ(wait_exit(rec), 0) << test::slurp(tmp.file("record.err"));
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(wait_for(
+      [&] {
+        return test::run_braid(tmp, "status --socket " + sock).out.find("0 registered processes") !=
+               std::string::npos;
+      },
+      3000));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(3000));
+  kill(daemon, SIGTERM);
+  EXPECT_EQ(wait_exit(daemon), 0);
+}
+
 TEST(Attach, UsageErrors) {
   test::TempDir tmp;
   auto r = test::run_braid(tmp, "record --attach -o x.braid -- true");

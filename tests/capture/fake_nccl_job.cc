@@ -5,7 +5,8 @@
 // With ITERS:SLEEP_MS (a long-running job for the attach-mode tests): after the world
 // communicator is made, ITERS all-reduces on it, SLEEP_MS apart, each printed as
 // "call <seq> <host ns before> <host ns after>" (CLOCK_REALTIME, the agent's clock) so a test
-// knows which calls fell inside a capture window.
+// knows which calls fell inside a capture window. FAKE_JOB_FORK_MS=N: at the end, fork a child
+// that lives N ms more (a data-loader worker outliving its parent).
 #include <nccl.h>
 #include <unistd.h>
 
@@ -70,6 +71,12 @@ int main(int argc, char** argv) {
     }
     CHECK(ncclCommDestroy(world));
     std::printf("calls=%d\n", fake_nccl_calls());
+    std::fflush(stdout);
+    // FAKE_JOB_FORK_MS: leave behind a forked child (a data-loader worker) that outlives us.
+    if (const char* ms = std::getenv("FAKE_JOB_FORK_MS"); ms && fork() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+      _exit(0);
+    }
     return 0;
   }
   for (int i = 0; i < 3; ++i) CHECK(ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, world, stream));
