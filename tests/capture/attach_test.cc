@@ -221,18 +221,20 @@ TEST(Attach, WithoutADaemonTheJobRunsUnchanged) {
     EXPECT_EQ(e.path().string().find(".braid"), std::string::npos) << "unexpected " << e.path();
 }
 
-TEST(Attach, DaemonKilledMidWindowLeavesTheJobRunning) {
+TEST(Attach, DaemonKilledMidWindowThenRestartedTheJobRunsOnAndReregisters) {
   test::TempDir tmp;
   const std::string sock = tmp.file("d.sock"), out = tmp.file("captures");
   pid_t daemon = start_daemon(sock, out);
-  pid_t rec = start_record(tmp.path(), {"--socket", sock},
-                           rank_cmd(tmp.path(), 0, 1, "30:40"));
-  ASSERT_TRUE(wait_for(
-      [&] {
-        return test::run_braid(tmp, "status --socket " + sock).out.find("1 registered process") !=
-               std::string::npos;
-      },
-      5000));
+  pid_t rec = start_record(tmp.path(), {"--socket", sock}, rank_cmd(tmp.path(), 0, 1, "90:40"));
+  auto registered = [&] {
+    return wait_for(
+        [&] {
+          return test::run_braid(tmp, "status --socket " + sock).out.find("1 registered process") !=
+                 std::string::npos;
+        },
+        5000);
+  };
+  ASSERT_TRUE(registered());
   auto trig = test::run_braid(tmp, "trigger --socket " + sock + " --duration 10s --no-wait");
   ASSERT_EQ(trig.code, 0) << trig.err;
   std::string path = trig.out.substr(0, trig.out.find('\n'));
@@ -241,20 +243,51 @@ TEST(Attach, DaemonKilledMidWindowLeavesTheJobRunning) {
   kill(daemon, SIGKILL);
   wait_exit(daemon);
   int64_t killed = now_ns();
-  EXPECT_EQ(wait_exit(rec), 0) << test::slurp(tmp.file("record.err"));
-  std::string last;
-  auto job = job_calls(tmp.file("out0"), &last);
-  EXPECT_EQ(job.size(), 30u);
-  EXPECT_EQ(last, "calls=33");
-  EXPECT_GT(job.rbegin()->second.before, killed) << "the job went on after the daemon died";
   // The capture file holds, durably, what arrived before the kill: calls of the job only.
   ASSERT_TRUE(fs::exists(path)) << path;
-  TraceReader r(path);
-  sql::Stmt q(r.db(), "SELECT seq, enqueue_ns FROM nccl_calls");
-  while (q.step()) {
-    ASSERT_EQ(job.count(q.i64(0)), 1u);
-    EXPECT_LE(q.i64(1), killed);
+  {
+    TraceReader r(path);
+    sql::Stmt q(r.db(), "SELECT seq, enqueue_ns FROM nccl_calls");
+    while (q.step()) EXPECT_LE(q.i64(1), killed);
   }
+
+  // A new daemon on the same socket: the agent registers again and captures again.
+  daemon = start_daemon(sock, out);
+  ASSERT_TRUE(registered());
+  // No CUDA in this process, so no NVTX step ranges: a steps window ends at once, saying why.
+  auto steps = test::run_braid(tmp, "trigger --socket " + sock + " --steps 2");
+  ASSERT_EQ(steps.code, 0) << steps.err;
+  EXPECT_THAT(steps.err, HasSubstr("0 of 1 processes lost"));
+  {
+    TraceReader r(steps.out.substr(0, steps.out.find('\n')));
+    EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM nccl_calls"), 0);
+    bool said = false;
+    for (auto& d : r.diagnostics(1)) said |= d.code == "capture.steps_unavailable";
+    EXPECT_TRUE(said);
+  }
+  int64_t t0 = now_ns();
+  auto again = test::run_braid(tmp, "trigger --socket " + sock + " --duration 300ms");
+  ASSERT_EQ(again.code, 0) << again.err;
+  std::string path2 = again.out.substr(0, again.out.find('\n'));
+  EXPECT_EQ(wait_exit(rec), 0) << test::slurp(tmp.file("record.err"));
+  kill(daemon, SIGTERM);
+  EXPECT_EQ(wait_exit(daemon), 0);
+
+  std::string last;
+  auto job = job_calls(tmp.file("out0"), &last);
+  EXPECT_EQ(job.size(), 90u);
+  EXPECT_EQ(last, "calls=93");  // + unique id, init, destroy
+  EXPECT_GT(job.rbegin()->second.before, killed) << "the job went on after the daemon died";
+  TraceReader r(path2);
+  sql::Stmt q(r.db(), "SELECT seq, enqueue_ns FROM nccl_calls ORDER BY seq");
+  std::vector<int64_t> seqs;
+  while (q.step()) {
+    seqs.push_back(q.i64(0));
+    ASSERT_EQ(job.count(q.i64(0)), 1u);
+    EXPECT_GE(q.i64(1), t0);
+  }
+  ASSERT_GE(seqs.size(), 2u);
+  for (size_t i = 1; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], seqs[i - 1] + 1);
 }
 
 TEST(Attach, AForkedChildDoesNotKeepItsParentRegistered) {
