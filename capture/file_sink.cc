@@ -75,15 +75,39 @@ StrId FileSink::intern(std::string_view s) {
   return id;
 }
 
-// One row at a time: a live capture commits every 0.5 s, so batching buys little here.
-void FileSink::add(const Kernel& k) { ins_kernel_.add(kRun, k), ++pending_; }
-void FileSink::add(const Memcpy& m) { ins_memcpy_.add(kRun, m), ++pending_; }
-void FileSink::add(const ApiCall& a) { ins_api_.add(kRun, a), ++pending_; }
-void FileSink::add(const Range& r) { ins_range_.add(kRun, r), ++pending_; }
-void FileSink::add(const Collective& c) { ins_coll_.add(kRun, c), ++pending_; }
-void FileSink::add(const Step& s) { ins_step_.add(kRun, s), ++pending_; }
-void FileSink::add(const NcclCallRow& c) { ins_call_.add(kRun, c), ++pending_; }
-void FileSink::add(const ProxyOpRow& p) { ins_proxy_.add(kRun, p), ++pending_; }
+// One row at a time, inside the open transaction: checkpoint() only has to commit.
+void FileSink::add(const Kernel& k) {
+  ins_kernel_.add(kRun, k);
+  ++pending_;
+}
+void FileSink::add(const Memcpy& m) {
+  ins_memcpy_.add(kRun, m);
+  ++pending_;
+}
+void FileSink::add(const ApiCall& a) {
+  ins_api_.add(kRun, a);
+  ++pending_;
+}
+void FileSink::add(const Range& r) {
+  ins_range_.add(kRun, r);
+  ++pending_;
+}
+void FileSink::add(const Collective& c) {
+  ins_coll_.add(kRun, c);
+  ++pending_;
+}
+void FileSink::add(const Step& s) {
+  ins_step_.add(kRun, s);
+  ++pending_;
+}
+void FileSink::add(const NcclCallRow& c) {
+  ins_call_.add(kRun, c);
+  ++pending_;
+}
+void FileSink::add(const ProxyOpRow& p) {
+  ins_proxy_.add(kRun, p);
+  ++pending_;
+}
 
 void FileSink::set_rank_info(const RankInfo& r) {
   ranks_[r.rank] = r;
