@@ -174,6 +174,19 @@ std::vector<Probe> calibration_probes(int n, const CalibrationOptions& o) {
   // 0 alone while the others wait in MPI, as a short op between two collectives runs: chains
   // of spinning ops on more ranks than cores would share the cores, which the sim does not
   // model (docs/replay.md).
+  if (n >= 2) {
+    // One 64 B all-reduce per step: with the chains of 8 it separates what a step's first
+    // collective costs beyond the others (the ranks' skew leaving the step's barrier).
+    Probe p;
+    p.op = CollOp::AllReduce;
+    p.count = 1;
+    p.bytes = 64;
+    p.name = "allreduce 64 B x1";
+    fusion::Schedule s = world_schedule(n, "calibrate " + p.name, 16);
+    for (int r = 0; r < n; ++r) s.append(r, 0, coll(CollOp::AllReduce, 16, slice("a", 0, 16), slice("a", 0, 16)));
+    p.schedule = std::move(s);
+    v.push_back(std::move(p));
+  }
   for (Ns d : {Ns{10'000}, Ns{40'000}, Ns{100'000}, Ns{500'000}})
     for (int k : {10, 40}) {
       Probe p;
@@ -231,7 +244,10 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
 
   // Collectives: T - c0 = count * (α * steps + β * wire bytes), with the algorithm the cost
   // model picks for the current fit (refitted while the choice may change).
+  // A constant per probe step, the skew, is fitted with them: the first collective of a step
+  // waits for the ranks that left the step's barrier late.
   analysis::LinkCost link = analysis::LinkCost::of(cal.profile.intra_node);
+  double skew = 0;
   for (int round = 0; round < 3; ++round) {
     analysis::HardwareProfile cur = cal.profile;
     cur.gpus_per_node = std::max(nranks, 1);
@@ -245,16 +261,18 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
       if (p.op == CollOp::Unknown || p.op == CollOp::Barrier || measured[i] <= 0) continue;
       const int t = p.op == CollOp::Send ? 2 : nranks;
       const analysis::Algorithm algo = model.choose(p.op, p.bytes, t);
-      x.push_back({p.count * analysis::latency_steps(p.op, t, algo),
+      x.push_back({1.0, p.count * analysis::latency_steps(p.op, t, algo),
                    p.count * analysis::wire_factor(p.op, t, algo) * static_cast<double>(p.bytes)});
       y.push_back(measured[i] - c0);
       w.push_back(1.0 / (measured[i] * measured[i]));
     }
     if (x.empty()) break;
     std::vector<double> fit = fit_nonneg(x, y, w, /*intercept=*/false);
-    link.alpha_ns = fit[0];
-    link.ns_per_byte = fit[1];
+    skew = fit[0];
+    link.alpha_ns = fit[1];
+    link.ns_per_byte = fit[2];
   }
+  cal.start_skew_ns = static_cast<Ns>(std::llround(skew));
   // Per collective kind, with the algorithms the globally fitted link picks.
   {
     analysis::HardwareProfile cur = cal.profile;
@@ -275,7 +293,7 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
         const analysis::Algorithm algo = model.choose(op, p.bytes, t);
         x.push_back({p.count * analysis::latency_steps(op, t, algo),
                      p.count * analysis::wire_factor(op, t, algo) * static_cast<double>(p.bytes)});
-        y.push_back(measured[i] - c0);
+        y.push_back(measured[i] - c0 - skew);
         w.push_back(1.0 / (measured[i] * measured[i]));
       }
       const std::vector<double> f = fit_nonneg(x, y, w, /*intercept=*/false);
@@ -335,7 +353,7 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
       const analysis::Algorithm algo = model.choose(p.op, p.bytes, t);
       const analysis::LinkCost l = so.op_links.count(p.op) ? so.op_links.at(p.op)
                                                            : model.link_for({}, {});
-      pred = c0 + p.count * l.time_ns(analysis::latency_steps(p.op, t, algo),
+      pred = c0 + skew + p.count * l.time_ns(analysis::latency_steps(p.op, t, algo),
                                       analysis::wire_factor(p.op, t, algo) *
                                           static_cast<double>(p.bytes));
     }
@@ -357,6 +375,8 @@ SimOptions Calibration::sim_options() const {
   so.short_compute_slowdown = short_compute_slowdown;
   so.short_compute_below_ns = kShortestSleepNs;
   so.op_links = op_links;
+  so.step_start_ns = step_overhead_ns;
+  so.start_skew_ns = start_skew_ns;
   return so;
 }
 
@@ -370,11 +390,13 @@ std::string Calibration::to_json() const {
                 ",\n  \"replay\": {\"backend\": \"%s\", \"ranks\": %d, \"compute_overhead_ns\": "
                 "%lld, \"compute_slowdown\": %.4f, \"short_compute_overhead_ns\": %lld, "
                 "\"short_compute_slowdown\": %.4f, \"short_compute_below_ns\": %lld, "
-                "\"step_overhead_ns\": %lld, \"mean_rel_error\": %.4f, \"op_links\": {",
+                "\"step_overhead_ns\": %lld, \"start_skew_ns\": %lld, \"mean_rel_error\": %.4f, "
+                "\"op_links\": {",
                 backend.c_str(), ranks, static_cast<long long>(compute_overhead_ns),
                 compute_slowdown, static_cast<long long>(short_compute_overhead_ns),
                 short_compute_slowdown, static_cast<long long>(kShortestSleepNs),
-                static_cast<long long>(step_overhead_ns), mean_rel_error);
+                static_cast<long long>(step_overhead_ns), static_cast<long long>(start_skew_ns),
+                mean_rel_error);
   std::string links;
   for (const auto& [op, l] : op_links) {
     char one[160];
@@ -415,6 +437,8 @@ SimProfile load_sim_profile(const std::string& name_or_path) {
   number("short_compute_slowdown", sp.sim.short_compute_slowdown);
   integer("short_compute_overhead_ns", sp.sim.short_compute_overhead_ns);
   integer("short_compute_below_ns", sp.sim.short_compute_below_ns);
+  integer("step_overhead_ns", sp.sim.step_start_ns);
+  integer("start_skew_ns", sp.sim.start_skew_ns);
   simdjson::dom::object links;
   if (replay["op_links"].get_object().get(links) == simdjson::SUCCESS)
     for (auto [key, v] : links) {

@@ -25,8 +25,9 @@ struct CalibrationOptions {
   std::string base_profile = "cpu-shm";
   std::vector<int64_t> sizes = {64, 4096, 65536, 262144};  // bytes per probe collective
   int repeats = 8;     // collectives per probe step
-  int steps = 5;       // measured steps per probe (median)
-  int warmup = 1;
+  int steps = 15;      // measured steps per probe (median): the probes are short, and fewer
+                       // left the fit at the mercy of a few descheduled steps
+  int warmup = 2;
   ReplayOptions replay;
 };
 
@@ -47,7 +48,8 @@ struct Calibration {
   // α-β per probed collective kind (SimOptions::op_links); the profile's link is the fit over
   // all of them.
   std::map<CollOp, analysis::LinkCost> op_links;
-  Ns step_overhead_ns = 0;     // fitted constant per step (not used by the sim)
+  Ns step_overhead_ns = 0;     // the empty step: SimOptions::step_start_ns
+  Ns start_skew_ns = 0;        // SimOptions::start_skew_ns, fitted on the collective probes
   double mean_rel_error = 0;   // of the fitted model on the probes
   int ranks = 0;
   std::string backend;

@@ -67,6 +67,12 @@ struct SimOptions {
   // algorithms are not NCCL's), used instead of the profile's link with the steps and wire
   // factor of the algorithm the cost model picks; kinds not here use the profile.
   std::map<CollOp, analysis::LinkCost> op_links;
+  // Every stream starts the step at step_start_ns (a backend's wake-up of its stream threads
+  // after the step's barrier), and the first collective each rank takes part in starts
+  // start_skew_ns after its last member arrives (on an oversubscribed host the ranks leave the
+  // step's barrier at different times, and the early ones wait for the late ones there).
+  Ns step_start_ns = 0;
+  Ns start_skew_ns = 0;
   Ns compute_cost(Ns d) const {
     const bool s = d < short_compute_below_ns;
     return static_cast<Ns>(static_cast<double>(d) * (s ? short_compute_slowdown : compute_slowdown)) +

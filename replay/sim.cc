@@ -66,13 +66,15 @@ class Simulation {
                                    static_cast<int32_t>(i)});
         }
       }
-      clock_[r].assign(rs.streams.size(), 0);
+      clock_[r].assign(rs.streams.size(), o.step_start_ns);
       pc_[r].assign(rs.streams.size(), 0);
       event_time_[r].assign(events.size(), -1);
       waiters_[r].resize(events.size());
       result_.step.ranks[r].reserve(ops);
     }
     // Group costs: every member runs the collective for the slowest member's part.
+    start_skew_ = o.start_skew_ns;
+    had_collective_.assign(n, 0);
     group_cost_.resize(m.groups.size());
     group_arrived_.assign(m.groups.size(), 0);
     group_start_.assign(m.groups.size(), 0);
@@ -166,7 +168,11 @@ class Simulation {
           group_start_[g] = std::max(group_start_[g], t);
           const auto& members = m_.groups[g].members;
           if (++group_arrived_[g] < static_cast<int>(members.size())) return;
-          const Ns end = group_start_[g] + group_cost_[g];
+          Ns skew = 0;
+          for (const fusion::OpRef& mem : members)
+            if (!had_collective_[mem.rank]) skew = start_skew_;
+          for (const fusion::OpRef& mem : members) had_collective_[mem.rank] = 1;
+          const Ns end = group_start_[g] + skew + group_cost_[g];
           for (const fusion::OpRef& mem : members) {
             finish(mem.rank, mem.stream, arrival_[mem.rank][mem.stream], end);
             if (mem.rank != r || mem.stream != st) work_.push_back({mem.rank, mem.stream});
@@ -187,6 +193,8 @@ class Simulation {
   std::vector<std::vector<Ns>> arrival_;
   std::vector<Ns> group_cost_, group_start_;
   std::vector<int> group_arrived_;
+  Ns start_skew_ = 0;
+  std::vector<char> had_collective_;  // per rank: a collective of it has completed
   std::deque<std::pair<int32_t, int32_t>> work_;
   SimResult result_;
 };

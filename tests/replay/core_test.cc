@@ -115,6 +115,17 @@ TEST(Sim, ACollectiveKindsOwnLinkReplacesTheProfiles) {
             200'000 + cm.collective_ns(CollOp::AllReduce, bytes, 2, "world", {0, 1}) + 100'000);
 }
 
+TEST(Sim, StepStartAndTheFirstCollectivesSkewApply) {
+  // Streams start at step_start_ns; only the first collective of a rank waits start_skew_ns.
+  fusion::Schedule s = allreduce_pair(true);  // reduce-scatter then all-gather
+  const auto cm = model();
+  SimOptions o;
+  o.step_start_ns = 5'000;
+  o.start_skew_ns = 7'000;
+  const Ns plain = simulate(s, cm).step_ns();
+  EXPECT_EQ(simulate(s, cm, o).step_ns(), plain + 5'000 + 7'000);
+}
+
 TEST(Sim, TopologyDecidesTheLink) {
   // The same all-reduce within a node and across nodes: h100-nvlink packs 8 ranks per node.
   fusion::Schedule a = allreduce_pair(false, 2), b = allreduce_pair(false, 16, 64);
@@ -394,6 +405,8 @@ TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   c.short_compute_overhead_ns = 55;
   c.short_compute_slowdown = 2.5;
   c.op_links[CollOp::AllReduce] = {1234.5, 0.25};
+  c.step_overhead_ns = 4'000;
+  c.start_skew_ns = 9'000;
   c.backend = "mpi";
   c.ranks = 4;
   const std::string path = dir.file("cal.json");
@@ -411,6 +424,8 @@ TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   // A short op costs the short pair, a long one the other.
   EXPECT_EQ(sp.sim.compute_cost(10'000), 25'000 + 55);
   EXPECT_EQ(sp.sim.compute_cost(100'000), 125'000 + 777);
+  EXPECT_EQ(sp.sim.step_start_ns, 4'000);
+  EXPECT_EQ(sp.sim.start_skew_ns, 9'000);
   ASSERT_EQ(sp.sim.op_links.size(), 1u);
   EXPECT_DOUBLE_EQ(sp.sim.op_links.at(CollOp::AllReduce).alpha_ns, 1234.5);
   EXPECT_DOUBLE_EQ(sp.sim.op_links.at(CollOp::AllReduce).ns_per_byte, 0.25);
