@@ -372,6 +372,31 @@ TEST(CaptureMerge, UnknownTableOrColumnIsRefused) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
+// The same through `braid merge` as a user runs it: exit 0 with the summary; an unknown table is
+// exit 1 with one line naming it, and no output.
+TEST(CaptureMerge, CliCarriesCaptureRowsAndRefusesUnknownTables) {
+  test::TempDir tmp;
+  std::vector<std::string> files = {tmp.file("job.rank0.braid"), tmp.file("job.rank1.braid")};
+  write_rank(files[0], 0, 0);
+  write_rank(files[1], 1, 1'000'000);
+  test::CliResult ok = test::run_braid(tmp, "merge " + files[0] + " " + files[1] + " -o " + tmp.file("job.braid"));
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("merged 2 files (2 ranks, 88 events)"), std::string::npos) << ok.out;
+  {
+    TraceReader r(tmp.file("job.braid"));
+    EXPECT_EQ(links(r.db(), 1)["proxy->call"], 24);
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(files[1].c_str(), &db), SQLITE_OK);
+  sql::exec(db, "CREATE TABLE nccl_bootstrap(run_id INTEGER)");
+  sqlite3_close(db);
+  test::CliResult bad = test::run_braid(tmp, "merge " + files[0] + " " + files[1] + " -o " + tmp.file("new.braid"));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("table 'nccl_bootstrap'"), std::string::npos) << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("new.braid")));
+}
+
 TEST(CaptureMerge, WhatIsNotCarriedIsSaid) {
   test::TempDir tmp;
   std::vector<std::string> files = {tmp.file("a.braid"), tmp.file("b.braid")};
