@@ -147,6 +147,17 @@ bool AgentClient::send_frame(const std::string& frame) {
   return false;
 }
 
+void AgentClient::update_rank(int32_t rank, int32_t world_size) {
+  {
+    std::lock_guard<std::mutex> l(state_mu_);
+    if (id_.rank == rank && id_.world_size == world_size) return;
+    id_.rank = rank;
+    id_.world_size = world_size;
+  }
+  // Not registered yet: the hello carries it. Lost on the way: the next hello carries it.
+  send_frame(encode(RankUpdate{rank, world_size}));
+}
+
 void AgentClient::done(uint64_t capture_id, int64_t dropped, const std::string& reason) {
   {
     std::lock_guard<std::mutex> l(state_mu_);
@@ -169,9 +180,12 @@ bool AgentClient::connect_once() {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   Hello h;
   h.pid = id_.pid;
-  h.rank = id_.rank;
+  {
+    std::lock_guard<std::mutex> l(state_mu_);
+    h.rank = hello_rank_ = id_.rank;
+    h.world_size = hello_world_ = id_.world_size;
+  }
   h.local_rank = id_.local_rank;
-  h.world_size = id_.world_size;
   h.job_id = id_.job_id;
   h.host = id_.host;
   h.devices = id_.devices;
@@ -229,11 +243,15 @@ void AgentClient::loop() {
           case MsgType::Welcome: {
             Welcome w = decode_welcome(f->payload);
             agent_id_ = w.agent_id;
+            std::optional<RankUpdate> learnt;  // while the hello was on its way
             {
               std::lock_guard<std::mutex> l(state_mu_);
               registered_ = true;
+              if (id_.rank != hello_rank_ || id_.world_size != hello_world_)
+                learnt = RankUpdate{id_.rank, id_.world_size};
             }
             state_cv_.notify_all();
+            if (learnt) send_frame(encode(*learnt));
             break;
           }
           case MsgType::Open: {

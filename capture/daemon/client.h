@@ -69,6 +69,10 @@ class AgentClient {
   // Sends a whole frame; false (and the bytes counted as dropped by the caller) when there is
   // no daemon. Thread-safe; never blocks longer than the send timeout (2 s).
   bool send_frame(const std::string& frame);
+  // The process learnt its rank (from its largest communicator): tells the daemon now when
+  // registered (a Rank message: `braid status` and a capture in progress follow it), and
+  // registers with it from then on. Thread-safe; repeating the same rank sends nothing.
+  void update_rank(int32_t rank, int32_t world_size);
   // Ends a window: every record of `capture_id` has been sent.
   void done(uint64_t capture_id, int64_t dropped, const std::string& reason);
   // In a forked child (which has no client thread): drops the inherited connection so the
@@ -81,7 +85,7 @@ class AgentClient {
   void disconnect(const std::string& why);
 
   std::string path_;
-  AgentIdentity id_;
+  AgentIdentity id_;  // rank and world_size guarded by state_mu_ (update_rank)
   Callbacks cb_;
   int retry_ms_;
   std::atomic<bool> stop_{false};
@@ -93,6 +97,7 @@ class AgentClient {
   std::mutex state_mu_;
   std::condition_variable state_cv_;
   uint64_t open_capture_ = 0;  // guarded by state_mu_
+  int32_t hello_rank_ = -1, hello_world_ = -1;  // what the last hello said; state_mu_
   std::thread thread_;
 };
 

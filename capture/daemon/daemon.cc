@@ -43,7 +43,11 @@ struct Daemon::Capture {
   int64_t value = 0;
   int64_t started_ms = 0, deadline_ms = 0, grace_until_ms = -1;
   std::unique_ptr<capture::FileSink> sink;
-  std::map<uint64_t, int32_t> pending;  // agent conn id -> rank
+  std::map<uint64_t, int32_t> pending;  // agent conn id -> rank, until its done
+  // Every agent of the capture -> the rank its rows are stored under in this file. An agent's
+  // items are all written under it, so a renumber moves that agent's rows and nobody else's.
+  std::map<uint64_t, int32_t> ranks;
+  std::set<uint64_t> rank_conflicts;  // agents already diagnosed daemon.rank_conflict
   uint32_t agents = 0, lost = 0;
   int64_t records = 0, dropped = 0;
   uint64_t client = 0;  // conn to notify, 0 if none
@@ -310,6 +314,9 @@ void Daemon::on_frame(Conn& c, MsgType type, std::string_view p) {
     case MsgType::Done:
       if (c.role != Conn::Role::Agent) throw ProtocolError("done from an unregistered peer");
       return on_done(c, p);
+    case MsgType::Rank:
+      if (c.role != Conn::Role::Agent) throw ProtocolError("rank from an unregistered peer");
+      return on_rank(c, p);
     case MsgType::Trigger:
       if (c.role == Conn::Role::Agent) throw ProtocolError("agents cannot trigger captures");
       c.role = Conn::Role::Client;
@@ -422,9 +429,14 @@ void Daemon::on_trigger(Conn& c, std::string_view p) {
   cap->sink->set_meta("capture.complete", "0");
   cap->client = c.id;
   Open open{cap->id, t.mode, t.value};
+  // A process that does not know its rank yet gets a provisional one of its own (-2, -3, ...):
+  // its rows must not mix with those of a real rank (its agent writes rank 0 until it knows).
+  int32_t provisional = -2;
   for (auto& [id, a] : conns_) {
     if (a->role != Conn::Role::Agent || a->closing || a->hello.job_id != t.job_id) continue;
-    cap->pending.emplace(id, a->hello.rank);
+    int32_t rank = a->hello.rank >= 0 ? a->hello.rank : provisional--;
+    cap->pending.emplace(id, rank);
+    cap->ranks.emplace(id, rank);
     send(*a, encode(open));
   }
   cap->agents = static_cast<uint32_t>(cap->pending.size());
@@ -447,10 +459,56 @@ void Daemon::on_records(Conn& c, std::string_view p) {
     return;
   }
   Capture& cap = *it->second;
-  int64_t rows = apply_records(p, *cap.sink, c.strings[id]);
+  SenderRank sender;
+  sender.rank = cap.ranks.at(c.id);
+  sender.renumber = [&](int32_t, int32_t to) { sender.rank = rerank(cap, c, to); };
+  int64_t rows = apply_records(p, *cap.sink, c.strings[id], sender);
   cap.records += rows;
   st_records_ += rows;
   cap.sink->checkpoint();
+}
+
+void Daemon::on_rank(Conn& c, std::string_view p) {
+  RankUpdate r = decode_rank(p);
+  if (r.rank != c.hello.rank)
+    log("agent " + std::to_string(c.id) + " (job " + c.hello.job_id + " pid " +
+        std::to_string(c.hello.pid) + ") learnt its rank: " + std::to_string(r.rank));
+  c.hello.rank = r.rank;  // `braid status` and the next captures use it
+  if (r.world_size > 0) c.hello.world_size = r.world_size;
+  for (auto& [id, cap] : captures_)
+    if (cap->ranks.count(c.id)) rerank(*cap, c, r.rank);
+}
+
+int32_t Daemon::rerank(Capture& cap, const Conn& c, int32_t to) {
+  int32_t& cur = cap.ranks.at(c.id);
+  if (cur == to) return cur;
+  // Rows are told apart by rank only: moving onto a rank another process of this capture holds,
+  // or away from one it shares, would mix two processes' rows. Keep them where they are.
+  for (const auto& [other, rank] : cap.ranks) {
+    if (other == c.id || (rank != to && rank != cur)) continue;
+    if (cap.rank_conflicts.insert(c.id).second) {
+      auto o = conns_.find(other);
+      std::string who = o != conns_.end() ? "process " + std::to_string(o->second->hello.pid)
+                                          : "another process";
+      std::string detail =
+          rank == to ? "process " + std::to_string(c.hello.pid) + " learnt rank " +
+                           std::to_string(to) + ", which " + who +
+                           " of this capture already holds; its rows keep rank " +
+                           std::to_string(cur)
+                     : "process " + std::to_string(c.hello.pid) + " learnt rank " +
+                           std::to_string(to) + " but shares rank " + std::to_string(cur) +
+                           " with " + who + " in this capture; its rows keep rank " +
+                           std::to_string(cur);
+      cap.sink->set_diagnostic({cur, Severity::Error, "daemon.rank_conflict", 1, detail});
+      log("capture " + std::to_string(cap.id) + ": " + detail);
+    }
+    return cur;
+  }
+  cap.sink->renumber_rank(cur, to);
+  cap.sink->checkpoint();
+  if (auto p = cap.pending.find(c.id); p != cap.pending.end()) p->second = to;
+  cur = to;
+  return cur;
 }
 
 void Daemon::on_done(Conn& c, std::string_view p) {

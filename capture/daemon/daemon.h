@@ -74,6 +74,11 @@ class Daemon {
   void on_trigger(Conn& c, std::string_view p);
   void on_records(Conn& c, std::string_view p);
   void on_done(Conn& c, std::string_view p);
+  void on_rank(Conn& c, std::string_view p);
+  // Moves `c`'s rows of `cap` onto rank `to` (only its own); refused with the diagnostic
+  // daemon.rank_conflict when another process of the capture holds that rank. Returns the rank
+  // c's rows are stored under afterwards.
+  int32_t rerank(Capture& cap, const Conn& c, int32_t to);
   void send(Conn& c, std::string bytes);
   void flush_out(Conn& c);
   void drop(Conn& c, const std::string& why);  // closes after sending what is queued

@@ -18,6 +18,7 @@ std::string_view to_string(MsgType t) {
     case MsgType::CaptureDone: return "capture-done";
     case MsgType::StatusRequest: return "status-request";
     case MsgType::Status: return "status";
+    case MsgType::Rank: return "rank";
   }
   return "unknown";
 }
@@ -72,7 +73,7 @@ std::optional<FrameReader::Frame> FrameReader::next() {
                         std::to_string(kMaxFrame));
   if (buf_.size() - pos_ - 4 < len) return std::nullopt;
   uint8_t type = static_cast<uint8_t>(buf_[pos_ + 4]);
-  if (type < 1 || type > static_cast<uint8_t>(MsgType::Status))
+  if (type < 1 || type > static_cast<uint8_t>(MsgType::Rank))
     throw ProtocolError("unknown message type " + std::to_string(type));
   Frame f{static_cast<MsgType>(type), buf_.substr(pos_ + 5, len - 1)};
   pos_ += 4 + len;
@@ -112,6 +113,22 @@ Hello decode_hello(std::string_view p) {
   m.host = d.str();
   m.devices = d.str();
   d.expect_done();
+  return m;
+}
+
+std::string encode(const RankUpdate& m) {
+  Encoder e;
+  e.i32(m.rank);
+  e.i32(m.world_size);
+  return frame(MsgType::Rank, e.bytes());
+}
+RankUpdate decode_rank(std::string_view p) {
+  Decoder d(p);
+  RankUpdate m;
+  m.rank = d.i32();
+  m.world_size = d.i32();
+  d.expect_done();
+  if (m.rank < 0) throw ProtocolError("rank message with a negative rank");
   return m;
 }
 

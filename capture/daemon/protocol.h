@@ -18,7 +18,8 @@
 
 namespace braid::daemon {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: renumber is scoped to the sending process; the rank message (docs/daemon-protocol.md).
+inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr uint32_t kMaxFrame = 16u << 20;  // 16 MiB
 
 enum class MsgType : uint8_t {
@@ -34,6 +35,7 @@ enum class MsgType : uint8_t {
   CaptureDone = 10,  // daemon -> client: finished, file written
   StatusRequest = 11,
   Status = 12,       // daemon -> client: JSON text
+  Rank = 13,         // agent -> daemon: the process learnt its rank (from its communicator)
 };
 std::string_view to_string(MsgType t);
 
@@ -114,6 +116,9 @@ struct Welcome {
   uint64_t agent_id = 0;
 };
 enum class WindowMode : uint8_t { Duration = 1, Steps = 2 };
+struct RankUpdate {
+  int32_t rank = -1, world_size = -1;
+};
 struct Open {
   uint64_t capture_id = 0;
   WindowMode mode = WindowMode::Duration;
@@ -145,6 +150,7 @@ struct CaptureDone {
 
 std::string encode(const Hello& m);
 std::string encode(const Welcome& m);
+std::string encode(const RankUpdate& m);
 std::string encode(const Open& m);
 std::string encode(uint64_t close_capture_id);  // Close
 std::string encode(const Done& m);
@@ -156,6 +162,7 @@ std::string encode_status(std::string_view json);
 
 Hello decode_hello(std::string_view p);
 Welcome decode_welcome(std::string_view p);
+RankUpdate decode_rank(std::string_view p);
 Open decode_open(std::string_view p);
 uint64_t decode_close(std::string_view p);
 Done decode_done(std::string_view p);

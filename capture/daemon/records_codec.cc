@@ -243,7 +243,7 @@ class Strings {
 }  // namespace
 
 int64_t apply_records(std::string_view payload, capture::Sink& sink,
-                      std::unordered_map<StrId, StrId>& strings) {
+                      std::unordered_map<StrId, StrId>& strings, SenderRank& sender) {
   Decoder d(payload);
   d.u64();  // capture id
   Strings s(strings);
@@ -260,7 +260,7 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
       }
       case K::Kernel: {
         Kernel k;
-        k.rank = d.i32();
+        k.rank = sender.own(d.i32());
         k.stream = d.i64();
         k.start = d.i64();
         k.end = d.i64();
@@ -274,7 +274,7 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
       }
       case K::Memcpy: {
         Memcpy m;
-        m.rank = d.i32();
+        m.rank = sender.own(d.i32());
         m.stream = d.i64();
         m.start = d.i64();
         m.end = d.i64();
@@ -288,7 +288,7 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
       }
       case K::ApiCall: {
         ApiCall a;
-        a.rank = d.i32();
+        a.rank = sender.own(d.i32());
         a.tid = d.i64();
         a.start = d.i64();
         a.end = d.i64();
@@ -302,7 +302,7 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
       }
       case K::Range: {
         Range r;
-        r.rank = d.i32();
+        r.rank = sender.own(d.i32());
         r.stream = d.i64();
         r.on_gpu = d.u8() != 0;
         r.start = d.i64();
@@ -316,7 +316,7 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
       }
       case K::Collective: {
         Collective c;
-        c.rank = d.i32();
+        c.rank = sender.own(d.i32());
         c.comm = s.map(d.u32());
         c.seq = d.i64();
         c.op = checked_enum<CollOp>(d.u8(), kNumCollOps - 1, "collective op");
@@ -341,7 +341,7 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
       }
       case K::Step: {
         Step st;
-        st.rank = d.i32();
+        st.rank = sender.own(d.i32());
         st.step = d.i64();
         st.start = d.i64();
         st.end = d.i64();
@@ -351,7 +351,7 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
       }
       case K::NcclCall: {
         capture::NcclCallRow c;
-        c.rank = d.i32();
+        c.rank = sender.own(d.i32());
         c.comm = s.map(d.u32());
         c.seq = d.i64();
         c.call_id = d.i64();
@@ -376,7 +376,7 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
       }
       case K::ProxyOp: {
         capture::ProxyOpRow p;
-        p.rank = d.i32();
+        p.rank = sender.own(d.i32());
         p.comm = s.map(d.u32());
         p.seq = d.i64();
         p.call_id = d.i64();
@@ -394,7 +394,7 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
       }
       case K::RankInfo: {
         RankInfo r;
-        r.rank = d.i32();
+        r.rank = sender.own(d.i32());
         r.world_size = d.i32();
         r.host = d.str();
         r.pid = d.i64();
@@ -410,7 +410,7 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
       }
       case K::Stream: {
         StreamInfo si;
-        si.rank = d.i32();
+        si.rank = sender.own(d.i32());
         si.stream = d.i64();
         si.gpu = d.u8() != 0;
         si.label = d.str();
@@ -429,7 +429,7 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
       }
       case K::Diagnostic: {
         Diagnostic g;
-        g.rank = d.i32();
+        g.rank = sender.own(d.i32());
         g.severity = checked_enum<Severity>(d.u8(), uint8_t(Severity::Error), "severity");
         g.code = d.str();
         g.count = d.i64();
@@ -446,7 +446,9 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
       case K::Renumber: {
         int32_t from = d.i32();
         int32_t to = d.i32();
-        sink.renumber_rank(from, to);
+        if (to < 0) throw ProtocolError("renumber to a negative rank " + std::to_string(to));
+        // Scoped to the sender: only its rows move (the daemon's file holds other processes).
+        if (sender.renumber) sender.renumber(from, to);
         break;
       }
       default:

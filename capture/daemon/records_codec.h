@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -46,12 +47,22 @@ class RecordEncoder {
 // The capture a Records payload belongs to.
 uint64_t records_capture_id(std::string_view payload);
 
+// Where one sender's rows go. A process sends only its own rows, so every rank field of its items
+// is written as `rank` (the rank the daemon stores this process under in this capture), whatever
+// the agent put there; a renumber item calls `renumber(from, to)`, which moves the sender's rows
+// already written and updates `rank`. Nothing else in the file moves.
+struct SenderRank {
+  int32_t rank = 0;
+  std::function<void(int32_t from, int32_t to)> renumber;
+  int32_t own(int32_t /*sent*/) const { return rank; }
+};
+
 // Applies every item of a Records payload to `sink`. `strings` maps the agent's string ids to
 // the sink's (kept per agent and capture across messages). Returns the number of event rows
 // (kernels, memcpys, api calls, ranges, collectives, steps, NCCL calls, proxy ops). Throws
 // ProtocolError on a malformed payload, an unknown string id or an out-of-range enum; items
 // before the bad one have been applied.
 int64_t apply_records(std::string_view payload, capture::Sink& sink,
-                      std::unordered_map<StrId, StrId>& strings);
+                      std::unordered_map<StrId, StrId>& strings, SenderRank& sender);
 
 }  // namespace braid::daemon

@@ -26,6 +26,7 @@ StrId WindowSink::intern(std::string_view s) {
 
 void WindowSink::set_rank_info(const RankInfo& r) {
   ranks_[r.rank] = r;
+  if (rank_learnt_) client_.update_rank(r.rank, r.world_size);  // no-op when unchanged
   if (state_ != State::Closed) enc_.rank_info(r);
 }
 
@@ -58,6 +59,8 @@ void WindowSink::set_meta(std::string_view k, std::string_view v) {
 
 void WindowSink::renumber_rank(int32_t from, int32_t to) {
   if (from == to) return;
+  rank_learnt_ = true;
+  if (state_ != State::Closed) enc_.renumber(from, to);
   auto move_keys = [&](auto& m, auto rank_of, auto rekey) {
     std::decay_t<decltype(m)> out;
     for (auto& [k, v] : m) out.emplace(rank_of(k) == from ? rekey(k) : k, v);

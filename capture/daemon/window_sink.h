@@ -57,9 +57,10 @@ class WindowSink final : public capture::Sink {
   void add_communicator(const Communicator& c) override;
   void set_diagnostic(const Diagnostic& d) override;
   void set_meta(std::string_view k, std::string_view v) override;
-  // Kept in the replayed state, not sent: the daemon's file holds every process of the job, and
-  // a renumber there would move other processes' rows too. Rows a window got before the process
-  // learnt its rank keep the old one.
+  // The process learnt its rank late (its largest communicator). Moves the replayed state and,
+  // inside a window, sends a renumber item: the daemon moves this process's rows of the capture
+  // only (protocol version 2). The next set_rank_info also updates the registration
+  // (AgentClient::update_rank), so `braid status` shows the rank.
   void renumber_rank(int32_t from, int32_t to) override;
   void checkpoint() override;
   void close() override;  // the process is ending: a window still open ends "job exiting"
@@ -90,6 +91,7 @@ class WindowSink final : public capture::Sink {
   std::map<std::string, std::string> meta_;
   std::function<void()> before_done_;
 
+  bool rank_learnt_ = false;  // renumbered: set_rank_info tells the daemon
   State state_ = State::Closed;
   uint64_t capture_ = 0;
   std::string close_reason_;

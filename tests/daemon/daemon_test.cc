@@ -430,5 +430,139 @@ TEST(Daemon, StressSixtyFourAgentsNoLostRecordsNoLeakedDescriptors) {
   EXPECT_EQ(count_fds(), fds_before) << "descriptors leaked";
 }
 
+// An agent driven step by step by the test (the real AgentClient and DaemonSink), for a process
+// that learns its rank inside a window. `hello_rank` -1: no launcher rank, rows say 0 until then.
+class SteppedAgent {
+ public:
+  SteppedAgent(const std::string& socket, int32_t hello_rank, int64_t pid) {
+    AgentIdentity id;
+    id.pid = pid;
+    id.rank = hello_rank;
+    id.job_id = "train";
+    id.host = "testhost";
+    client_ = std::make_unique<AgentClient>(
+        socket, id, AgentClient::Callbacks{[this](const Open& o) { capture_ = o.capture_id; }, {}},
+        50);
+  }
+  AgentClient& client() { return *client_; }
+  bool opened() const { return capture_ != 0; }
+  DaemonSink& sink() {
+    if (!sink_) sink_ = std::make_unique<DaemonSink>(*client_, capture_, 1 << 10);
+    return *sink_;
+  }
+  // The rows, rank info and stream one process records under `rank`.
+  void record(int32_t rank, int kernels) {
+    RankInfo ri;
+    ri.rank = rank;
+    ri.pid = 1;
+    sink().set_rank_info(ri);
+    sink().add_stream({rank, 7, true, "compute"});
+    StrId k = sink().intern("gemm");
+    for (int i = 0; i < kernels; ++i)
+      sink().add(Kernel{rank, 7, i * 10, i * 10 + 5, k, Category::Gemm, i, 0});
+    sink().checkpoint();
+  }
+
+ private:
+  std::unique_ptr<AgentClient> client_;
+  std::atomic<uint64_t> capture_{0};
+  std::unique_ptr<DaemonSink> sink_;
+};
+
+// Starts a long duration capture of job "train" and returns the client waiting for its end.
+std::unique_ptr<ClientConnection> start_capture(const std::string& sock) {
+  auto c = std::make_unique<ClientConnection>(sock);
+  c->send(encode(Trigger{"train", WindowMode::Duration, 60'000'000'000, ""}));
+  auto f = c->read(10000);
+  if (!f || f->type != MsgType::Triggered) throw std::runtime_error("capture not started");
+  return c;
+}
+
+CaptureDone wait_done(ClientConnection& c) {
+  auto f = c.read(30000);
+  if (!f || f->type != MsgType::CaptureDone) throw std::runtime_error("capture did not finish");
+  return decode_capture_done(f->payload);
+}
+
+TEST(Daemon, RenumberMovesOnlyTheSendingProcessesRows) {
+  test::TempDir dir;
+  std::string sock = dir.file("d.sock");
+  RunningDaemon d(sock, dir.file("out"));
+  // a: rank 0 from its launcher. b: no launcher rank, learns 3 inside the window. c: never learns.
+  SteppedAgent a(sock, 0, 100), b(sock, -1, 200);
+  ASSERT_TRUE(a.client().wait_registered(5000) && b.client().wait_registered(5000));
+  SteppedAgent c(sock, -1, 300);
+  ASSERT_TRUE(c.client().wait_registered(5000));
+  EXPECT_THAT(status(sock),
+              HasSubstr("\"rank\": -1, \"local_rank\": -1, \"world_size\": -1, \"pid\": 200"));
+  auto client = start_capture(sock);
+  ASSERT_TRUE(wait_for([&] { return a.opened() && b.opened() && c.opened(); }));
+  a.record(0, 5);
+  b.record(0, 3);  // before its communicator: the agent's rows say rank 0, as a's do
+  c.record(0, 2);
+  b.sink().renumber_rank(0, 3);
+  b.client().update_rank(3, 4);
+  b.record(3, 4);
+  a.record(0, 1);
+  a.sink().close();
+  b.sink().close();
+  c.sink().close();
+  CaptureDone done = wait_done(*client);
+  EXPECT_EQ(done.agents_lost, 0u);
+  const std::string& f = done.path;
+  EXPECT_EQ(rows(f, "SELECT COUNT(*) FROM kernels WHERE rank = 0"), 6) << "a's rows only";
+  EXPECT_EQ(rows(f, "SELECT COUNT(*) FROM kernels WHERE rank = 3"), 7) << "all of b's rows";
+  // c's rows keep a provisional rank of their own (b had -2 until it learnt 3), apart from rank 0.
+  EXPECT_EQ(rows(f, "SELECT COUNT(*) FROM kernels WHERE rank = -3"), 2);
+  EXPECT_EQ(rows(f, "SELECT COUNT(*) FROM kernels"), 15);
+  TraceReader r(f);
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM ranks WHERE rank IN (-3, 0, 3)", -1), 3);
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM streams WHERE rank IN (-3, 0, 3)", -1), 3);
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM diagnostics", -1), 0);
+  // The registration follows: `braid status` shows the learnt rank and world size.
+  EXPECT_THAT(status(sock),
+              HasSubstr("\"rank\": 3, \"local_rank\": -1, \"world_size\": 4, \"pid\": 200"));
+}
+
+TEST(Daemon, RenumberOntoAnotherProcessesRankIsRefusedAndDiagnosed) {
+  test::TempDir dir;
+  std::string sock = dir.file("d.sock");
+  RunningDaemon d(sock, dir.file("out"));
+  {
+    SteppedAgent a(sock, 1, 100), b(sock, -1, 200);
+    ASSERT_TRUE(a.client().wait_registered(5000) && b.client().wait_registered(5000));
+    auto client = start_capture(sock);
+    ASSERT_TRUE(wait_for([&] { return a.opened() && b.opened(); }));
+    a.record(1, 5);
+    b.record(0, 3);
+    b.sink().renumber_rank(0, 1);  // a wrong rank: a already holds 1
+    b.record(1, 2);
+    a.sink().close();
+    b.sink().close();
+    CaptureDone done = wait_done(*client);
+    EXPECT_EQ(done.agents_lost, 0u);
+    const std::string& f = done.path;
+    EXPECT_EQ(rows(f, "SELECT COUNT(*) FROM kernels WHERE rank = 1"), 5) << "a's rows, untouched";
+    EXPECT_EQ(rows(f, "SELECT COUNT(*) FROM kernels WHERE rank = -2"), 5) << "b's rows stay apart";
+    TraceReader r(f);
+    EXPECT_EQ(sql::scalar(r.db(),
+                          "SELECT COUNT(*) FROM diagnostics WHERE rank = -2 AND severity = 'error' "
+                          "AND code = 'daemon.rank_conflict' AND detail LIKE '%process 200 learnt "
+                          "rank 1, which process 100 of this capture already holds%'",
+                          -1),
+              1);
+  }
+  // A renumber onto a negative rank is a protocol error.
+  SteppedAgent e(sock, -1, 300);
+  ASSERT_TRUE(e.client().wait_registered(5000));
+  auto client2 = start_capture(sock);
+  ASSERT_TRUE(wait_for([&] { return e.opened(); }));
+  e.sink().renumber_rank(0, -5);
+  e.sink().checkpoint();
+  CaptureDone done2 = wait_done(*client2);
+  EXPECT_GE(done2.agents_lost, 1u);
+  EXPECT_GE(d.get().stats().protocol_errors, 1);
+}
+
 }  // namespace
 }  // namespace braid::daemon
