@@ -14,9 +14,6 @@ constexpr const char* kKernelCols =
     "rank, stream, start_ns, end_ns, name_id, category, correlation, external_id";
 constexpr const char* kMemcpyCols =
     "rank, stream, start_ns, end_ns, kind, bytes, name_id, correlation";
-constexpr const char* kCollCols =
-    "rank, comm_id, seq, op, dtype_id, in_count, out_count, bytes, peer_or_root, stream,"
-    " start_ns, end_ns, enqueue_ns, algo_id, proto_id, channels, group_size, name_id, kernel_ref";
 
 Kernel kernel_of(const sql::Stmt& s) {
   Kernel k;
@@ -51,7 +48,13 @@ Memcpy memcpy_of(const sql::Stmt& s) {
   return m;
 }
 
-Collective coll_of(const sql::Stmt& s) {
+}  // namespace
+
+const char* const kCollectiveColumns =
+    "rank, comm_id, seq, op, dtype_id, in_count, out_count, bytes, peer_or_root, stream,"
+    " start_ns, end_ns, enqueue_ns, algo_id, proto_id, channels, group_size, name_id, kernel_ref";
+
+Collective collective_from_row(const sql::Stmt& s) {
   Collective c;
   c.rank = static_cast<int32_t>(s.i64(0));
   c.comm = static_cast<StrId>(s.i64(1));
@@ -74,8 +77,6 @@ Collective coll_of(const sql::Stmt& s) {
   c.kernel_ref = s.i64(18);
   return c;
 }
-
-}  // namespace
 
 TraceReader::TraceReader(const std::string& path) : path_(path) {
   std::error_code ec;
@@ -316,16 +317,16 @@ void TraceReader::ranges(int64_t run, const Fn<Range>& fn) const {
 }
 
 void TraceReader::collectives(int64_t run, const Fn<Collective>& fn) const {
-  sql::Stmt s(db_, std::string("SELECT ") + kCollCols +
+  sql::Stmt s(db_, std::string("SELECT ") + kCollectiveColumns +
                        " FROM collectives WHERE run_id=? ORDER BY rank, start_ns");
   s.bind(1, run);
   while (s.step())
-    if (!fn(coll_of(s))) break;
+    if (!fn(collective_from_row(s))) break;
 }
 
 void TraceReader::collectives(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
                               const Fn<Collective>& fn) const {
-  BRAID_WINDOW_QUERY("collectives", kCollCols, coll_of, fn)
+  BRAID_WINDOW_QUERY("collectives", kCollectiveColumns, collective_from_row, fn)
 }
 
 bool TraceReader::has_table(const std::string& name) const {

@@ -13,6 +13,15 @@
 
 namespace braid {
 
+namespace sql {
+class Stmt;
+}
+
+// The collectives table's columns in the order collective_from_row reads them, for code that runs
+// its own query over the table (the GUI's loader).
+extern const char* const kCollectiveColumns;
+Collective collective_from_row(const sql::Stmt& s);
+
 struct RunRow {
   int64_t run_id = 0;
   RunKind kind = RunKind::Imported;

@@ -250,35 +250,19 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
              .push_back({s.i64(2) + o, s.i64(3) + o, static_cast<StrId>(s.i64(4)),
                          static_cast<uint8_t>(Category::Memory), EventKind::Memcpy, k, -1});
        });
-  scan(
-      "SELECT rank, comm_id, seq, op, dtype_id, in_count, out_count, bytes, peer_or_root, stream,"
-      " start_ns, end_ns, enqueue_ns, algo_id, proto_id, channels, group_size, name_id, kernel_ref"
-      " FROM collectives WHERE +run_id=?",
-      [&](const sql::Stmt& s) {
-        CollRec r;
-        Collective& c = r.c;
-        c.rank = static_cast<int32_t>(s.i64(0));
-        c.comm = static_cast<StrId>(s.i64(1));
-        c.seq = s.i64(2);
-        c.op = coll_op_from_string(s.text(3)).value_or(CollOp::Unknown);
-        c.dtype = static_cast<StrId>(s.i64(4));
-        c.in_count = s.i64(5);
-        c.out_count = s.i64(6);
-        c.bytes = s.i64(7);
-        c.peer_or_root = static_cast<int32_t>(s.i64(8));
-        c.stream = s.i64(9);
-        Ns o = off(c.rank);
-        c.start = s.i64(10) + o;
-        c.end = s.i64(11) + o;
-        c.enqueue = s.i64(12) >= 0 ? s.i64(12) + o : -1;
-        c.algo = static_cast<StrId>(s.i64(13));
-        c.proto = static_cast<StrId>(s.i64(14));
-        c.channels = static_cast<int32_t>(s.i64(15));
-        c.group_size = static_cast<int32_t>(s.i64(16));
-        c.name = static_cast<StrId>(s.i64(17));
-        c.kernel_ref = s.i64(18);
-        d->colls.push_back(r);
-      });
+  const std::string coll_sql =
+      std::string("SELECT ") + kCollectiveColumns + " FROM collectives WHERE +run_id=?";
+  scan(coll_sql.c_str(),
+       [&](const sql::Stmt& s) {
+         CollRec r;
+         Collective& c = r.c;
+         c = collective_from_row(s);
+         Ns o = off(c.rank);
+         c.start += o;
+         c.end += o;
+         if (c.enqueue >= 0) c.enqueue += o;
+         d->colls.push_back(r);
+       });
   scan("SELECT rank, tid, start_ns, end_ns, name_id, kind FROM api_calls WHERE +run_id=?",
        [&](const sql::Stmt& s) {
          auto rank = static_cast<int32_t>(s.i64(0));
