@@ -209,6 +209,14 @@ void Agent::on_comm(const CommRecord* c) {
   info_.rank = c->rank;
   info_.world_size = c->nranks;
   pipeline_->post(info_);
+  // Attach mode: the daemon learns it too (registration, and the rows of a capture in progress).
+  // Told explicitly: a rank learnt equal to the placeholder (0) renumbers nothing.
+  if (config_.attach()) {
+    int32_t rank = c->rank, world = c->nranks;
+    pipeline_->post_control([this, rank, world](Collector&) {
+      if (wsink_) wsink_->rank_learnt(rank, world);
+    });
+  }
 }
 
 void Agent::set_nccl_version(int v) {

@@ -26,7 +26,6 @@ StrId WindowSink::intern(std::string_view s) {
 
 void WindowSink::set_rank_info(const RankInfo& r) {
   ranks_[r.rank] = r;
-  if (rank_learnt_) client_.update_rank(r.rank, r.world_size);  // no-op when unchanged
   if (state_ != State::Closed) enc_.rank_info(r);
 }
 
@@ -59,7 +58,6 @@ void WindowSink::set_meta(std::string_view k, std::string_view v) {
 
 void WindowSink::renumber_rank(int32_t from, int32_t to) {
   if (from == to) return;
-  rank_learnt_ = true;
   if (state_ != State::Closed) enc_.renumber(from, to);
   auto move_keys = [&](auto& m, auto rank_of, auto rekey) {
     std::decay_t<decltype(m)> out;

@@ -59,9 +59,12 @@ class WindowSink final : public capture::Sink {
   void set_meta(std::string_view k, std::string_view v) override;
   // The process learnt its rank late (its largest communicator). Moves the replayed state and,
   // inside a window, sends a renumber item: the daemon moves this process's rows of the capture
-  // only (protocol version 2). The next set_rank_info also updates the registration
-  // (AgentClient::update_rank), so `braid status` shows the rank.
+  // only (protocol version 2).
   void renumber_rank(int32_t from, int32_t to) override;
+  // The process learnt its rank (even one equal to the placeholder, which renumbers nothing):
+  // the daemon updates its registration (`braid status`) and a capture in progress moves this
+  // process's rows there (AgentClient::update_rank, a rank message).
+  void rank_learnt(int32_t rank, int32_t world_size) { client_.update_rank(rank, world_size); }
   void checkpoint() override;
   void close() override;  // the process is ending: a window still open ends "job exiting"
 
@@ -91,7 +94,6 @@ class WindowSink final : public capture::Sink {
   std::map<std::string, std::string> meta_;
   std::function<void()> before_done_;
 
-  bool rank_learnt_ = false;  // renumbered: set_rank_info tells the daemon
   State state_ = State::Closed;
   uint64_t capture_ = 0;
   std::string close_reason_;

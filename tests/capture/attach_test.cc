@@ -312,6 +312,91 @@ TEST(Attach, AForkedChildDoesNotKeepItsParentRegistered) {
   EXPECT_EQ(wait_exit(daemon), 0);
 }
 
+// No launcher rank variables: each process learns its rank from its communicator, tells the
+// daemon (`braid status` shows it) and its rows of a capture carry it.
+TEST(Attach, RanksLearntFromTheCommunicatorReachTheDaemonAndTheCapture) {
+  test::TempDir tmp;
+  const std::string sock = tmp.file("d.sock"), out = tmp.file("captures");
+  pid_t daemon = start_daemon(sock, out);
+  struct Reap {  // an assertion that fails leaves no daemon behind
+    pid_t pid;
+    ~Reap() {
+      if (pid > 0) kill(pid, SIGTERM), waitpid(pid, nullptr, 0);
+    }
+  } reap{daemon};
+  ASSERT_TRUE(fs::exists(sock));
+  auto plain = [&](int rank, int nranks, const std::string& loop) {
+    return std::string(CAPTURE_FAKE_NCCL_JOB_PLAIN) + " " + std::to_string(rank) + " " +
+           std::to_string(nranks) + " " + tmp.path() + " " + loop + " >" + tmp.path() + "/out" +
+           std::to_string(rank);
+  };
+  pid_t rec = start_record(tmp.path(), {"--socket", sock, "--job", "train"},
+                           plain(1, 2, "40:50") + " & p1=$!; " + plain(0, 2, "40:50") +
+                               " & p0=$!; wait $p0 || exit 1; wait $p1 || exit 1");
+  std::string st;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        st = test::run_braid(tmp, "status --socket " + sock).out;
+        return st.find("2 registered processes") != std::string::npos &&
+               st.find("rank    0") != std::string::npos &&
+               st.find("rank    1") != std::string::npos;
+      },
+      5000))
+      << st;
+  ASSERT_TRUE(wait_for([&] { return job_calls(tmp.file("out1")).size() >= 4; }, 5000));
+  auto trig = test::run_braid(tmp, "trigger --socket " + sock + " --job train --duration 400ms");
+  ASSERT_EQ(trig.code, 0) << trig.err;
+  EXPECT_EQ(wait_exit(rec), 0) << test::slurp(tmp.file("record.err"));
+
+  // One process whose window opens before its communicator exists: its rows are moved onto the
+  // rank it learns inside the window (rank 0, which is also the agent's placeholder).
+  std::string uid = tmp.file("uid");
+  fs::remove(uid);
+  setenv("FAKE_JOB_INIT_DELAY_MS", "3000", 1);
+  rec = start_record(tmp.path(), {"--socket", sock, "--job", "solo"}, plain(0, 1, "20:20"));
+  unsetenv("FAKE_JOB_INIT_DELAY_MS");
+  ASSERT_TRUE(wait_for(
+      [&] {
+        st = test::run_braid(tmp, "status --socket " + sock).out;
+        return st.find("1 registered processes") != std::string::npos &&
+               st.find("rank   -1") != std::string::npos;
+      },
+      5000))
+      << st;
+  auto trig2 = test::run_braid(tmp, "trigger --socket " + sock + " --job solo --duration 4s");
+  ASSERT_EQ(trig2.code, 0) << trig2.err;
+  EXPECT_EQ(wait_exit(rec), 0) << test::slurp(tmp.file("record.err"));
+  kill(daemon, SIGTERM);
+  EXPECT_EQ(wait_exit(daemon), 0);
+  reap.pid = -1;
+
+  for (const auto& [t, ranks] : {std::pair{trig, 2}, std::pair{trig2, 1}}) {
+    std::string path = t.out.substr(0, t.out.find('\n'));
+    SCOPED_TRACE(path);
+    ASSERT_TRUE(fs::exists(path));
+    TraceReader r(path);
+    EXPECT_EQ(r.meta("capture.rank_source"), "largest communicator");
+    auto rs = r.ranks(1);
+    ASSERT_EQ(rs.size(), static_cast<size_t>(ranks));
+    for (int rank = 0; rank < ranks; ++rank) {
+      EXPECT_EQ(rs[rank].rank, rank);
+      EXPECT_EQ(rs[rank].world_size, ranks);
+      EXPECT_GE(sql::scalar(r.db(),
+                            "SELECT COUNT(*) FROM nccl_calls WHERE rank = " + std::to_string(rank),
+                            -1),
+                2);
+    }
+    EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM nccl_calls WHERE rank != comm_rank", -1),
+              0);
+    for (const char* table : {"nccl_calls", "collectives", "streams", "diagnostics"})
+      EXPECT_EQ(sql::scalar(r.db(), std::string("SELECT COUNT(*) FROM ") + table +
+                                        " WHERE rank < 0 OR rank >= " + std::to_string(ranks),
+                            -1),
+                0)
+          << table;
+  }
+}
+
 TEST(Attach, UsageErrors) {
   test::TempDir tmp;
   auto r = test::run_braid(tmp, "record --attach -o x.braid -- true");

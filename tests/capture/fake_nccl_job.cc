@@ -6,7 +6,8 @@
 // communicator is made, ITERS all-reduces on it, SLEEP_MS apart, each printed as
 // "call <seq> <host ns before> <host ns after>" (CLOCK_REALTIME, the agent's clock) so a test
 // knows which calls fell inside a capture window. FAKE_JOB_FORK_MS=N: at the end, fork a child
-// that lives N ms more (a data-loader worker outliving its parent).
+// that lives N ms more (a data-loader worker outliving its parent). FAKE_JOB_INIT_DELAY_MS=N:
+// wait N ms between the unique id and the communicator.
 #include <nccl.h>
 #include <unistd.h>
 
@@ -57,6 +58,14 @@ int main(int argc, char** argv) {
   }
   float buf[4096];
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(0x1234);
+  // FAKE_JOB_INIT_DELAY_MS: a process that started the agent (an empty group here; a real job's
+  // first CUDA call) but makes its communicator, where a rank from no launcher variable comes
+  // from, only later.
+  if (const char* ms = std::getenv("FAKE_JOB_INIT_DELAY_MS")) {
+    CHECK(ncclGroupStart());
+    CHECK(ncclGroupEnd());
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+  }
   ncclComm_t world;
   CHECK(ncclCommInitRank(&world, n, id, rank));
   if (iters > 0) {
