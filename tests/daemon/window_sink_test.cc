@@ -2,6 +2,7 @@
 // window's file is complete on its own (strings and small tables interned before the window are
 // replayed into it); records that arrive after the close but before the next cycle's end still
 // reach the window; diagnostics count from the window's start.
+// A renumber inside a window moves this process's rows only.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -168,6 +169,68 @@ TEST(WindowSink, EachWindowIsSelfContainedAndOutsideNothingIsSent) {
   EXPECT_EQ(c.records, 1);
   EXPECT_EQ(c.agents_lost, 0u);
 
+  d.stop();
+  serve.join();
+}
+
+// A process without a launcher rank learns it inside a window (its collector renumbers 0 -> 2):
+// the sink forwards the renumber, and the daemon moves that process's rows only; the process of
+// rank 0 beside it keeps its rows. Then rank_learnt updates the registration.
+TEST(WindowSink, ARenumberInsideAWindowMovesOnlyThisProcesssRows) {
+  test::TempDir tmp;
+  DaemonOptions o;
+  o.socket_path = tmp.file("d.sock");
+  o.out_dir = tmp.path();
+  Daemon d(o);
+  std::thread serve([&] { d.run(); });
+  {
+    std::atomic<uint64_t> opened[2] = {0, 0};
+    std::unique_ptr<AgentClient> clients[2];
+    std::unique_ptr<WindowSink> sinks[2];
+    for (int i = 0; i < 2; ++i) {
+      AgentIdentity id;
+      id.pid = 1000 + i;
+      id.rank = i == 0 ? 0 : -1;  // process 1 has no launcher rank
+      id.job_id = "train";
+      clients[i] = std::make_unique<AgentClient>(
+          o.socket_path, id,
+          AgentClient::Callbacks{[&, i](const Open& op) { opened[i] = op.capture_id; }, {}}, 50);
+      ASSERT_TRUE(clients[i]->wait_registered(5000));
+      sinks[i] = std::make_unique<WindowSink>(*clients[i]);
+    }
+    auto kernels = [&](int i, int32_t rank, int n) {
+      for (int k = 0; k < n; ++k)
+        sinks[i]->add(Kernel{rank, 7, k, k + 1, sinks[i]->intern("g"), Category::Gemm, k, 0});
+      sinks[i]->checkpoint();
+    };
+    auto capture = trigger(o.socket_path, 10'000'000'000);
+    ASSERT_TRUE(wait_for([&] { return opened[0] && opened[1]; }));
+    for (int i = 0; i < 2; ++i) {
+      sinks[i]->open_window(opened[i]);
+      sinks[i]->add_stream({0, 7, true, "compute"});
+    }
+    kernels(0, 0, 4);
+    kernels(1, 0, 3);  // the placeholder rank, as process 0's
+    sinks[1]->renumber_rank(0, 2);
+    kernels(1, 2, 1);
+    for (auto& s : sinks) s->close();
+    CaptureDone c = capture.get();
+    EXPECT_EQ(c.agents_lost, 0u);
+    TraceReader r(c.path);
+    EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM kernels WHERE rank = 0", -1), 4);
+    EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM kernels WHERE rank = 2", -1), 4);
+    EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM streams WHERE rank IN (0, 2)", -1), 2);
+
+    sinks[1]->rank_learnt(2, 4);  // outside a window: the registration follows
+    ClientConnection st(o.socket_path);
+    EXPECT_TRUE(wait_for([&] {
+      st.send(frame(MsgType::StatusRequest, ""));
+      auto f = st.read(5000);
+      return f && decode_text(f->payload).find("\"rank\": 2, \"local_rank\": -1, "
+                                                "\"world_size\": 4, \"pid\": 1001") !=
+                      std::string::npos;
+    }));
+  }
   d.stop();
   serve.join();
 }
