@@ -139,14 +139,27 @@ bool host_is_busy(double* load) {
   return l[0] > std::thread::hardware_concurrency() + 0.5;
 }
 
-void expect_sim_predicts_mpi(const std::string& preset, int np) {
+// The preset at a shape whose step is long enough to measure on a CPU: hidden 1024, sequence
+// 512 (MiB-sized collectives), compute durations of an H100 times `compute_scale` at replay, so
+// that compute and communication take comparable time. The tiny test shape's 0.3 ms step is
+// mostly scheduler wake-ups on an oversubscribed host, which no α-β model describes.
+fusion::Schedule timing_preset(const std::string& name) {
+  auto [m, l] = tiny_preset(name);
+  m.hidden = 1024;
+  m.heads = 8;
+  m.seq = 512;
+  m.ffn = 0;
+  return fusion::synthesize(m, l, analysis::CostModel(*analysis::find_profile("h100-nvlink")));
+}
+
+void expect_sim_predicts_mpi(const std::string& preset, int np, double compute_scale) {
   double load = 0;
   if (host_is_busy(&load))
     GTEST_SKIP() << "load average " << load << " on " << std::thread::hardware_concurrency()
                  << " cores: timing comparison skipped";
   test::TempDir dir;
   const std::string json = dir.file("s.json"), cal = dir.file("cal.json");
-  fusion::Schedule s = synth_tiny(preset);
+  fusion::Schedule s = timing_preset(preset);
   ASSERT_EQ(static_cast<int>(s.ranks.size()), np);
   fusion::save_schedule(s, json);
   // The best of three attempts, each calibrating afresh: a burst of other work on the host
@@ -157,12 +170,13 @@ void expect_sim_predicts_mpi(const std::string& preset, int np) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     c = sh(mpirun(np) + kCli + " replay --calibrate --backend mpi -o " + cal);
     ASSERT_EQ(c.rc, 0) << c.out;
-    Result r = sh(mpirun(np) + kCli + " replay " + json +
-                  " --backend mpi --warmup 3 --steps 21 --profile " + cal);
+    Result r = sh(mpirun(np) + kCli + " replay " + json + " --backend mpi --compute-scale " +
+                  std::to_string(compute_scale) + " --warmup 2 --steps 11 --profile " + cal);
     ASSERT_EQ(r.rc, 0) << r.out;
     std::smatch m;
     ASSERT_TRUE(std::regex_search(r.out, m, std::regex("measured/predicted ([0-9.]+)"))) << r.out;
     const double ratio = std::stod(m[1]);
+    std::printf("attempt %d: measured/predicted %.3f\n", attempt + 1, ratio);
     if (std::abs(ratio - 1) < std::abs(best - 1)) best = ratio;
     last = r.out;
     if (std::abs(best - 1) < 0.15) break;
@@ -170,18 +184,21 @@ void expect_sim_predicts_mpi(const std::string& preset, int np) {
   EXPECT_LT(std::abs(best - 1), 0.15) << c.out << last;
 }
 
-// Not met yet, so not part of the suite (docs/replay.md, "Measurements"): 4 processes on the
-// Chimera TP+SP preset and 8 on TP+EP oversubscribe a 2-core host. Ten runs each of this flow
-// (calibration job, then replay job) on 2026-11-24 at load 3.4-6.2: tp-sp 4 measured 1.10 to
-// 1.31x the calibrated sim (within 15% in 4 of 10; the measured step is stable, the
-// calibration drifts with the host's load), tp-ep 8 2.2 to 3.0x, as its collectives that run
-// at once on different communicators share the 2 cores, which the sim does not model. Run
-// with --gtest_also_run_disabled_tests (and BRAID_TEST_TIMING=1).
+// Not met reliably, so not part of the suite (docs/replay.md, "Measurements"). 4 processes on
+// the Chimera TP+SP preset oversubscribe the 2-core host: collectives of 1-4 MiB and compute
+// scaled to about as long. Six runs of this flow on a quiet host on 2026-11-24: the prediction
+// is stable (10.3-11.2 ms) but the measured step varies from job to job (10.9-12.8 ms), and the
+// sim is low by about 10% on the median: measured/predicted 1.03-1.20 (median 1.12); single
+// attempts ranged 1.04-1.39 in 13 more. The 8-process TP+EP case: collectives on different
+// communicators run at once and share the 2 cores, which the sim does not model: 0.83 and 0.93
+// at this shape, 1.07, 1.09, 1.15 at hidden 512; 2.2 to 3.0x at the tiny shape under load. Run with
+// --gtest_also_run_disabled_tests (and BRAID_TEST_TIMING=1).
 TEST(ReplayCliMpi, DISABLED_CalibratedSimPredictsMpiWithin15PercentTpSp4) {
-  expect_sim_predicts_mpi("tp-sp", 4);
+  expect_sim_predicts_mpi("tp-sp", 4, 20);
 }
+
 TEST(ReplayCliMpi, DISABLED_CalibratedSimPredictsMpiWithin15PercentTpEp8) {
-  expect_sim_predicts_mpi("tp-ep", 8);
+  expect_sim_predicts_mpi("tp-ep", 8, 20);
 }
 
 }  // namespace
