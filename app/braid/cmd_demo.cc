@@ -4,8 +4,9 @@
 //   2. fuse    find and apply the rewrites, with predicted savings
 //   3. ab      baseline vs fused on the `sim` backend (data check + timing), runs stored
 //   4. analyze the simulated baseline: where step time goes, exposed communication
-//   5. ab      on the `mpi` backend under mpirun, when mpirun is installed
-//   6. picture the before/after compare view (braid-view --screenshot, under xvfb-run when
+//   5. replay --calibrate  fit the sim to this host under mpirun, when mpirun is installed
+//   6. ab      on the `mpi` backend under mpirun, predictions from that calibration
+//   7. picture the before/after compare view (braid-view --screenshot, under xvfb-run when
 //              there is no display), when braid-view was built
 // Everything goes into one .braid file, built in a temporary file and renamed at the end.
 #include <sys/wait.h>
@@ -122,7 +123,7 @@ void register_demo(CLI::App& app, Action& run) {
                 braid + " synth --preset " + o->preset + shape + " -o " + f),
            "synth");
       must(step("2. find and apply the communication rewrites", braid + " fuse " + f), "fuse");
-      must(step("3. A/B on the simulator (calibrated cost model)",
+      must(step("3. A/B on the simulator (H100 NVLink cost model)",
                 braid + " ab " + f + " --backend sim"),
            "ab sim");
       auto [base, fused] = baseline_and_fused(tmp.string());
@@ -134,15 +135,28 @@ void register_demo(CLI::App& app, Action& run) {
              "analyze");
       bool mpi = !o->no_mpi && on_path("mpirun");
       if (mpi) {
-        int rc = step("5. A/B on real processes (" + std::to_string(o->ranks) + " MPI ranks)",
-                      "mpirun --oversubscribe --allow-run-as-root -np " +
-                          std::to_string(o->ranks) + " " + braid + " ab " + f +
-                          " --backend mpi --steps 5");
+        const std::string np = "mpirun --oversubscribe --allow-run-as-root -np " +
+                               std::to_string(o->ranks) + " ";
+        // The prediction for real processes comes from the sim calibrated on this host (links
+        // and compute overhead); without it the built-in cpu-shm profile is used.
+        fs::path cal = out.parent_path() / ("." + out.filename().string() + ".cal-" +
+                                            std::to_string(getpid()) + ".json");
+        bool calibrated = step("5. calibrate the simulator on this host (" +
+                                   std::to_string(o->ranks) + " MPI ranks)",
+                               np + braid + " replay --calibrate --backend mpi -o " +
+                                   quote(cal.string())) == 0 &&
+                          fs::exists(cal);
+        if (!calibrated)
+          std::printf("(calibration failed: predicting with the built-in cpu-shm profile)\n");
+        int rc = step("6. A/B on real processes (" + std::to_string(o->ranks) + " MPI ranks)",
+                      np + braid + " ab " + f + " --backend mpi --steps 5" +
+                          (calibrated ? " --profile " + quote(cal.string()) : ""));
+        fs::remove(cal, ec);
         must(rc, "ab mpi");
         base_run = std::max(base_run, run_of(tmp.string(), "replayed", base));
         fused_run = std::max(fused_run, run_of(tmp.string(), "replayed", fused));
       } else {
-        std::printf("\n== 5. A/B on real processes: skipped (%s)\n",
+        std::printf("\n== 5-6. calibration and A/B on real processes: skipped (%s)\n",
                     o->no_mpi ? "--no-mpi" : "mpirun not found; install openmpi-bin");
       }
       fs::path viewer = fs::path(self_exe()).parent_path() / "view" / "braid-view";
@@ -150,16 +164,16 @@ void register_demo(CLI::App& app, Action& run) {
         bool display = std::getenv("DISPLAY") && *std::getenv("DISPLAY");
         std::string prefix = display ? "" : (on_path("xvfb-run") ? "xvfb-run -a " : "");
         if (!display && prefix.empty()) {
-          std::printf("\n== 6. before/after picture: skipped (no display and no xvfb-run)\n");
+          std::printf("\n== 7. before/after picture: skipped (no display and no xvfb-run)\n");
         } else {
-          int rc = step("6. before/after picture",
+          int rc = step("7. before/after picture",
                         prefix + quote(viewer.string()) + " " + f + " --screenshot " +
                             quote(fs::absolute(o->picture).string()) + " --size 1600x900 --compare " +
                             std::to_string(base_run) + " " + std::to_string(fused_run));
           if (rc != 0) std::printf("(the picture failed; the .braid file is complete)\n");
         }
       } else if (!o->no_picture) {
-        std::printf("\n== 6. before/after picture: skipped (braid-view was not built)\n");
+        std::printf("\n== 7. before/after picture: skipped (braid-view was not built)\n");
       }
       } catch (...) {
         fs::remove(tmp, ec);
