@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "fusion/interpreter.h"
+#include "fusion/pass_schedules.h"  // tests/fusion: the tests' preset shapes
 #include "fusion/pipeline.h"
 #include "fusion/synth.h"
 #include "fusion/validate.h"
@@ -18,19 +19,8 @@ using namespace braid;
 
 namespace {
 
-// The shapes of tests/fusion/passes_test.cc's tiny_preset().
 fusion::Schedule test_shape(const std::string& name) {
-  fusion::Preset p = fusion::preset(name);
-  p.model.layers = p.layout.pp * 2;
-  p.model.hidden = 16;
-  p.model.seq = 8;
-  p.model.heads = 4;
-  p.model.ffn = 32;
-  p.model.micro_batches = std::min<int64_t>(p.model.micro_batches, 2);
-  if (p.model.experts > 0) p.model.experts = 4;
-  if (p.model.experts > 0 && p.layout.ep > 4) p.layout.ep = 4;
-  p.layout.bucket_elems = 1 << 20;
-  return fusion::synthesize(p.model, p.layout);
+  return fusion::testing::preset_at_test_shape(name);
 }
 
 // Outputs of `a` (its declared ones, all buffers when none) equal in `b` on every rank.

@@ -2,11 +2,13 @@
 // reference interpreter, with `outputs` declared so scratch buffers may change.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "analysis/cost_model.h"
 #include "fusion/ir.h"
+#include "fusion/synth.h"
 #include "fusion/schedules.h"
 
 namespace braid::fusion::testing {
@@ -236,6 +238,23 @@ inline Schedule gemm_allreduce(int t = 2, int64_t n = 64, Ns gemm_ns = 2'000'000
     s.append(r, st, comp("residual", 1000, {sl("y", 0, n)}, {sl("z", 0, n)}));
   }
   return s;
+}
+
+// A synthesizer preset shrunk to the fusion tests' shape (2 layers per stage, hidden 16, seq 8,
+// 4 heads, ffn 32, at most 2 micro-batches, at most 4 experts and EP 4); its layout otherwise as
+// the preset says. The fusion benchmark (bench/bench_fuse.cc) times the pipeline on it too.
+inline Schedule preset_at_test_shape(const std::string& name) {
+  Preset p = preset(name);
+  p.model.layers = p.layout.pp * 2;
+  p.model.hidden = 16;
+  p.model.seq = 8;
+  p.model.heads = 4;
+  p.model.ffn = 32;
+  p.model.micro_batches = std::min<int64_t>(p.model.micro_batches, 2);
+  if (p.model.experts > 0) p.model.experts = 4;
+  if (p.model.experts > 0 && p.layout.ep > 4) p.layout.ep = 4;
+  p.layout.bucket_elems = 1 << 20;
+  return synthesize(p.model, p.layout);
 }
 
 }  // namespace braid::fusion::testing

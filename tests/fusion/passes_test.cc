@@ -400,19 +400,7 @@ TEST(Pipeline, GoldenFusedScheduleOfTpSp) {
 // ---------------------------------------------------------------------------------------------
 // Synthesizer presets (tiny shapes)
 
-Schedule tiny_preset(const std::string& name) {
-  Preset p = preset(name);
-  p.model.layers = p.layout.pp * 2;
-  p.model.hidden = 16;
-  p.model.seq = 8;
-  p.model.heads = 4;
-  p.model.ffn = 32;
-  p.model.micro_batches = std::min<int64_t>(p.model.micro_batches, 2);
-  if (p.model.experts > 0) p.model.experts = 4;
-  if (p.model.experts > 0 && p.layout.ep > 4) p.layout.ep = 4;
-  p.layout.bucket_elems = 1 << 20;
-  return synthesize(p.model, p.layout);
-}
+Schedule tiny_preset(const std::string& name) { return testing::preset_at_test_shape(name); }
 
 TEST(Presets, TpSpFiresOnEveryForwardAllReduceWithClosedForm) {
   Preset p = preset("tp-sp");
