@@ -186,10 +186,10 @@ void expect_sim_predicts_mpi(const std::string& preset, int np, double compute_s
 
 // Not met reliably, so not part of the suite (docs/replay.md, "Measurements"). 4 processes on
 // the Chimera TP+SP preset oversubscribe the 2-core host: collectives of 1-4 MiB and compute
-// scaled to about as long. Six runs of this flow on a quiet host on 2026-11-24: the prediction
+// scaled to about as long. Six runs of this flow on 2026-11-24 (load average 2.7): the prediction
 // is stable (10.3-11.2 ms) but the measured step varies from job to job (10.9-12.8 ms), and the
 // sim is low by about 10% on the median: measured/predicted 1.03-1.20 (median 1.12); single
-// attempts ranged 1.04-1.39 in 13 more. The 8-process TP+EP case: collectives on different
+// attempts ranged 1.04-1.39 in 21 more. The 8-process TP+EP case: collectives on different
 // communicators run at once and share the 2 cores, which the sim does not model: 0.83 and 0.93
 // at this shape, 1.07, 1.09, 1.15 at hidden 512; 2.2 to 3.0x at the tiny shape under load. Run with
 // --gtest_also_run_disabled_tests (and BRAID_TEST_TIMING=1).
