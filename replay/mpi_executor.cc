@@ -527,9 +527,37 @@ class MpiPrepared : public PreparedReplay {
   // MPI_Testall and a sleep in between, as this backend did before, made every round of a
   // collective wait for a sleeping rank's wake-up: 50-150 µs each on a 2-core VM, several
   // times the collective, and varying with the host's load; docs/replay.md.)
+  //
+  // On an oversubscribed host (sleep mode) a rank that waits long, for a pipeline stage that is
+  // still busy or a peer computing, must not keep yielding: every yielding rank takes time
+  // slices from the ranks that move data, and on 2 cores the pp-sp preset's TP collectives took
+  // 4-8x their calibrated time while the other stage's 4 ranks waited for their receive. So
+  // the wait yields for kYieldWindowNs, which covers the rounds of a collective whose members
+  // are all present, then polls with naps growing to kLongestNapNs.
   void complete(std::vector<MPI_Request>& reqs) {
-    MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+    const int n = static_cast<int>(reqs.size());
+    if (spin_) {
+      MPI_Waitall(n, reqs.data(), MPI_STATUSES_IGNORE);
+      return;
+    }
+    int flag = 0;
+    const Ns start = monotonic_ns();
+    for (;;) {
+      MPI_Testall(n, reqs.data(), &flag, MPI_STATUSES_IGNORE);
+      if (flag) return;
+      if (monotonic_ns() - start > kYieldWindowNs) break;
+      sched_yield();
+    }
+    Ns nap = kFirstNapNs;
+    for (;;) {
+      timespec ts{0, static_cast<long>(nap)};
+      nanosleep(&ts, nullptr);
+      MPI_Testall(n, reqs.data(), &flag, MPI_STATUSES_IGNORE);
+      if (flag) return;
+      nap = std::min<Ns>(nap * 2, kLongestNapNs);
+    }
   }
+  static constexpr Ns kYieldWindowNs = 1'000'000, kFirstNapNs = 20'000, kLongestNapNs = 200'000;
 
   // Waits for every stream of this step; ends the job when one op waits too long.
   void watch() {

@@ -129,14 +129,32 @@ TEST(ReplayCliMpi, ARankThatHangsEndsTheJobAfterTheTimeout) {
 }
 
 // Timing comparisons need the cores: on a host busy with other work, wall-clock replays measure
-// the contention, not the schedule. BRAID_TEST_TIMING=1 runs them regardless.
-bool host_is_busy(double* load) {
-  double l[1] = {0};
-  getloadavg(l, 1);
-  *load = l[0];
+// the contention, not the schedule. The suite runs these tests alone (RUN_SERIAL), but the load
+// average lags the parallel tests before them by a minute, so the host's busy CPU time is
+// sampled instead: up to 30 s for the other work to end, then the test skips.
+// BRAID_TEST_TIMING=1 runs them regardless.
+double busy_cores(std::chrono::milliseconds window) {
+  auto sample = [] {
+    std::ifstream f("/proc/stat");
+    std::string cpu;
+    long long v[8] = {0}, total = 0;
+    f >> cpu;
+    for (long long& x : v) f >> x, total += x;
+    return std::pair<long long, long long>{total, v[3] + v[4]};  // total, idle + iowait
+  };
+  auto [t0, i0] = sample();
+  std::this_thread::sleep_for(window);
+  auto [t1, i1] = sample();
+  if (t1 == t0) return 0;
+  return double((t1 - t0) - (i1 - i0)) / double(t1 - t0) * std::thread::hardware_concurrency();
+}
+
+bool host_is_busy(double* busy) {
   if (const char* force = std::getenv("BRAID_TEST_TIMING"); force && std::string(force) == "1")
     return false;
-  return l[0] > std::thread::hardware_concurrency() + 0.5;
+  for (int i = 0; i < 30; ++i)
+    if ((*busy = busy_cores(std::chrono::milliseconds(1000))) < 0.3) return false;
+  return true;
 }
 
 // The preset at a shape whose step is long enough to measure on a CPU: hidden 1024, sequence
@@ -152,18 +170,20 @@ fusion::Schedule timing_preset(const std::string& name) {
   return fusion::synthesize(m, l, analysis::CostModel(*analysis::find_profile("h100-nvlink")));
 }
 
+// The flow a user runs: a calibration job (`braid replay --calibrate --backend mpi`), then the
+// replay job with that profile, which prints measured/predicted. The best of three attempts,
+// each calibrating afresh: one job's measured step differs from the next by up to ±10% on an
+// oversubscribed host (docs/replay.md, "Measurements").
 void expect_sim_predicts_mpi(const std::string& preset, int np, double compute_scale) {
-  double load = 0;
-  if (host_is_busy(&load))
-    GTEST_SKIP() << "load average " << load << " on " << std::thread::hardware_concurrency()
-                 << " cores: timing comparison skipped";
+  double busy = 0;
+  if (host_is_busy(&busy))
+    GTEST_SKIP() << busy << " of " << std::thread::hardware_concurrency()
+                 << " cores busy with other work for 30 s: timing comparison skipped";
   test::TempDir dir;
   const std::string json = dir.file("s.json"), cal = dir.file("cal.json");
   fusion::Schedule s = timing_preset(preset);
   ASSERT_EQ(static_cast<int>(s.ranks.size()), np);
   fusion::save_schedule(s, json);
-  // The best of three attempts, each calibrating afresh: a burst of other work on the host
-  // only ever slows the probes or a replay.
   double best = 1e9;
   std::string last;
   Result c;
@@ -176,7 +196,8 @@ void expect_sim_predicts_mpi(const std::string& preset, int np, double compute_s
     std::smatch m;
     ASSERT_TRUE(std::regex_search(r.out, m, std::regex("measured/predicted ([0-9.]+)"))) << r.out;
     const double ratio = std::stod(m[1]);
-    std::printf("attempt %d: measured/predicted %.3f\n", attempt + 1, ratio);
+    std::printf("%s, %d ranks, attempt %d: measured/predicted %.3f\n", preset.c_str(), np,
+                attempt + 1, ratio);
     if (std::abs(ratio - 1) < std::abs(best - 1)) best = ratio;
     last = r.out;
     if (std::abs(best - 1) < 0.15) break;
@@ -184,21 +205,27 @@ void expect_sim_predicts_mpi(const std::string& preset, int np, double compute_s
   EXPECT_LT(std::abs(best - 1), 0.15) << c.out << last;
 }
 
-// Not met reliably, so not part of the suite (docs/replay.md, "Measurements"). 4 processes on
-// the Chimera TP+SP preset oversubscribe the 2-core host: collectives of 1-4 MiB and compute
-// scaled to about as long. Six runs of this flow on 2026-11-24 (load average 2.7): the prediction
-// is stable (10.3-11.2 ms) but the measured step varies from job to job (10.9-12.8 ms), and the
-// sim is low by about 10% on the median: measured/predicted 1.03-1.20 (median 1.12); single
-// attempts ranged 1.04-1.39 in 21 more. The 8-process TP+EP case: collectives on different
-// communicators run at once and share the 2 cores, which the sim does not model: 0.83 and 0.93
-// at this shape, 1.07, 1.09, 1.15 at hidden 512; 2.2 to 3.0x at the tiny shape under load. Run with
-// --gtest_also_run_disabled_tests (and BRAID_TEST_TIMING=1).
-TEST(ReplayCliMpi, DISABLED_CalibratedSimPredictsMpiWithin15PercentTpSp4) {
+// The Chimera presets at their own degrees, up to 8 ranks (4 processes per core here). The
+// 16-rank presets (tp-pp, dense, moe) are measured by bench/simfit.sh, not asserted: 8
+// processes per core share it in ways the sim does not model (docs/replay.md).
+TEST(ReplayCliMpi, CalibratedSimPredictsMpiWithin15PercentTpSp4) {
   expect_sim_predicts_mpi("tp-sp", 4, 20);
 }
 
-TEST(ReplayCliMpi, DISABLED_CalibratedSimPredictsMpiWithin15PercentTpEp8) {
+TEST(ReplayCliMpi, CalibratedSimPredictsMpiWithin15PercentTpEp8) {
   expect_sim_predicts_mpi("tp-ep", 8, 20);
+}
+
+TEST(ReplayCliMpi, CalibratedSimPredictsMpiWithin15PercentPpEp8) {
+  expect_sim_predicts_mpi("pp-ep", 8, 20);
+}
+
+TEST(ReplayCliMpi, CalibratedSimPredictsMpiWithin15PercentPpSp8) {
+  expect_sim_predicts_mpi("pp-sp", 8, 20);
+}
+
+TEST(ReplayCliMpi, CalibratedSimPredictsMpiWithin15PercentSpEp8) {
+  expect_sim_predicts_mpi("sp-ep", 8, 20);
 }
 
 }  // namespace
