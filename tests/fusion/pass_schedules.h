@@ -240,10 +240,73 @@ inline Schedule gemm_allreduce(int t = 2, int64_t n = 64, Ns gemm_ns = 2'000'000
   return s;
 }
 
+// CoC, Megatron SP: a GEMM writes `y` (t x n), the reduce-scatter of `y` into the rank's shard
+// `z` (n), then the residual reads `z`; on one stream or (two_stream) handed to a comm stream.
+inline Schedule gemm_reducescatter(int t = 2, int64_t n = 32, Ns gemm_ns = 2'000'000,
+                                   bool two_stream = false) {
+  Schedule s;
+  s.name = "gemm-rs";
+  std::vector<int32_t> all;
+  for (int i = 0; i < t; ++i) all.push_back(i);
+  s.comms.push_back({"tp", all});
+  for (int32_t r = 0; r < t; ++r) {
+    s.add_buffer(r, "x", "float32", t * n);
+    s.add_buffer(r, "w", "float32", 8);
+    s.add_buffer(r, "y", "float32", t * n);
+    s.add_buffer(r, "z", "float32", n);
+    s.add_buffer(r, "out", "float32", n);
+    s.ranks[r].outputs = {"z", "out"};
+    int st = s.add_stream(r, "compute");
+    int cs = two_stream ? s.add_stream(r, "comm") : st;
+    s.append(r, st, comp("fc2", gemm_ns, {sl("x", 0, t * n), sl("w", 0, 8)}, {sl("y", 0, t * n)}));
+    if (two_stream) {
+      s.append(r, st, Record{"y_ready"});
+      s.append(r, cs, Wait{"y_ready"});
+    }
+    s.append(r, cs, coll(CollOp::ReduceScatter, "tp", n, sl("y", 0, t * n), sl("z", 0, n), "mlp.rs"));
+    if (two_stream) {
+      s.append(r, cs, Record{"rs_done"});
+      s.append(r, st, Wait{"rs_done"});
+    }
+    s.append(r, st, comp("residual", 1000, {sl("z", 0, n)}, {sl("out", 0, n)}));
+  }
+  return s;
+}
+
+// CoC, Megatron SP: the all-gather of the rank's shard `x` (n) into `full` (t x n), then a GEMM
+// that reads `full` and writes `y` (`y_count`, at most t x n to pipeline; more makes it read
+// `full` whole), then the residual reads `y`. With `writes_input`, the GEMM writes `x`.
+inline Schedule allgather_gemm(int t = 2, int64_t n = 32, Ns gemm_ns = 2'000'000,
+                               int64_t y_count = 0, bool writes_input = false) {
+  if (y_count == 0) y_count = t * n;
+  Schedule s;
+  s.name = "ag-gemm";
+  std::vector<int32_t> all;
+  for (int i = 0; i < t; ++i) all.push_back(i);
+  s.comms.push_back({"tp", all});
+  for (int32_t r = 0; r < t; ++r) {
+    s.add_buffer(r, "x", "float32", n);
+    s.add_buffer(r, "w", "float32", 8);
+    s.add_buffer(r, "full", "float32", t * n);
+    s.add_buffer(r, "y", "float32", y_count);
+    s.add_buffer(r, "z", "float32", y_count);
+    s.ranks[r].outputs = {"full", "z"};
+    int st = s.add_stream(r, "compute");
+    s.append(r, st, comp("ln", 1000, {}, {sl("x", 0, n)}));
+    s.append(r, st, coll(CollOp::AllGather, "tp", n, sl("x", 0, n), sl("full", 0, t * n), "attn.ag"));
+    std::vector<Slice> writes{sl("y", 0, y_count)};
+    if (writes_input) writes = {sl("x", 0, n)};
+    s.append(r, st, comp("qkv", gemm_ns, {sl("full", 0, t * n), sl("w", 0, 8)}, writes));
+    s.append(r, st, comp("residual", 1000, {sl("y", 0, y_count)}, {sl("z", 0, y_count)}));
+  }
+  return s;
+}
+
 // A synthesizer preset shrunk to the fusion tests' shape (2 layers per stage, hidden 16, seq 8,
 // 4 heads, ffn 32, at most 2 micro-batches, at most 4 experts and EP 4); its layout otherwise as
 // the preset says. The fusion benchmark (bench/bench_fuse.cc) times the pipeline on it too.
-inline Schedule preset_at_test_shape(const std::string& name) {
+inline Schedule preset_at_test_shape(const std::string& name,
+                                     const analysis::CostModel& cm = analysis::CostModel()) {
   Preset p = preset(name);
   p.model.layers = p.layout.pp * 2;
   p.model.hidden = 16;
@@ -254,7 +317,7 @@ inline Schedule preset_at_test_shape(const std::string& name) {
   if (p.model.experts > 0) p.model.experts = 4;
   if (p.model.experts > 0 && p.layout.ep > 4) p.layout.ep = 4;
   p.layout.bucket_elems = 1 << 20;
-  return synthesize(p.model, p.layout);
+  return synthesize(p.model, p.layout, cm);
 }
 
 }  // namespace braid::fusion::testing

@@ -299,6 +299,137 @@ TEST(Coc, NoRewriteWhenCommunicationIsNegligibleOrComputeOpaque) {
   EXPECT_FALSE(fs[0].legal);
 }
 
+// The pipeline time of k chunks by hand: producer form (compute first) or gather form
+// (communication first), with per-chunk communication times.
+Ns coc_pipeline(Ns gemm, Ns overhead, const std::vector<Ns>& comm, bool gather) {
+  const int k = static_cast<int>(comm.size());
+  const Ns chunk = gemm / k + overhead;
+  Ns comm_end = 0, comp_end = 0;
+  for (int i = 0; i < k; ++i) {
+    if (gather) {
+      comm_end += comm[i];
+      comp_end = std::max(comp_end, comm_end) + chunk;
+    } else {
+      comp_end += chunk;
+      comm_end = std::max(comm_end, comp_end) + comm[i];
+    }
+  }
+  return gather ? comp_end : comm_end;
+}
+
+// Chunk i of k of t shards of n elements: the parts' element counts (each inside one shard).
+std::vector<int64_t> part_counts(int64_t n, int t, int k, int i) {
+  std::vector<int64_t> v;
+  const int64_t len = n * t / k;
+  for (int64_t a = i * len, end = (i + 1) * len; a < end;) {
+    const int64_t b = std::min(end, (a / n + 1) * n);
+    v.push_back(b - a);
+    a = b;
+  }
+  return v;
+}
+
+// The best k and its time for a reduce-scatter (Reduce parts) or all-gather (Broadcast parts).
+std::pair<int, Ns> coc_best(const analysis::CostModel& cm, CollOp op, int t, int64_t n, Ns gemm) {
+  std::vector<int32_t> ranks;
+  for (int r = 0; r < t; ++r) ranks.push_back(r);
+  const bool gather = op == CollOp::AllGather;
+  Ns best = gemm + cm.collective_ns(op, t * n * 4, t, "tp", ranks);
+  int best_k = 0;
+  for (int k : {2, 4, 8}) {
+    std::vector<Ns> comm(k, 0);
+    for (int i = 0; i < k; ++i)
+      for (int64_t c : part_counts(n, t, k, i))
+        comm[i] += cm.collective_ns(gather ? CollOp::Broadcast : CollOp::Reduce, c * 4, t, "tp", ranks);
+    const Ns end = coc_pipeline(gemm, 1000, comm, gather);
+    if (end < best) best = end, best_k = k;
+  }
+  return {best_k, best};
+}
+
+TEST(Coc, GemmReduceScatterBecomesChunksReducedToTheShardOwners) {
+  const analysis::CostModel cm = slow_links();
+  for (int t : {2, 4})
+    for (bool two : {false, true}) {
+      SCOPED_TRACE("t=" + std::to_string(t) + (two ? " two streams" : " one stream"));
+      const int64_t n = 32;
+      Schedule s = testing::gemm_reducescatter(t, n, 2'000'000, two);
+      auto fs = find("coc", s, cm);
+      ASSERT_EQ(fs.size(), 1u);
+      EXPECT_TRUE(fs[0].legal);
+      auto [k, best] = coc_best(cm, CollOp::ReduceScatter, t, n, 2'000'000);
+      ASSERT_GT(k, 0);
+      std::vector<int32_t> ranks;
+      for (int r = 0; r < t; ++r) ranks.push_back(r);
+      EXPECT_EQ(fs[0].saving_ns,
+                2'000'000 + cm.collective_ns(CollOp::ReduceScatter, t * n * 4, t, "tp", ranks) - best);
+      EXPECT_NE(fs[0].summary.find("split into " + std::to_string(k)), std::string::npos) << fs[0].summary;
+      Schedule x = apply_one("coc", s, fs[0]);
+      EXPECT_EQ(count_ops(x, CollOp::ReduceScatter), 0);
+      EXPECT_EQ(count_ops(x, CollOp::Reduce), t * std::max(k, t));
+      expect_same_outputs(s, x);
+    }
+}
+
+TEST(Coc, AllGatherGemmBecomesBroadcastChunksTheGemmFollows) {
+  const analysis::CostModel cm = slow_links();
+  for (int t : {2, 4}) {
+    SCOPED_TRACE("t=" + std::to_string(t));
+    const int64_t n = 32;
+    Schedule s = testing::allgather_gemm(t, n);
+    auto fs = find("coc", s, cm);
+    ASSERT_EQ(fs.size(), 1u);
+    EXPECT_TRUE(fs[0].legal);
+    auto [k, best] = coc_best(cm, CollOp::AllGather, t, n, 2'000'000);
+    ASSERT_GT(k, 0);
+    std::vector<int32_t> ranks;
+    for (int r = 0; r < t; ++r) ranks.push_back(r);
+    EXPECT_EQ(fs[0].saving_ns,
+              2'000'000 + cm.collective_ns(CollOp::AllGather, t * n * 4, t, "tp", ranks) - best);
+    Schedule x = apply_one("coc", s, fs[0]);
+    EXPECT_EQ(count_ops(x, CollOp::AllGather), 0);
+    EXPECT_EQ(count_ops(x, CollOp::Broadcast), t * std::max(k, t));
+    expect_same_outputs(s, x);
+    // The GEMM's chunk i waits for chunk i only: the first chunk starts before the last
+    // broadcast (it is the compute stream's third op, after "record start; wait e0").
+    const auto& ops = x.ranks[0].streams[0].ops;
+    ASSERT_GE(ops.size(), 4u);
+    EXPECT_NE(ops[1].record(), nullptr);
+    EXPECT_NE(ops[2].wait(), nullptr);
+    EXPECT_NE(ops[3].compute(), nullptr);
+  }
+}
+
+TEST(Coc, AllGatherGemmNotSplitWhenTheGemmReadsItWholeOrWritesItsInput) {
+  const analysis::CostModel cm = slow_links();
+  // A write longer than the gathered buffer: every chunk reads the whole buffer.
+  EXPECT_TRUE(find("coc", testing::allgather_gemm(2, 32, 2'000'000, 256), cm).empty());
+  // The GEMM writes the shard the broadcasts read.
+  EXPECT_TRUE(find("coc", testing::allgather_gemm(2, 32, 2'000'000, 0, true), cm).empty());
+}
+
+TEST(Presets, CocChunksMegatronSpCollectivesAndKeepsData) {
+  // dense: TP 4 with Megatron SP, so its GEMMs sit next to Reduce-Scatters and All-Gathers.
+  // A GPU of 1 MFLOP/s makes the tiny shape's GEMMs about 1 ms, comparable to its collectives
+  // on 1 MB/s links.
+  analysis::HardwareProfile slow_gpu = analysis::default_profile();
+  slow_gpu.gpu.tflops_16bit = slow_gpu.gpu.tflops_32bit = 1e-6;
+  Schedule s = testing::preset_at_test_shape("dense", analysis::CostModel(slow_gpu));
+  const analysis::CostModel cm = slow_links();
+  int rs = 0, ag = 0;
+  for (const Finding& f : find("coc", s, cm)) {
+    if (!f.legal) continue;
+    rs += f.summary.find("reduces to the shards' owners") != std::string::npos;
+    ag += f.summary.find("broadcasts from the shards' owners") != std::string::npos;
+  }
+  EXPECT_GT(rs, 0);
+  EXPECT_GT(ag, 0);
+  auto res = run_pipeline(s, cm, {{"coc"}});
+  EXPECT_GT(count_ops(res.schedule, CollOp::Reduce), 0);
+  EXPECT_GT(count_ops(res.schedule, CollOp::Broadcast), 0);
+  expect_same_outputs(s, res.schedule);
+}
+
 // ---------------------------------------------------------------------------------------------
 // reorder + pipeline
 

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "fusion/pass.h"
+#include "fusion/pass_schedules.h"
 #include "fusion/schedule_store.h"
 #include "replay/ab.h"
 #include "replay/mpi_executor.h"
@@ -67,6 +69,25 @@ TEST(Mpi, PresetsReplayAndFusedFormsPassTheDataCheck) {
     ++ran;
   }
   EXPECT_GT(ran, 0) << "no preset with a world of " << world();
+}
+
+// coc's Reduce-Scatter and All-Gather rewrites run their chunks as rooted Reduces and
+// Broadcasts on a second stream: on MPI they compute the same buffers as the unsplit pair.
+TEST(Mpi, CocChunksOfReduceScatterAndAllGatherPassTheDataCheck) {
+  const int t = world();
+  for (fusion::Schedule s : {fusion::testing::gemm_reducescatter(t, 8 * t, 2'000'000),
+                             fusion::testing::gemm_reducescatter(t, 8 * t, 2'000'000, true),
+                             fusion::testing::allgather_gemm(t, 8 * t, 2'000'000)}) {
+    SCOPED_TRACE(s.name);
+    auto fs = fusion::find_pass("coc")->find(s, fusion::testing::slow_links());
+    ASSERT_EQ(fs.size(), 1u);
+    fusion::Schedule fused = s;
+    fusion::find_pass("coc")->apply(fused, fs[0]);
+    AbReport r = run_ab(executor(), s, fused, fast_ab());
+    EXPECT_TRUE(r.data.ok()) << r.data.mismatches << " mismatches";
+    EXPECT_TRUE(r.oracle_fused.ok());
+    EXPECT_GT(r.data.elements, 0);
+  }
 }
 
 TEST(Mpi, BrokenRewriteFailsTheDataCheckOnTheRankItBroke) {
