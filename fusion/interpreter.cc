@@ -37,9 +37,9 @@ class Machine {
       for (const Buffer& b : s.ranks[r].buffers) {
         auto& v = result_.buffers[r][b.name];
         v.resize(static_cast<size_t>(b.size));
+        const int32_t vr = value_rank(s, static_cast<int32_t>(r), b.replicated);
         for (int64_t i = 0; i < b.size; ++i)
-          v[i] = opt.init ? opt.init(static_cast<int32_t>(r), b.name, i)
-                          : initial_value(static_cast<int32_t>(r), b.name, i);
+          v[i] = opt.init ? opt.init(vr, b.name, i) : initial_value(vr, b.name, i);
       }
       pc_[r].assign(s.ranks[r].streams.size(), 0);
       arrived_at_pc_[r].assign(s.ranks[r].streams.size(), false);
@@ -117,12 +117,13 @@ class Machine {
     for (const Slice& sl : c.reads) in.push_back(read(r, sl));
     std::vector<std::vector<int64_t>> out;
     std::vector<int64_t> args(in.size());
+    const int32_t vr = value_rank(s_, r, c.replicated);
     for (const Slice& w : c.writes) {
       std::vector<int64_t> v(static_cast<size_t>(w.count));
       for (int64_t j = 0; j < w.count; ++j) {
         for (size_t k = 0; k < in.size(); ++k)
           args[k] = in[k].empty() ? 0 : in[k][static_cast<size_t>(j) % in[k].size()];
-        v[j] = compute_value(c.label, r, w.buffer, w.offset + j, args);
+        v[j] = compute_value(c.label, vr, w.buffer, w.offset + j, args);
       }
       out.push_back(std::move(v));
     }
@@ -250,6 +251,12 @@ class Machine {
 };
 
 }  // namespace
+
+int32_t value_rank(const Schedule& s, int32_t rank, const std::string& replicated) {
+  if (replicated.empty()) return rank;
+  const Comm* c = s.find_comm(replicated);
+  return c && !c->ranks.empty() ? c->ranks[0] : rank;
+}
 
 int64_t initial_value(int32_t rank, std::string_view buffer, int64_t index) {
   uint64_t h = mix(mix(hash_str(buffer), static_cast<uint64_t>(rank)), static_cast<uint64_t>(index));

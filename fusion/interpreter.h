@@ -43,6 +43,11 @@ struct InterpreterOptions {
   std::function<int64_t(int32_t rank, const std::string& buffer, int64_t index)> init;
 };
 
+// The rank whose data a replicated compute or buffer (Compute::replicated, Buffer::replicated)
+// takes on `rank`: the communicator's first member, so every member computes the same values;
+// `rank` itself otherwise.
+int32_t value_rank(const Schedule& s, int32_t rank, const std::string& replicated);
+
 // Deterministic initial contents, in [0, 1000000) so values stay readable.
 int64_t initial_value(int32_t rank, std::string_view buffer, int64_t index);
 

@@ -50,6 +50,10 @@ struct Compute {
   Ns duration_ns = 0;
   std::vector<Slice> reads, writes;
   bool opaque = false;  // may touch any buffer (compute lifted from a trace)
+  // A communicator id, or empty: every member of it runs this compute as the same function (its
+  // parameters are replicated too, as Megatron's layer norms and residual adds under TP), so
+  // equal inputs give equal outputs on all of them. Data semantics use value_rank().
+  std::string replicated;
   bool operator==(const Compute&) const = default;
 };
 
@@ -111,6 +115,9 @@ struct Buffer {
   std::string name;
   std::string dtype;
   int64_t size = 0;  // elements
+  // A communicator id, or empty: the buffer starts with the same data on every member of it
+  // (e.g. the embedding output every TP rank holds).
+  std::string replicated;
   bool operator==(const Buffer&) const = default;
 };
 

@@ -87,6 +87,10 @@ void put_op(std::string& o, const Op& op) {
     o += ", \"writes\": ";
     put_slices(o, c->writes);
     o += c->opaque ? ", \"opaque\": true" : ", \"opaque\": false";
+    if (!c->replicated.empty()) {
+      o += ", \"replicated\": ";
+      put_string(o, c->replicated);
+    }
   } else if (const Collective* c = op.collective()) {
     o += ", \"op\": ";
     put_string(o, to_string(c->op));
@@ -187,7 +191,12 @@ std::string to_json(const Schedule& s) {
       put_string(o, b.name);
       o += ", \"dtype\": ";
       put_string(o, b.dtype);
-      o += ", \"size\": " + std::to_string(b.size) + "}";
+      o += ", \"size\": " + std::to_string(b.size);
+      if (!b.replicated.empty()) {
+        o += ", \"replicated\": ";
+        put_string(o, b.replicated);
+      }
+      o += "}";
     });
     if (!r.outputs.empty()) {
       o += ",\n      ";
@@ -337,13 +346,15 @@ class Parser {
     op.id = int64(req(o, "id", path), at(path, "id"));
     std::string kind = str(req(o, "kind", path), at(path, "kind"));
     if (kind == "compute") {
-      keys(o, path, {"id", "kind", "label", "duration_ns", "reads", "writes", "opaque", "replaces"});
+      keys(o, path, {"id", "kind", "label", "duration_ns", "reads", "writes", "opaque", "replicated",
+                     "replaces"});
       Compute c;
       c.label = str(req(o, "label", path), at(path, "label"));
       c.duration_ns = int64(req(o, "duration_ns", path), at(path, "duration_ns"));
       c.reads = slices(req(o, "reads", path), at(path, "reads"));
       c.writes = slices(req(o, "writes", path), at(path, "writes"));
       c.opaque = boolean(req(o, "opaque", path), at(path, "opaque"));
+      if (auto x = opt(o, "replicated")) c.replicated = str(*x, at(path, "replicated"));
       op.body = std::move(c);
     } else if (kind == "collective") {
       keys(o, path, {"id", "kind", "op", "comm", "dtype", "count", "root", "peer", "in", "out",
@@ -438,11 +449,12 @@ class Parser {
       for (element b : arr(req(ro, "buffers", p), at(p, "buffers"))) {
         std::string bp = at(at(p, "buffers"), j++);
         object bo = obj(b, bp);
-        keys(bo, bp, {"name", "dtype", "size"});
+        keys(bo, bp, {"name", "dtype", "size", "replicated"});
         Buffer buf;
         buf.name = str(req(bo, "name", bp), at(bp, "name"));
         buf.dtype = str(req(bo, "dtype", bp), at(bp, "dtype"));
         buf.size = int64(req(bo, "size", bp), at(bp, "size"));
+        if (auto x = opt(bo, "replicated")) buf.replicated = str(*x, at(bp, "replicated"));
         r.buffers.push_back(std::move(buf));
       }
       if (auto x = opt(ro, "outputs")) {

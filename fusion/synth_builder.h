@@ -61,6 +61,12 @@ class RankBuilder {
             int64_t m, int64_t n, int64_t k);
   void elementwise(const std::string& label, std::vector<Slice> reads, std::vector<Slice> writes,
                    double flops_per_out = 4);
+  // An elementwise op of the residual stream (norm, residual add, loss). Under TP without SP
+  // every TP rank runs it on its full copy of the activation: marked replicated over the TP
+  // group (Compute::replicated), so data flow can show the copies stay identical.
+  void residual_op(const std::string& label, std::vector<Slice> reads, std::vector<Slice> writes,
+                   double flops_per_out = 4);
+  bool replicated_residual() const { return p_.tp > 1 && !p_.sp_on(); }
   void collective(int st, CollOp op, const std::string& comm, int64_t count, Slice in, Slice out,
                   const std::string& label, const std::string& dtype = {});
   void p2p(int st, CollOp op, const std::string& comm, int32_t peer, Slice s,

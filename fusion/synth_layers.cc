@@ -9,7 +9,12 @@ Slice RankBuilder::layer_input(int l, int mb) {
   // A stage that receives the full activation (PP+SP baseline) reads its sequence shard of it.
   if (l == first_layer_ && c_.pp > 0 && p_.sp_on() && p_.pp_send_full)
     return buffer(name(l, "x_full", mb), M_).sub(c_.tp * Ms_, Ms_);
-  return buffer(name(l, "x", mb), X_);
+  Slice x = buffer(name(l, "x", mb), X_);
+  // The first stage's input (the embedding's output) is the same on every TP rank.
+  if (l == 0 && replicated_residual())
+    for (Buffer& b : s_.ranks[rank_].buffers)
+      if (b.name == x.buffer) b.replicated = tp_comm();
+  return x;
 }
 
 Slice RankBuilder::weight(int l, const WeightRef& w, bool expert) {
@@ -86,7 +91,7 @@ void RankBuilder::forward_layer(int l, int mb) {
   const int64_t t = p_.tp, h = m_.hidden;
   Slice x = layer_input(l, mb);
   Slice ln1 = buffer(name(l, "ln1", mb), X_);
-  elementwise(label(l, "attn.ln"), {x}, {ln1}, 8);
+  residual_op(label(l, "attn.ln"), {x}, {ln1}, 8);
   Slice a_in = p_.sp_on() ? sp_gather(l, mb, "ln1_full", ln1, "attn.allgather") : ln1;
   Slice qkv = buffer(name(l, "qkv", mb), 3 * M_ / t);
   gemm(label(l, "attn.qkv"), {a_in, weight(l, w_qkv_, false)}, {qkv}, T_, 3 * h / t, h);
@@ -99,13 +104,13 @@ void RankBuilder::forward_layer(int l, int mb) {
   gemm(label(l, "attn.out_proj"), {ctx, weight(l, w_o_, false)}, {partial}, T_, h, h / t);
   Slice attn_out = row_parallel_output(l, mb, "attn", partial);
   Slice hres = buffer(name(l, "h", mb), X_);
-  elementwise(label(l, "attn.residual"), {x, attn_out}, {hres}, 2);
+  residual_op(label(l, "attn.residual"), {x, attn_out}, {hres}, 2);
   Slice ln2 = buffer(name(l, "ln2", mb), X_);
   std::string block = m_.moe() ? "moe" : "mlp";
-  elementwise(label(l, block + ".ln"), {hres}, {ln2}, 8);
+  residual_op(label(l, block + ".ln"), {hres}, {ln2}, 8);
   Slice out = m_.moe() ? moe_forward(l, mb, ln2) : mlp_forward(l, mb, ln2);
   Slice y = buffer(name(l + 1, "x", mb), X_);
-  elementwise(label(l, block + ".residual"), {hres, out}, {y}, 2);
+  residual_op(label(l, block + ".residual"), {hres, out}, {y}, 2);
 }
 
 Slice RankBuilder::mlp_forward(int l, int mb, Slice ln2) {
@@ -159,7 +164,7 @@ void RankBuilder::backward_layer(int l, int mb) {
   std::string block = m_.moe() ? "moe" : "mlp";
   Slice d_ln2 = m_.moe() ? moe_backward(l, mb, dy) : mlp_backward(l, mb, dy);
   Slice d_h = buffer(name(l, "d_h", mb), X_);
-  elementwise(label(l, block + ".ln.bwd"), {d_ln2, hres, dy}, {d_h}, 10);
+  residual_op(label(l, block + ".ln.bwd"), {d_ln2, hres, dy}, {d_h}, 10);
 
   Slice g = p_.sp_on() ? sp_gather(l, mb, "d_attn_out", d_h, "attn.bwd.allgather") : d_h;
   Slice ctx = buffer(name(l, "ctx", mb), M_ / t);
@@ -184,7 +189,7 @@ void RankBuilder::backward_layer(int l, int mb) {
   Slice gq = grad(l, w_qkv_, false);
   gemm(label(l, "attn.qkv.wgrad"), {d_qkv, a_in, gq}, {gq}, 3 * h / t, h, T_);
   Slice dx = buffer(name(l, "dx", mb), X_);
-  elementwise(label(l, "attn.ln.bwd"), {d_ln1, x, d_h}, {dx}, 10);
+  residual_op(label(l, "attn.ln.bwd"), {d_ln1, x, d_h}, {dx}, 10);
 }
 
 Slice RankBuilder::mlp_backward(int l, int mb, Slice dy) {

@@ -96,6 +96,13 @@ void RankBuilder::elementwise(const std::string& lab, std::vector<Slice> reads,
           cost_.compute_ns(flops_per_out * out, (in + out) * dbytes_, dbytes_));
 }
 
+void RankBuilder::residual_op(const std::string& lab, std::vector<Slice> reads,
+                              std::vector<Slice> writes, double flops_per_out) {
+  elementwise(lab, std::move(reads), std::move(writes), flops_per_out);
+  if (replicated_residual())
+    s_.ranks[rank_].streams[compute_].ops.back().compute()->replicated = tp_comm();
+}
+
 void RankBuilder::collective(int st, CollOp op, const std::string& comm, int64_t count, Slice in,
                              Slice out, const std::string& lab, const std::string& dtype) {
   Collective c;
@@ -251,7 +258,7 @@ void RankBuilder::forward_microbatch(int mb) {
   } else {
     Slice y = buffer(name(end_layer_, "x", mb), X_);
     Slice loss = buffer("loss.mb" + std::to_string(mb), 1);
-    elementwise("loss", {y}, {loss}, 4);
+    residual_op("loss", {y}, {loss}, 4);
   }
 }
 
@@ -266,7 +273,7 @@ void RankBuilder::backward_microbatch(int mb) {
     record(st, ev);
     wait(compute_, ev);
   } else {
-    elementwise("loss.bwd", {buffer(name(end_layer_, "x", mb), X_)}, {dy}, 4);
+    residual_op("loss.bwd", {buffer(name(end_layer_, "x", mb), X_)}, {dy}, 4);
   }
   const bool last_mb = mb + 1 == m_.micro_batches;
   for (int l = end_layer_ - 1; l >= first_layer_; --l) {

@@ -180,6 +180,12 @@ void check_structure(const Schedule& s, Problems& out) {
       if (!names.insert(b.name).second)
         out.push_back(rn + ": buffer " + q(b.name) + " is declared twice");
       if (b.size < 0) out.push_back(rn + ": buffer " + q(b.name) + " has a negative size");
+      if (!b.replicated.empty()) {
+        const Comm* rc = s.find_comm(b.replicated);
+        if (!rc || rc->index_of(ri) < 0)
+          out.push_back(rn + ": buffer " + q(b.name) + " is replicated over " + q(b.replicated) +
+                        ", " + (rc ? "which this rank is not a member of" : "an unknown communicator"));
+      }
     }
     for (const std::string& o : r.outputs)
       if (!names.count(o)) out.push_back(rn + ": output " + q(o) + " is not a declared buffer");
@@ -200,6 +206,13 @@ void check_structure(const Schedule& s, Problems& out) {
                         describe(s, it->second));
         if (const Compute* c = op.compute()) {
           if (c->duration_ns < 0) out.push_back(where + "negative duration");
+          if (!c->replicated.empty()) {
+            const Comm* rc = s.find_comm(c->replicated);
+            if (!rc || rc->index_of(ri) < 0)
+              out.push_back(where + "replicated over " + q(c->replicated) + ", " +
+                            (rc ? "which this rank is not a member of" : "an unknown communicator"));
+            if (c->opaque) out.push_back(where + "opaque compute cannot be replicated");
+          }
           for (const Slice& sl : c->reads) check_slice(s, r, ref, sl, "read", "", out);
           for (const Slice& sl : c->writes) check_slice(s, r, ref, sl, "write", "", out);
         } else if (const Collective* c = op.collective()) {

@@ -266,8 +266,9 @@ class MpiPrepared : public PreparedReplay {
   void init_buffers() {
     for (size_t b = 0; b < rs_->buffers.size(); ++b) {
       auto* p = reinterpret_cast<int64_t*>(buf_[b].data());
+      const int32_t vr = fusion::value_rank(s_, rank_, rs_->buffers[b].replicated);
       for (int64_t i = 0; i < rs_->buffers[b].size; ++i)
-        p[i] = fusion::initial_value(rank_, rs_->buffers[b].name, i);
+        p[i] = fusion::initial_value(vr, rs_->buffers[b].name, i);
     }
   }
 
@@ -452,12 +453,13 @@ class MpiPrepared : public PreparedReplay {
     for (const fusion::Slice& sl : c.reads) in.emplace_back(view(sl), view(sl) + sl.count);
     std::vector<std::vector<int64_t>> out;
     std::vector<int64_t> args(in.size());
+    const int32_t vr = fusion::value_rank(s_, rank_, c.replicated);
     for (const fusion::Slice& w : c.writes) {
       std::vector<int64_t> v(static_cast<size_t>(w.count));
       for (int64_t j = 0; j < w.count; ++j) {
         for (size_t k = 0; k < in.size(); ++k)
           args[k] = in[k].empty() ? 0 : in[k][static_cast<size_t>(j) % in[k].size()];
-        v[j] = fusion::compute_value(c.label, rank_, w.buffer, w.offset + j, args);
+        v[j] = fusion::compute_value(c.label, vr, w.buffer, w.offset + j, args);
       }
       out.push_back(std::move(v));
     }

@@ -204,8 +204,9 @@ class NcclPrepared : public PreparedReplay {
   void init_buffers() {
     for (size_t b = 0; b < rs_->buffers.size(); ++b) {
       std::vector<int64_t> v(static_cast<size_t>(rs_->buffers[b].size));
+      const int32_t vr = fusion::value_rank(s_, rank_, rs_->buffers[b].replicated);
       for (int64_t i = 0; i < rs_->buffers[b].size; ++i)
-        v[i] = fusion::initial_value(rank_, rs_->buffers[b].name, i);
+        v[i] = fusion::initial_value(vr, rs_->buffers[b].name, i);
       cuda_check(cudaMemcpy(dev_[b], v.data(), v.size() * 8, cudaMemcpyHostToDevice), "cudaMemcpy");
     }
   }
@@ -354,13 +355,14 @@ class NcclPrepared : public PreparedReplay {
     std::vector<std::vector<int64_t>> in;
     for (const auto& sl : c.reads) in.push_back(fetch(sl));
     std::vector<int64_t> args(in.size());
+    const int32_t vr = fusion::value_rank(s_, rank_, c.replicated);
     std::vector<std::vector<int64_t>> outs;
     for (const auto& w : c.writes) {
       std::vector<int64_t> v(static_cast<size_t>(w.count));
       for (int64_t j = 0; j < w.count; ++j) {
         for (size_t k = 0; k < in.size(); ++k)
           args[k] = in[k].empty() ? 0 : in[k][static_cast<size_t>(j) % in[k].size()];
-        v[j] = fusion::compute_value(c.label, rank_, w.buffer, w.offset + j, args);
+        v[j] = fusion::compute_value(c.label, vr, w.buffer, w.offset + j, args);
       }
       outs.push_back(std::move(v));
     }

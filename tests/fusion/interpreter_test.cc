@@ -191,6 +191,30 @@ TEST(Interpreter, ComputeIsDeterministicAndOpaqueComputeIsNot) {
   EXPECT_EQ(interpret(whole).buffers, interpret(split).buffers);
 }
 
+TEST(Interpreter, ReplicatedComputeAndBuffersTakeTheFirstMembersValues) {
+  // x starts equal on the members of "w" when replicated over it; "f" replicated over "w"
+  // computes the same function everywhere, so equal inputs give equal outputs.
+  Schedule s = four_ranks();
+  for (int32_t r = 0; r < 4; ++r) {
+    s.ranks[r].buffers[0].replicated = "w";
+    Compute c = comp("f", 10, {sl("x", 0, 16)}, {sl("y", 0, 16)});
+    c.replicated = "w";
+    s.append(r, 0, c);
+  }
+  EXPECT_EQ(value_rank(s, 3, "w"), 0);
+  EXPECT_EQ(value_rank(s, 3, ""), 3);
+  auto res = interpret(s);
+  for (int32_t r = 1; r < 4; ++r) {
+    EXPECT_EQ(res.buffers[r].at("x"), res.buffers[0].at("x")) << r;
+    EXPECT_EQ(res.buffers[r].at("y"), res.buffers[0].at("y")) << r;
+  }
+  EXPECT_EQ(res.buffers[2].at("x")[5], initial_value(0, "x", 5));
+  // Not replicated: every rank computes its own values from the same inputs.
+  for (int32_t r = 0; r < 4; ++r) s.ranks[r].streams[0].ops[0].compute()->replicated.clear();
+  auto own = interpret(s);
+  EXPECT_NE(own.buffers[1].at("y"), own.buffers[0].at("y"));
+}
+
 TEST(Interpreter, DefaultInitialValuesAreDeterministic) {
   EXPECT_EQ(initial_value(0, "x", 5), initial_value(0, "x", 5));
   EXPECT_NE(initial_value(0, "x", 5), initial_value(1, "x", 5));

@@ -86,6 +86,26 @@ TEST(ScheduleJson, OutputsAndReplacesRoundTrip) {
   EXPECT_THAT(joined(validate(s)), HasSubstr("rank 1: output 'nope' is not a declared buffer"));
 }
 
+TEST(ScheduleJson, ReplicatedComputeAndBufferRoundTripAndValidate) {
+  Schedule s = two_rank_schedule();
+  for (int32_t r = 0; r < 2; ++r) {
+    s.ranks[r].buffers[0].replicated = "world";
+    s.ranks[r].streams[0].ops[0].compute()->replicated = "world";
+  }
+  std::string text = to_json(s);
+  EXPECT_THAT(text, HasSubstr("\"size\": 8, \"replicated\": \"world\"}"));
+  EXPECT_THAT(text, HasSubstr("\"opaque\": false, \"replicated\": \"world\""));
+  Schedule parsed = parse_schedule(text);
+  EXPECT_EQ(parsed, s);
+  EXPECT_EQ(to_json(parsed), text);
+  EXPECT_TRUE(validate(s).empty()) << joined(validate(s));
+  s.ranks[1].buffers[0].replicated = "nope";
+  s.comms.push_back({"solo", {0}});
+  s.ranks[1].streams[0].ops[0].compute()->replicated = "solo";
+  EXPECT_THAT(joined(validate(s)), HasSubstr("buffer 'act' is replicated over 'nope', an unknown communicator"));
+  EXPECT_THAT(joined(validate(s)), HasSubstr("replicated over 'solo', which this rank is not a member of"));
+}
+
 TEST(ScheduleJson, FourRankRoundTripIsExact) {
   Schedule s = four_rank_schedule();
   ASSERT_TRUE(validate(s).empty()) << joined(validate(s));

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "fusion/dataflow.h"
 #include "fusion/interpreter.h"
 #include "fusion/pass.h"
 #include "fusion/pipeline.h"
@@ -615,10 +616,11 @@ TEST(Presets, PpEpIsAdviceBecauseTheUnpermuteSitsBetween) {
   }
 }
 
-TEST(Presets, TpPpIsAdviceWithTheClosedForm) {
+TEST(Presets, TpPpAppliesWithTheClosedFormAndKeepsData) {
   // Last layer of each stage: mlp.allreduce -> residual -> send of the full activation on all t
   // TP ranks; backward: attn.bwd.allreduce -> ln.bwd -> send. 3 stage boundaries x 2
-  // micro-batches x 2 directions.
+  // micro-batches x 2 directions. The residual stream is replicated compute over TP, so the t
+  // sent copies are provably identical and the rewrite applies.
   Preset p = preset("tp-pp");
   const int t = p.layout.tp;
   Schedule s = tiny_preset("tp-pp");
@@ -627,11 +629,38 @@ TEST(Presets, TpPpIsAdviceWithTheClosedForm) {
   auto fs = find("tp-pp", s, slow_links());
   EXPECT_EQ(fs.size(), static_cast<size_t>(2 * (p.layout.pp - 1) * 2));
   for (const Finding& f : fs) {
-    EXPECT_FALSE(f.legal);
+    EXPECT_TRUE(f.legal) << f.assumption;
     EXPECT_EQ(f.saving_bytes, (t - 1) * kM * kDb / t);  // the P2P's (t-1)/t, net
     EXPECT_GT(f.saving_ns, 0);
     EXPECT_EQ(f.ops.size(), static_cast<size_t>(3 * t));  // all-reduce, sends, recvs
+  }
+  ASSERT_FALSE(fs.empty());
+  Schedule x = apply_one("tp-pp", s, fs[0]);
+  EXPECT_EQ(count_ops(x, CollOp::ReduceScatter), count_ops(s, CollOp::ReduceScatter) + t);
+  EXPECT_EQ(count_ops(x, CollOp::AllGather), count_ops(s, CollOp::AllGather) + t);
+  expect_same_outputs(s, x);
+  // Every rewrite at once, through the pipeline.
+  auto res = run_pipeline(s, slow_links(), {{"tp-pp"}});
+  EXPECT_EQ(res.applied.size(), fs.size());
+  expect_same_outputs(s, res.schedule);
+}
+
+TEST(Presets, TpPpStaysAdviceWhenTheResidualStreamIsNotReplicated) {
+  // The same preset with the residual ops not marked replicated: the t copies cannot be shown
+  // identical, so each finding is advice naming the assumption.
+  Schedule s = tiny_preset("tp-pp");
+  for (auto& r : s.ranks) {
+    for (auto& b : r.buffers) b.replicated.clear();
+    for (auto& st : r.streams)
+      for (auto& o : st.ops)
+        if (Compute* c = o.compute()) c->replicated.clear();
+  }
+  auto fs = find("tp-pp", s, slow_links());
+  ASSERT_FALSE(fs.empty());
+  for (const Finding& f : fs) {
+    EXPECT_FALSE(f.legal);
     EXPECT_NE(f.assumption.find("identical on the 4 ranks"), std::string::npos) << f.assumption;
+    EXPECT_NE(f.assumption.find("not provably identical"), std::string::npos) << f.assumption;
   }
 }
 
@@ -662,18 +691,52 @@ Schedule tp_pp_pair(bool receivers_grouped, int64_t sent) {
 
 TEST(TpPp, FiresOnlyForTheFullActivationToAGroupedStage) {
   ASSERT_EQ(validate(tp_pp_pair(true, 8)), std::vector<std::string>{});
-  auto fs = find("tp-pp", tp_pp_pair(true, 8));
+  // No outputs listed, so the senders' x is a result of the step and must stay whole: advice.
+  auto fs = find("tp-pp", tp_pp_pair(true, 8), slow_links());
   ASSERT_EQ(fs.size(), 1u);
   EXPECT_EQ(fs[0].saving_bytes, 8 * 4 / 2);
   EXPECT_FALSE(fs[0].legal);
+  EXPECT_NE(fs[0].assumption.find("'x' is a result of the step"), std::string::npos) << fs[0].assumption;
+  // With the receivers' x as the result, the all-reduce's output itself is sent, identical on
+  // both ranks: the rewrite applies and keeps the data.
+  Schedule outs = tp_pp_pair(true, 8);
+  for (int32_t r = 0; r < 4; ++r) outs.ranks[r].outputs = {r < 2 ? "partial" : "x"};
+  auto fo = find("tp-pp", outs, slow_links());
+  ASSERT_EQ(fo.size(), 1u);
+  EXPECT_TRUE(fo[0].legal) << fo[0].assumption;
+  Schedule x = apply_one("tp-pp", outs, fo[0]);
+  EXPECT_EQ(count_ops(x, CollOp::ReduceScatter), 2);
+  EXPECT_EQ(count_ops(x, CollOp::AllGather), 2);
+  expect_same_outputs(outs, x);
   // The receivers share no communicator to all-gather over: nothing.
   EXPECT_TRUE(find("tp-pp", tp_pp_pair(false, 8)).empty());
   // Only half the result is sent (not the replicated full activation): nothing.
   EXPECT_TRUE(find("tp-pp", tp_pp_pair(true, 4)).empty());
-  // Advice is never applied.
-  auto res = run_pipeline(tp_pp_pair(true, 8), analysis::CostModel(), {{"tp-pp"}});
-  EXPECT_TRUE(res.applied.empty());
-  EXPECT_EQ(res.advice.size(), 1u);
+}
+
+TEST(TpPp, SenderComputingOnItsOwnDataIsAdvice) {
+  // A non-replicated compute between the all-reduce and the send (each rank adds its own data):
+  // the copies differ, so the rewrite would change what the receivers get.
+  Schedule s = tp_pp_pair(true, 8);
+  for (int32_t r = 0; r < 4; ++r) s.ranks[r].outputs = {r < 2 ? "partial" : "x"};
+  for (int32_t r = 0; r < 2; ++r) {
+    s.add_buffer(r, "y", "float32", 8);
+    auto& ops = s.ranks[r].streams[0].ops;
+    int64_t next = s.next_op_id();
+    ops.insert(ops.begin() + 1, make_op(next, testing::comp("add", 100, {testing::sl("x", 0, 8)},
+                                                            {testing::sl("y", 0, 8)}), {}));
+    ops[2].collective()->in = testing::sl("y", 0, 8);
+  }
+  ASSERT_EQ(validate(s), std::vector<std::string>{});
+  auto fs = find("tp-pp", s, slow_links());
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_FALSE(fs[0].legal);
+  EXPECT_NE(fs[0].assumption.find("not provably identical"), std::string::npos) << fs[0].assumption;
+  // Marked replicated over the TP group, the same compute makes it legal.
+  for (int32_t r = 0; r < 2; ++r) s.ranks[r].streams[0].ops[1].compute()->replicated = "tp0";
+  fs = find("tp-pp", s, slow_links());
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_TRUE(fs[0].legal) << fs[0].assumption;
 }
 
 TEST(Presets, PipelineKeepsOutputsOnEveryPreset) {
