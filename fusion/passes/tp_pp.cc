@@ -30,6 +30,7 @@ class TpPp : public Pass {
     std::optional<Dataflow> own_df;
     const Dataflow& df = dataflow_of(s, focus, own_df);
     Replicas replicas(df);
+    std::vector<std::optional<Plan>> plans;  // per finding
     for (const MatchGroup& g : df.matching().groups) {
       if (focus && !focus->hits(s, g.members)) continue;
       if (g.op != CollOp::AllReduce) continue;
@@ -73,19 +74,32 @@ class TpPp : public Pass {
       Finding f = report(s, g, sends, *next_tp, via, t, cm);
       std::string why;
       auto plan = make_plan(df, replicas, g, sends, via_of, *next_tp, t, why);
-      if (plan) {
+      if (!plan && !why.empty()) f.assumption += " (not applied: " + why + ")";
+      out.push_back(std::move(f));
+      plans.push_back(std::move(plan));
+    }
+    // Each plan's rewrite must leave a valid schedule. Validating a copy costs as much as the
+    // search, so all plans are checked together first (they touch disjoint ops) and one by one
+    // only when that fails.
+    Schedule all = s;
+    bool any = false;
+    for (const auto& p : plans)
+      if (p) apply_plan(all, *p), any = true;
+    const bool all_valid = any && valid(all);
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!plans[i]) continue;
+      std::string why;
+      if (!all_valid) {
         Schedule probe = s;
-        apply_plan(probe, *plan);
-        if (valid(probe, &why)) {
-          f.legal = true;
-          f.assumption.clear();
-          f.rewrite = [p = *plan](Schedule& x) { apply_plan(x, p); };
-        } else {
-          why = "the rewritten schedule is not valid: " + why;
+        apply_plan(probe, *plans[i]);
+        if (!valid(probe, &why)) {
+          out[i].assumption += " (not applied: the rewritten schedule is not valid: " + why + ")";
+          continue;
         }
       }
-      if (!f.legal && !why.empty()) f.assumption += " (not applied: " + why + ")";
-      out.push_back(std::move(f));
+      out[i].legal = true;
+      out[i].assumption.clear();
+      out[i].rewrite = [p = *plans[i]](Schedule& x) { apply_plan(x, p); };
     }
     return out;
   }
