@@ -39,6 +39,7 @@ class Gen {
       s.comms.push_back({"c", {0, 2}});
       s.comms.push_back({"d", {1, 3}});
       s.comms.push_back({"p", {0, 3}});
+      s.comms.push_back({"e", {2, 3}});
     }
     for (int32_t r = 0; r < n_; ++r) {
       for (int b = 0; b < kBuffers; ++b) s.add_buffer(r, buf(b), "float32", kSize);
@@ -86,7 +87,7 @@ class Gen {
   }
 
   void step(Schedule& s, int i) {
-    int kind = pick({0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+    int kind = pick({0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
     auto comms = comm_of_rank();
     const int gsize = comms[0] == "w" ? n_ : 2;
     const bool side = coin(0.25);
@@ -212,6 +213,50 @@ class Gen {
         }
         break;
       }
+      case 10: {  // GEMM -> reduce-scatter (coc)
+        const int64_t count = pick({2, 4});
+        Slice y = any_slice(count * gsize);
+        Slice x = any_slice(pick({4, 16}));
+        Slice out = sl(y.buffer == "b0" ? "b1" : "b0", 0, count);
+        if (x.buffer == y.buffer) x = sl(y.buffer == "b2" ? "b3" : "b2", 0, x.count);
+        for (int32_t r = 0; r < n_; ++r) {
+          s.append(r, 0, comp("gemm" + std::to_string(i), 2'000'000, {x}, {y}));
+          s.append(r, 0, coll(CollOp::ReduceScatter, comms[r], count, y, out, "gemm.rs"));
+        }
+        break;
+      }
+      case 11: {  // all-gather -> GEMM (coc)
+        const int64_t count = pick({2, 4});
+        Slice shard = sl("b4", 0, count), full = sl("b5", 0, count * gsize);
+        // The GEMM's output at most the gathered size, so it can read it split in step.
+        Slice w = sl(coin(0.5) ? "b0" : "b1", 0, coin(0.5) ? count * gsize : count * gsize / 2);
+        for (int32_t r = 0; r < n_; ++r) {
+          s.append(r, 0, coll(CollOp::AllGather, comms[r], count, shard, full, "ag.gemm"));
+          s.append(r, 0, comp("gemm" + std::to_string(i), 2'000'000, {full, sl("b2", 0, 4)}, {w}));
+        }
+        break;
+      }
+      case 12: {  // all-reduce [-> replicated compute] -> send of the result (tp-pp), n = 4 only
+        if (n_ != 4) return;
+        const bool via = coin(0.5), replicated = coin(0.7);
+        Slice partial = sl("b3", 0, 8), x = sl("b4", 0, 8), y = sl("b5", 0, 8);
+        for (int32_t r = 0; r < 4; ++r) {
+          const char* ch = r % 2 ? "d" : "c";
+          if (r < 2) {
+            s.append(r, 0, coll(CollOp::AllReduce, "a", 8, partial, x, "tp.ar"));
+            if (via) {
+              Compute c = comp("residual" + std::to_string(i), 200, {x}, {y});
+              if (replicated) c.replicated = "a";
+              s.append(r, 0, c);
+            }
+            s.append(r, 0, testing::p2p(CollOp::Send, ch, r + 2, 8, via ? y : x, "pp"));
+          } else {
+            s.append(r, 0, testing::p2p(CollOp::Recv, ch, r - 2, 8, x, "pp"));
+            if (coin(0.5)) s.append(r, 0, comp("next" + std::to_string(i), 100, {x}, {sl("b1", 0, 8)}));
+          }
+        }
+        break;
+      }
     }
   }
 
@@ -275,9 +320,18 @@ TEST(PassPropertyCoverage, EveryApplicablePassFiresLegallyOnSomeSeed) {
     Schedule s = Gen(seed).make();
     for (const analysis::CostModel& cm : {analysis::CostModel(), testing::slow_links()})
       for (const auto& p : all_passes())
-        for (const Finding& f : p->find(s, cm)) legal[f.pass] += f.legal;
+        for (const Finding& f : p->find(s, cm)) {
+          legal[f.pass] += f.legal;
+          // coc's three forms, told apart by their summaries.
+          if (f.legal && f.summary.find("reduces to the shards' owners") != std::string::npos)
+            ++legal["coc reduce-scatter"];
+          if (f.legal && f.summary.find("broadcasts from the shards' owners") != std::string::npos)
+            ++legal["coc all-gather"];
+        }
   }
-  for (const char* p : {"decompose", "reorder", "tp-sp", "pp-ep", "pp-sp", "coalesce", "dedup", "coc"})
+  for (const char* p :
+       {"decompose", "reorder", "tp-sp", "pp-ep", "pp-sp", "tp-pp", "coalesce", "dedup", "coc",
+        "coc reduce-scatter", "coc all-gather"})
     EXPECT_GT(legal[p], 0) << p;
 }
 
