@@ -1,8 +1,9 @@
 #!/bin/sh
 # How well the sim, calibrated on this host, predicts the mpi backend's step time, for every
 # preset at its own degrees (docs/BENCHMARKS.md). Per preset and run: a calibration job
-# (`braid replay --calibrate --backend mpi`), then a replay job with that profile; prints each
-# run's measured/predicted and the median over the runs. The shape is the replay tests'
+# (`braid replay --calibrate --backend mpi`), then a replay job with that profile (FLOW=file, the
+# default), or one job that calibrates first (FLOW=job, `--calibrate-first`); prints each run's
+# measured/predicted and the median over the runs. The shape is the replay tests'
 # timing shape: layers = PP stages, hidden 1024, sequence 512, FFN 4 x hidden, 4 experts top-2
 # for MoE presets, PP micro-batches = stages, H100 compute durations times SCALE.
 # Usage: bench/simfit.sh BUILD_DIR [RUNS] [PRESET ...]   (default: all presets, 3 runs)
@@ -12,6 +13,8 @@ runs=${2:-3}
 [ $# -ge 2 ] && shift 2 || shift $#
 presets=${*:-tp-sp tp-ep pp-ep pp-sp sp-ep tp-pp dense moe}
 scale=${SCALE:-20}
+flow=${FLOW:-file}
+case $flow in file | job) ;; *) echo "simfit: FLOW must be file or job" >&2; exit 2 ;; esac
 braid=$build/app/braid
 command -v mpirun >/dev/null || { echo "simfit: mpirun not found" >&2; exit 1; }
 out=$(mktemp -d)
@@ -20,7 +23,7 @@ trap 'rm -rf "$out"' EXIT
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 field() { sed -n "s|.*$1 \([0-9.]*\).*|\1|p" "$2" | head -1; }  # the number after $1
 
-echo "host: $(nproc) cores, $(uname -m); $runs runs per preset; compute scale $scale"
+echo "host: $(nproc) cores, $(uname -m); $runs runs per preset; compute scale $scale; flow $flow"
 printf '%-6s %5s  %-40s %s\n' preset ranks "measured / predicted per run (measured ms)" median
 for p in $presets; do
   # The preset's degrees: world size and PP stages, MoE or dense.
@@ -35,10 +38,15 @@ for p in $presets; do
   mpi="mpirun --oversubscribe --allow-run-as-root -np $np"
   i=0; : >"$out/ratios"; cells=""
   while [ "$i" -lt "$runs" ]; do
-    $mpi "$braid" replay --calibrate --backend mpi -o "$out/cal.json" >"$out/cal.log" 2>&1 ||
-      { cat "$out/cal.log" >&2; exit 1; }
+    if [ "$flow" = file ]; then
+      $mpi "$braid" replay --calibrate --backend mpi -o "$out/cal.json" >"$out/cal.log" 2>&1 ||
+        { cat "$out/cal.log" >&2; exit 1; }
+      predict="--profile $out/cal.json"
+    else
+      predict="--calibrate-first"
+    fi
     $mpi "$braid" replay "$out/s.json" --backend mpi --compute-scale "$scale" --warmup 2 \
-      --steps 11 --profile "$out/cal.json" --no-store >"$out/rep.log" 2>&1 ||
+      --steps 11 $predict --no-store >"$out/rep.log" 2>&1 ||
       { cat "$out/rep.log" >&2; exit 1; }
     r=$(field "measured/predicted" "$out/rep.log")
     m=$(field "step time: median" "$out/rep.log")

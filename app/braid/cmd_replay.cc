@@ -31,6 +31,7 @@ struct ReplayOpts {
   double timeout_s = 60;
   int64_t max_buffer_mb = 1024;
   bool calibrate = false;
+  bool calibrate_first = false;
   std::string output;
 };
 
@@ -96,10 +97,26 @@ int run_replay(const ReplayOpts& o) {
     throw Error(ErrorCode::Usage, why);
   const std::string profile_name =
       o.profile.empty() ? (o.backend == "mpi" ? "cpu-shm" : "h100-nvlink") : o.profile;
+  if (o.calibrate_first && o.backend == "sim")
+    throw Error(ErrorCode::Usage, "--calibrate-first measures a real backend: use --backend mpi or nccl");
   replay::SimProfile sp = replay::load_sim_profile(profile_name);
-  const analysis::CostModel model(sp.profile);
-  auto ex = replay::make_executor(o.backend, model, sp.sim_options());
+  auto ex = replay::make_executor(o.backend, analysis::CostModel(sp.profile), sp.sim_options());
   return replay::run_guarded(*ex, [&] {
+    if (o.calibrate_first) {
+      // Calibrate in this job, on the ranks that then replay: the prediction compares with a
+      // measurement made in the same placement and host state.
+      replay::CalibrationOptions co;
+      co.base_profile = profile_name;
+      co.replay.compute = compute_mode(o.compute);
+      co.replay.timeout_ns = static_cast<Ns>(o.timeout_s * 1e9);
+      replay::Calibration cal = replay::calibrate(*ex, nranks, co);
+      if (ex->reporting()) {
+        sp.profile = cal.profile;
+        sp.sim = cal.sim_options();
+        sp.calibrated = true;
+      }
+    }
+    const analysis::CostModel model(sp.profile);
     replay::ReplayOptions ro;
     ro.compute = compute_mode(o.compute);
     ro.compute_scale = o.compute_scale;
@@ -206,6 +223,9 @@ void register_replay(CLI::App& app, Action& run) {
   cmd->add_option("--max-buffer-mb", o->max_buffer_mb,
                   "mpi/nccl: refuse schedules needing more buffer memory per rank")->capture_default_str();
   cmd->add_flag("--calibrate", o->calibrate, "Calibrate the sim against --backend (see above)");
+  cmd->add_flag("--calibrate-first", o->calibrate_first,
+                "mpi/nccl: calibrate in this job before the replay and predict with that (instead "
+                "of --profile's calibration)");
   cmd->add_option("-o,--output", o->output, "--calibrate: profile JSON to write");
   cmd->callback([o, &run] { run = [o] { return run_replay(*o); }; });
 }
