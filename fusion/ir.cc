@@ -73,7 +73,7 @@ int Schedule::add_stream(int32_t rank, std::string name) {
 }
 
 void Schedule::add_buffer(int32_t rank, std::string name, std::string dtype, int64_t size) {
-  add_rank(rank).buffers.push_back(Buffer{std::move(name), std::move(dtype), size});
+  add_rank(rank).buffers.push_back(Buffer{std::move(name), std::move(dtype), size, {}});
 }
 
 size_t Schedule::op_count() const {

@@ -93,7 +93,7 @@ inline fusion::Schedule allreduce_pair(bool decomposed, int n = 2, int64_t count
     if (decomposed) s.add_buffer(r, "shard", "float32", count / n);
     s.ranks[r].outputs = {"g", "y"};
     const int st = s.add_stream(r, "main");
-    s.append(r, st, fusion::Compute{"grad", 200'000, {sl("x", 0, count)}, {sl("g", 0, count)}, false});
+    s.append(r, st, fusion::Compute{"grad", 200'000, {sl("x", 0, count)}, {sl("g", 0, count)}, false, {}});
     auto coll = [&](CollOp op, int64_t c, fusion::Slice in, fusion::Slice out) {
       fusion::Collective k;
       k.op = op;
@@ -111,7 +111,7 @@ inline fusion::Schedule allreduce_pair(bool decomposed, int n = 2, int64_t count
       s.append(r, st, coll(CollOp::ReduceScatter, count / n, sl("g", 0, count), sl("shard", 0, count / n)));
       s.append(r, st, coll(CollOp::AllGather, count / n, sl("shard", 0, count / n), sl("g", 0, count)));
     }
-    s.append(r, st, fusion::Compute{"use", 100'000, {sl("g", 0, count)}, {sl("y", 0, count)}, false});
+    s.append(r, st, fusion::Compute{"use", 100'000, {sl("g", 0, count)}, {sl("y", 0, count)}, false, {}});
   }
   return s;
 }
