@@ -115,18 +115,7 @@ class Machine {
   void compute(int32_t r, const Compute& c) {
     std::vector<std::vector<int64_t>> in;
     for (const Slice& sl : c.reads) in.push_back(read(r, sl));
-    std::vector<std::vector<int64_t>> out;
-    std::vector<int64_t> args(in.size());
-    const int32_t vr = value_rank(s_, r, c.replicated);
-    for (const Slice& w : c.writes) {
-      std::vector<int64_t> v(static_cast<size_t>(w.count));
-      for (int64_t j = 0; j < w.count; ++j) {
-        for (size_t k = 0; k < in.size(); ++k)
-          args[k] = in[k].empty() ? 0 : in[k][static_cast<size_t>(j) % in[k].size()];
-        v[j] = compute_value(c.label, vr, w.buffer, w.offset + j, args);
-      }
-      out.push_back(std::move(v));
-    }
+    const std::vector<std::vector<int64_t>> out = compute_outputs(s_, r, c, in);
     for (size_t k = 0; k < c.writes.size(); ++k) write(r, c.writes[k], out[k].data());
   }
 
@@ -269,6 +258,24 @@ int64_t compute_value(std::string_view label, int32_t rank, std::string_view buf
                    static_cast<uint64_t>(index));
   for (int64_t x : inputs) h = mix(h, static_cast<uint64_t>(x));
   return static_cast<int64_t>(h % 1000000);
+}
+
+std::vector<std::vector<int64_t>> compute_outputs(const Schedule& s, int32_t rank,
+                                                  const Compute& c,
+                                                  const std::vector<std::vector<int64_t>>& in) {
+  std::vector<std::vector<int64_t>> out;
+  std::vector<int64_t> args(in.size());
+  const int32_t vr = value_rank(s, rank, c.replicated);
+  for (const Slice& w : c.writes) {
+    std::vector<int64_t> v(static_cast<size_t>(w.count));
+    for (int64_t j = 0; j < w.count; ++j) {
+      for (size_t k = 0; k < in.size(); ++k)
+        args[k] = in[k].empty() ? 0 : in[k][static_cast<size_t>(j) % in[k].size()];
+      v[j] = compute_value(c.label, vr, w.buffer, w.offset + j, args);
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
 }
 
 std::string Interpretation::deadlock_message() const {

@@ -57,6 +57,14 @@ int64_t initial_value(int32_t rank, std::string_view buffer, int64_t index);
 int64_t compute_value(std::string_view label, int32_t rank, std::string_view buffer,
                       int64_t index, const std::vector<int64_t>& inputs);
 
+// What compute `c` on `rank` writes, one vector per write slice, given the contents of its read
+// slices in order: element j of write w is compute_value(label, value_rank, w.buffer,
+// w.offset + j, the reads' elements at j mod their counts). The one definition the interpreter
+// and the replay backends' data checks share.
+std::vector<std::vector<int64_t>> compute_outputs(const Schedule& s, int32_t rank,
+                                                  const Compute& c,
+                                                  const std::vector<std::vector<int64_t>>& in);
+
 // Runs `s`. Throws braid::Error(BadFormat) listing the problems when the schedule fails
 // validation (other than deadlock, which the run itself reports in the result).
 Interpretation interpret(const Schedule& s, const InterpreterOptions& opt = {});

@@ -153,6 +153,15 @@ void check_collective(const Schedule& s, const RankSchedule& r, OpRef ref, const
   }
 }
 
+// What is wrong with `replicated` (Buffer / Compute) on rank `ri`, empty when nothing.
+std::string replicated_problem(const Schedule& s, int32_t ri, const std::string& comm) {
+  if (comm.empty()) return "";
+  const Comm* c = s.find_comm(comm);
+  if (c && c->index_of(ri) >= 0) return "";
+  return "replicated over " + q(comm) + ", " +
+         (c ? "which this rank is not a member of" : "an unknown communicator");
+}
+
 void check_structure(const Schedule& s, Problems& out) {
   const int32_t nranks = static_cast<int32_t>(s.ranks.size());
   std::set<std::string> comm_ids;
@@ -180,12 +189,8 @@ void check_structure(const Schedule& s, Problems& out) {
       if (!names.insert(b.name).second)
         out.push_back(rn + ": buffer " + q(b.name) + " is declared twice");
       if (b.size < 0) out.push_back(rn + ": buffer " + q(b.name) + " has a negative size");
-      if (!b.replicated.empty()) {
-        const Comm* rc = s.find_comm(b.replicated);
-        if (!rc || rc->index_of(ri) < 0)
-          out.push_back(rn + ": buffer " + q(b.name) + " is replicated over " + q(b.replicated) +
-                        ", " + (rc ? "which this rank is not a member of" : "an unknown communicator"));
-      }
+      if (std::string why = replicated_problem(s, ri, b.replicated); !why.empty())
+        out.push_back(rn + ": buffer " + q(b.name) + " is " + why);
     }
     for (const std::string& o : r.outputs)
       if (!names.count(o)) out.push_back(rn + ": output " + q(o) + " is not a declared buffer");
@@ -206,13 +211,10 @@ void check_structure(const Schedule& s, Problems& out) {
                         describe(s, it->second));
         if (const Compute* c = op.compute()) {
           if (c->duration_ns < 0) out.push_back(where + "negative duration");
-          if (!c->replicated.empty()) {
-            const Comm* rc = s.find_comm(c->replicated);
-            if (!rc || rc->index_of(ri) < 0)
-              out.push_back(where + "replicated over " + q(c->replicated) + ", " +
-                            (rc ? "which this rank is not a member of" : "an unknown communicator"));
-            if (c->opaque) out.push_back(where + "opaque compute cannot be replicated");
-          }
+          if (std::string why = replicated_problem(s, ri, c->replicated); !why.empty())
+            out.push_back(where + why);
+          if (c->opaque && !c->replicated.empty())
+            out.push_back(where + "opaque compute cannot be replicated");
           for (const Slice& sl : c->reads) check_slice(s, r, ref, sl, "read", "", out);
           for (const Slice& sl : c->writes) check_slice(s, r, ref, sl, "write", "", out);
         } else if (const Collective* c = op.collective()) {

@@ -451,18 +451,7 @@ class MpiPrepared : public PreparedReplay {
     };
     std::vector<std::vector<int64_t>> in;
     for (const fusion::Slice& sl : c.reads) in.emplace_back(view(sl), view(sl) + sl.count);
-    std::vector<std::vector<int64_t>> out;
-    std::vector<int64_t> args(in.size());
-    const int32_t vr = fusion::value_rank(s_, rank_, c.replicated);
-    for (const fusion::Slice& w : c.writes) {
-      std::vector<int64_t> v(static_cast<size_t>(w.count));
-      for (int64_t j = 0; j < w.count; ++j) {
-        for (size_t k = 0; k < in.size(); ++k)
-          args[k] = in[k].empty() ? 0 : in[k][static_cast<size_t>(j) % in[k].size()];
-        v[j] = fusion::compute_value(c.label, vr, w.buffer, w.offset + j, args);
-      }
-      out.push_back(std::move(v));
-    }
+    const std::vector<std::vector<int64_t>> out = fusion::compute_outputs(s_, rank_, c, in);
     for (size_t k = 0; k < c.writes.size(); ++k)
       std::copy(out[k].begin(), out[k].end(), view(c.writes[k]));
   }

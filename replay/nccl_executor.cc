@@ -354,18 +354,7 @@ class NcclPrepared : public PreparedReplay {
     };
     std::vector<std::vector<int64_t>> in;
     for (const auto& sl : c.reads) in.push_back(fetch(sl));
-    std::vector<int64_t> args(in.size());
-    const int32_t vr = fusion::value_rank(s_, rank_, c.replicated);
-    std::vector<std::vector<int64_t>> outs;
-    for (const auto& w : c.writes) {
-      std::vector<int64_t> v(static_cast<size_t>(w.count));
-      for (int64_t j = 0; j < w.count; ++j) {
-        for (size_t k = 0; k < in.size(); ++k)
-          args[k] = in[k].empty() ? 0 : in[k][static_cast<size_t>(j) % in[k].size()];
-        v[j] = fusion::compute_value(c.label, vr, w.buffer, w.offset + j, args);
-      }
-      outs.push_back(std::move(v));
-    }
+    const std::vector<std::vector<int64_t>> outs = fusion::compute_outputs(s_, rank_, c, in);
     for (size_t k = 0; k < c.writes.size(); ++k)
       cuda_check(cudaMemcpy(ptr(c.writes[k], 8), outs[k].data(), outs[k].size() * 8,
                             cudaMemcpyHostToDevice),

@@ -79,17 +79,12 @@ class TpPp : public Pass {
       plans.push_back(std::move(plan));
     }
     // Each plan's rewrite must leave a valid schedule. Validating a copy costs as much as the
-    // search, so all plans are checked together first (they touch disjoint ops) and one by one
-    // only when that fails.
-    Schedule all = s;
-    bool any = false;
-    for (const auto& p : plans)
-      if (p) apply_plan(all, *p), any = true;
-    const bool all_valid = any && valid(all);
+    // search, so a caller that validates what it applies (the pipeline) skips it here.
+    const bool caller_validates = focus && focus->caller_validates;
     for (size_t i = 0; i < out.size(); ++i) {
       if (!plans[i]) continue;
       std::string why;
-      if (!all_valid) {
+      if (!caller_validates) {
         Schedule probe = s;
         apply_plan(probe, *plans[i]);
         if (!valid(probe, &why)) {
@@ -108,7 +103,6 @@ class TpPp : public Pass {
   // The rewrite by op ids, per member j of the TP group (index j in both groups).
   struct MemberPlan {
     int64_t ar = -1, via = -1, send = -1, recv = -1;
-    int32_t recv_rank = -1;
     int64_t insert_before = -1;  // the receiver's first reader of the data; -1: right after recv
     int index = 0;
   };
@@ -142,7 +136,6 @@ class TpPp : public Pass {
       mp.ar = s.op(m).id;
       mp.send = s.op(send).id;
       mp.recv = s.op(recv).id;
-      mp.recv_rank = recv.rank;
       // The sender's chain: all-reduce [-> one compute] -> send, nothing else reading the full
       // values, and the compute's reads split by rows.
       Slice sent_value = c.out;
