@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "analysis/cost_model.h"
 #include "replay/ab.h"
@@ -19,7 +20,8 @@ namespace {
 
 fusion::Slice slice(const char* b, int64_t off, int64_t n) { return {b, off, n}; }
 
-fusion::Schedule world_schedule(int n, const std::string& name, int64_t elems) {
+fusion::Schedule world_schedule(int n, const std::string& name, int64_t elems,
+                                const char* dtype = "float32") {
   fusion::Schedule s;
   s.name = name;
   s.provenance = {"calibration probe"};
@@ -27,24 +29,28 @@ fusion::Schedule world_schedule(int n, const std::string& name, int64_t elems) {
   for (int r = 0; r < n; ++r) world.ranks.push_back(r);
   s.comms.push_back(world);
   for (int r = 0; r < n; ++r) {
-    s.add_buffer(r, "a", "float32", std::max<int64_t>(elems, 1));
-    s.add_buffer(r, "b", "float32", std::max<int64_t>(elems, 1));
+    s.add_buffer(r, "a", dtype, std::max<int64_t>(elems, 1));
+    s.add_buffer(r, "b", dtype, std::max<int64_t>(elems, 1));
     s.add_stream(r, "main");
   }
   return s;
 }
 
-fusion::Collective coll(CollOp op, int64_t count, fusion::Slice in, fusion::Slice out) {
+fusion::Collective calibration_coll(CollOp op, int64_t count, fusion::Slice in,
+                                    fusion::Slice out, const char* dtype = "float32") {
   fusion::Collective c;
   c.op = op;
   c.comm = "world";
-  c.dtype = "float32";
+  c.dtype = dtype;
   c.count = count;
   c.in = std::move(in);
   c.out = std::move(out);
   c.label = std::string(to_string(op));
   return c;
 }
+
+// Kinds whose MPI implementation reduces element by element on the CPU.
+bool reduces(CollOp op) { return op == CollOp::AllReduce || op == CollOp::ReduceScatter; }
 
 // Solves the weighted least-squares problem min Σ w_i (x_i · p - y_i)² for p (k unknowns) by
 // the normal equations; columns in `fixed_zero` are held at 0.
@@ -118,21 +124,29 @@ std::vector<Probe> calibration_probes(int n, const CalibrationOptions& o) {
     for (int r = 0; r < n; ++r) p.schedule.append(r, 0, fusion::Record{"start"});
     v.push_back(std::move(p));
   }
-  for (CollOp op : ops) {
+  // Reducing kinds are probed in float32 and in a 16-bit type of the same bytes, which
+  // separates their per-element reduction cost from the per-byte one.
+  for (CollOp op : ops) for (int esize : {4, 2}) {
     if (n < 2) break;
+    if (esize != 4 && !reduces(op)) continue;
+    const char* dtype = esize == 4 ? "float32" : "bfloat16";
     for (int64_t bytes : o.sizes) {
-      const int64_t e = std::max<int64_t>(bytes / 4, 1);
+      const int64_t e = std::max<int64_t>(bytes / esize, 1);
       const int64_t per = std::max<int64_t>(e / n, 1);  // per-rank count of the "n*count" ops
       Probe p;
       p.op = op;
+      p.esize = esize;
       p.count = op == CollOp::Send ? 2 * o.repeats : o.repeats;
       int64_t elems = e;
       if (op == CollOp::AllGather || op == CollOp::ReduceScatter || op == CollOp::AllToAll)
         elems = per * n;
-      p.bytes = elems * 4;
-      p.name = std::string(to_string(op)) + " " + std::to_string(p.bytes) + " B x" +
-               std::to_string(p.count);
-      fusion::Schedule s = world_schedule(n, "calibrate " + p.name, elems);
+      p.bytes = elems * esize;
+      p.name = std::string(to_string(op)) + " " + std::to_string(p.bytes) + " B " +
+               (esize == 4 ? "" : "bfloat16 ") + "x" + std::to_string(p.count);
+      fusion::Schedule s = world_schedule(n, "calibrate " + p.name, elems, dtype);
+      auto coll = [dtype](CollOp op, int64_t count, fusion::Slice in, fusion::Slice out) {
+        return calibration_coll(op, count, std::move(in), std::move(out), dtype);
+      };
       for (int rep = 0; rep < o.repeats; ++rep)
         for (int r = 0; r < n; ++r) {
           switch (op) {
@@ -183,7 +197,8 @@ std::vector<Probe> calibration_probes(int n, const CalibrationOptions& o) {
     p.bytes = 64;
     p.name = "allreduce 64 B x1";
     fusion::Schedule s = world_schedule(n, "calibrate " + p.name, 16);
-    for (int r = 0; r < n; ++r) s.append(r, 0, coll(CollOp::AllReduce, 16, slice("a", 0, 16), slice("a", 0, 16)));
+    for (int r = 0; r < n; ++r)
+      s.append(r, 0, calibration_coll(CollOp::AllReduce, 16, slice("a", 0, 16), slice("a", 0, 16)));
     p.schedule = std::move(s);
     v.push_back(std::move(p));
   }
@@ -219,6 +234,12 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
   Calibration cal;
   cal.ranks = nranks;
   cal.backend = std::string(ex.backend());
+  cal.host_cores = ex.host_cores();
+  // With more ranks than cores, every probe collective runs on all ranks at once, so each core
+  // is shared by `share` of them: the fitted times are `share` times the dedicated-core times
+  // that the sim's processor sharing (SimOptions::host_cores) takes.
+  const double share =
+      cal.host_cores > 0 ? std::max(1, (nranks + cal.host_cores - 1) / cal.host_cores) : 1;
   cal.profile = analysis::load_profile(o.base_profile);
   std::vector<Probe> probes = calibration_probes(nranks, o);
   ReplayOptions ro = o.replay;
@@ -259,6 +280,7 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
     for (size_t i = 0; i < probes.size(); ++i) {
       const Probe& p = probes[i];
       if (p.op == CollOp::Unknown || p.op == CollOp::Barrier || measured[i] <= 0) continue;
+      if (p.esize != 4) continue;  // the link is per byte of float32
       const int t = p.op == CollOp::Send ? 2 : nranks;
       const analysis::Algorithm algo = model.choose(p.op, p.bytes, t);
       x.push_back({1.0, p.count * analysis::latency_steps(p.op, t, algo),
@@ -287,17 +309,23 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
     for (const auto& [op, idx] : by_op) {
       std::vector<std::vector<double>> x;
       std::vector<double> y, w;
+      std::set<int> esizes;
+      for (size_t i : idx) esizes.insert(probes[i].esize);
+      const bool per_element = esizes.size() > 1;  // probed in two dtypes: fit γ as well
       for (size_t i : idx) {
         const Probe& p = probes[i];
         const int t = op == CollOp::Send ? 2 : nranks;
         const analysis::Algorithm algo = model.choose(op, p.bytes, t);
-        x.push_back({p.count * analysis::latency_steps(op, t, algo),
-                     p.count * analysis::wire_factor(op, t, algo) * static_cast<double>(p.bytes)});
+        const double wire =
+            p.count * analysis::wire_factor(op, t, algo) * static_cast<double>(p.bytes);
+        x.push_back({p.count * analysis::latency_steps(op, t, algo), wire});
+        if (per_element) x.back().push_back(wire / p.esize);
         y.push_back(measured[i] - c0 - skew);
         w.push_back(1.0 / (measured[i] * measured[i]));
       }
       const std::vector<double> f = fit_nonneg(x, y, w, /*intercept=*/false);
-      cal.op_links[op] = {f[0], f[1]};
+      cal.op_links[op] = {f[0] / share, f[1] / share};
+      if (per_element) cal.reduce_ns_per_element[op] = f[2] / share;
     }
   }
   cal.profile.name = cal.profile.name + "-calibrated";
@@ -305,9 +333,9 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
                             cal.backend + " ranks (braid replay --calibrate)";
   cal.profile.gpus_per_node = std::max(nranks, cal.profile.gpus_per_node);
   cal.profile.intra_node.name = cal.backend + " transport (calibrated)";
-  cal.profile.intra_node.latency_ns = std::round(link.alpha_ns);
+  cal.profile.intra_node.latency_ns = std::round(link.alpha_ns / share);
   cal.profile.intra_node.bandwidth_gbps =
-      link.ns_per_byte > 1e-9 ? 1.0 / link.ns_per_byte : 1000.0;
+      link.ns_per_byte > 1e-9 ? share / link.ns_per_byte : 1000.0;
 
   // Compute, per regime: T - c0 = count * (slowdown * duration + overhead).
   for (bool short_ops : {true, false}) {
@@ -353,9 +381,12 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
       const analysis::Algorithm algo = model.choose(p.op, p.bytes, t);
       const analysis::LinkCost l = so.op_links.count(p.op) ? so.op_links.at(p.op)
                                                            : model.link_for({}, {});
-      pred = c0 + skew + p.count * l.time_ns(analysis::latency_steps(p.op, t, algo),
-                                      analysis::wire_factor(p.op, t, algo) *
-                                          static_cast<double>(p.bytes));
+      const double wire = analysis::wire_factor(p.op, t, algo) * static_cast<double>(p.bytes);
+      const double gamma =
+          so.reduce_ns_per_element.count(p.op) ? so.reduce_ns_per_element.at(p.op) : 0;
+      pred = c0 + skew +
+             p.count * share *
+                 (l.time_ns(analysis::latency_steps(p.op, t, algo), wire) + gamma * wire / p.esize);
     }
     cal.samples.push_back({p.name, static_cast<Ns>(measured[i]), static_cast<Ns>(pred)});
     if (measured[i] > 0) {
@@ -375,8 +406,10 @@ SimOptions Calibration::sim_options() const {
   so.short_compute_slowdown = short_compute_slowdown;
   so.short_compute_below_ns = kShortestSleepNs;
   so.op_links = op_links;
+  so.reduce_ns_per_element = reduce_ns_per_element;
   so.step_start_ns = step_overhead_ns;
   so.start_skew_ns = start_skew_ns;
+  so.host_cores = host_cores;
   return so;
 }
 
@@ -390,20 +423,25 @@ std::string Calibration::to_json() const {
                 ",\n  \"replay\": {\"backend\": \"%s\", \"ranks\": %d, \"compute_overhead_ns\": "
                 "%lld, \"compute_slowdown\": %.4f, \"short_compute_overhead_ns\": %lld, "
                 "\"short_compute_slowdown\": %.4f, \"short_compute_below_ns\": %lld, "
-                "\"step_overhead_ns\": %lld, \"start_skew_ns\": %lld, \"mean_rel_error\": %.4f, "
-                "\"op_links\": {",
+                "\"step_overhead_ns\": %lld, \"start_skew_ns\": %lld, \"host_cores\": %d, "
+                "\"mean_rel_error\": %.4f, \"op_links\": {",
                 backend.c_str(), ranks, static_cast<long long>(compute_overhead_ns),
                 compute_slowdown, static_cast<long long>(short_compute_overhead_ns),
                 short_compute_slowdown, static_cast<long long>(kShortestSleepNs),
                 static_cast<long long>(step_overhead_ns), static_cast<long long>(start_skew_ns),
-                mean_rel_error);
+                host_cores, mean_rel_error);
   std::string links;
   for (const auto& [op, l] : op_links) {
-    char one[160];
-    std::snprintf(one, sizeof one, "%s\"%s\": {\"alpha_ns\": %.1f, \"ns_per_byte\": %.6g}",
+    char one[200];
+    std::snprintf(one, sizeof one, "%s\"%s\": {\"alpha_ns\": %.1f, \"ns_per_byte\": %.6g",
                   links.empty() ? "" : ", ", std::string(to_string(op)).c_str(), l.alpha_ns,
                   l.ns_per_byte);
     links += one;
+    if (auto e = reduce_ns_per_element.find(op); e != reduce_ns_per_element.end()) {
+      std::snprintf(one, sizeof one, ", \"ns_per_element\": %.6g", e->second);
+      links += one;
+    }
+    links += "}";
   }
   return body + buf + links + "}}\n}\n";
 }
@@ -439,6 +477,11 @@ SimProfile load_sim_profile(const std::string& name_or_path) {
   integer("short_compute_below_ns", sp.sim.short_compute_below_ns);
   integer("step_overhead_ns", sp.sim.step_start_ns);
   integer("start_skew_ns", sp.sim.start_skew_ns);
+  {
+    Ns cores = 0;
+    integer("host_cores", cores);
+    sp.sim.host_cores = static_cast<int>(std::min<Ns>(cores, 1 << 20));
+  }
   simdjson::dom::object links;
   if (replay["op_links"].get_object().get(links) == simdjson::SUCCESS)
     for (auto [key, v] : links) {
@@ -450,6 +493,9 @@ SimProfile load_sim_profile(const std::string& name_or_path) {
                                               ": expected a collective with alpha_ns and "
                                               "ns_per_byte");
       sp.sim.op_links[*op] = {std::max(a, 0.0), std::max(b, 0.0)};
+      double g = 0;
+      if (v["ns_per_element"].get_double().get(g) == simdjson::SUCCESS)
+        sp.sim.reduce_ns_per_element[*op] = std::max(g, 0.0);
     }
   return sp;
 }

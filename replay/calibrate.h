@@ -23,7 +23,7 @@ namespace braid::replay {
 
 struct CalibrationOptions {
   std::string base_profile = "cpu-shm";
-  std::vector<int64_t> sizes = {64, 4096, 65536, 262144};  // bytes per probe collective
+  std::vector<int64_t> sizes = {64, 4096, 65536, 262144, 1048576};  // bytes per probe collective
   int repeats = 8;     // collectives per probe step
   int steps = 15;      // measured steps per probe (median): the probes are short, and fewer
                        // left the fit at the mercy of a few descheduled steps
@@ -48,15 +48,22 @@ struct Calibration {
   // α-β per probed collective kind (SimOptions::op_links); the profile's link is the fit over
   // all of them.
   std::map<CollOp, analysis::LinkCost> op_links;
+  // Per reducing kind: its cost per element moved (SimOptions::reduce_ns_per_element).
+  std::map<CollOp, double> reduce_ns_per_element;
   Ns step_overhead_ns = 0;     // the empty step: SimOptions::step_start_ns
   Ns start_skew_ns = 0;        // SimOptions::start_skew_ns, fitted on the collective probes
+  // The executor's host_cores(): with more ranks than cores, the links above are per dedicated
+  // core (the probes' times divided by the ranks per core) and the sim shares the cores
+  // (SimOptions::host_cores).
+  int host_cores = 0;
   double mean_rel_error = 0;   // of the fitted model on the probes
   int ranks = 0;
   std::string backend;
   std::vector<CalibrationSample> samples;
   // The profile JSON plus "replay": {"compute_overhead_ns", "compute_slowdown",
   // "short_compute_overhead_ns", "short_compute_slowdown", "short_compute_below_ns",
-  // "op_links": {"allreduce": {"alpha_ns", "ns_per_byte"}, ...}, "ranks", "backend", ...}.
+  // "op_links": {"allreduce": {"alpha_ns", "ns_per_byte"[, "ns_per_element"]}, ...}, "ranks",
+  // "backend", "host_cores", ...}.
   std::string to_json() const;
   // The sim's options this calibration gives.
   SimOptions sim_options() const;
@@ -68,6 +75,7 @@ struct Probe {
   fusion::Schedule schedule;
   CollOp op = CollOp::Unknown;  // Unknown: a compute probe; Barrier: the empty step
   int64_t bytes = 0;
+  int esize = 4;       // element size of the collective's dtype (float32, or bfloat16)
   int count = 0;       // collectives or compute ops per step
   Ns compute_ns = 0;   // duration of each compute op
 };

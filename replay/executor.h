@@ -67,12 +67,22 @@ struct SimOptions {
   // algorithms are not NCCL's), used instead of the profile's link with the steps and wire
   // factor of the algorithm the cost model picks; kinds not here use the profile.
   std::map<CollOp, analysis::LinkCost> op_links;
+  // A reducing kind's cost per element it moves (wire factor · count), beyond its op_links:
+  // MPI reduces on the CPU element by element, so a bfloat16 all-reduce costs more than a
+  // float32 one of the same bytes (calibrated with probes of both).
+  std::map<CollOp, double> reduce_ns_per_element;
   // Every stream starts the step at step_start_ns (a backend's wake-up of its stream threads
   // after the step's barrier), and the first collective each rank takes part in starts
   // start_skew_ns after its last member arrives (on an oversubscribed host the ranks leave the
   // step's barrier at different times, and the early ones wait for the late ones there).
   Ns step_start_ns = 0;
   Ns start_skew_ns = 0;
+  // Processor sharing on an oversubscribed host (a calibration of the mpi backend sets it):
+  // rank r runs on core r % host_cores (as the backend pins it), and a collective progresses at
+  // 1 / L of its rate, L the most rank-streams in running collectives on any core of its
+  // members; its α-β time (op_links, the profile's link) is then its time on dedicated cores.
+  // 0: every collective at full rate, whatever else runs.
+  int host_cores = 0;
   Ns compute_cost(Ns d) const {
     const bool s = d < short_compute_below_ns;
     return static_cast<Ns>(static_cast<double>(d) * (s ? short_compute_slowdown : compute_slowdown)) +
@@ -135,6 +145,9 @@ class Executor {
   bool reporting() const { return process_index() == 0; }
   // The ranks this process executes.
   virtual std::vector<int32_t> local_ranks(const fusion::Schedule& s) const;
+  // When the job's ranks share a host with fewer cores than ranks and are pinned round-robin
+  // (rank r on core r % cores): the number of cores; 0 otherwise (SimOptions::host_cores).
+  virtual int host_cores() const { return 0; }
 
   // Cross-process helpers (trivial on one process). Collective.
   virtual void barrier() {}

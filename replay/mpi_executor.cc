@@ -68,6 +68,9 @@ struct MpiSession {
     MPI_Comm_size(local, &lsize);
     MPI_Comm_free(&local);
     if (lsize <= usable) return;
+    int wsize = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+    if (wsize == lsize) pinned_cores = usable;  // one host: world rank r on core r % usable
     int nth = lrank % usable;
     for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
       if (!CPU_ISSET(cpu, &mask) || nth-- > 0) continue;
@@ -78,6 +81,8 @@ struct MpiSession {
       return;
     }
   }
+  // The cores the job's ranks were pinned to round-robin, when they all share this host.
+  static inline int pinned_cores = 0;
   ~MpiSession() {
     int fin = 0;
     MPI_Finalized(&fin);
@@ -689,6 +694,10 @@ std::unique_ptr<PreparedReplay> MpiExecutor::prepare(const fusion::Schedule& s,
 
 int MpiExecutor::process_index() const { return world_rank(); }
 int MpiExecutor::process_count() const { return world_size(); }
+int MpiExecutor::host_cores() const {
+  ensure_mpi();
+  return MpiSession::pinned_cores;
+}
 std::vector<int32_t> MpiExecutor::local_ranks(const fusion::Schedule& s) const {
   return {world_rank()};
 }

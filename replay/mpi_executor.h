@@ -34,6 +34,7 @@ class MpiExecutor : public Executor {
                                           const ReplayOptions& o) override;
   int process_index() const override;
   int process_count() const override;
+  int host_cores() const override;
   std::vector<int32_t> local_ranks(const fusion::Schedule& s) const override;
   void barrier() override;
   std::vector<std::string> gather_lines(const std::vector<std::string>& lines) override;

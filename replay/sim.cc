@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
+#include <queue>
 #include <unordered_map>
 
 #include "replay/common.h"
@@ -99,12 +101,23 @@ class Simulation {
       const CollOp op = cost_op(grp.op);
       if (auto it = o.op_links.find(op); it != o.op_links.end()) {
         const analysis::Algorithm algo = model.choose(op, bytes, nranks, grp.comm, members);
-        group_cost_[g] = static_cast<Ns>(std::llround(it->second.time_ns(
-            analysis::latency_steps(op, nranks, algo),
-            analysis::wire_factor(op, nranks, algo) * static_cast<double>(bytes))));
+        const double wire = analysis::wire_factor(op, nranks, algo) * static_cast<double>(bytes);
+        double t = it->second.time_ns(analysis::latency_steps(op, nranks, algo), wire);
+        if (auto e = o.reduce_ns_per_element.find(op); e != o.reduce_ns_per_element.end())
+          t += e->second * wire / esize;
+        group_cost_[g] = static_cast<Ns>(std::llround(t));
       } else {
         group_cost_[g] = model.collective_ns(op, bytes, nranks, grp.comm, members);
       }
+    }
+    // Processor sharing: the cores each group's member streams run on.
+    cores_ = std::max(o.host_cores, 0);
+    if (cores_ > 0) {
+      load_.assign(static_cast<size_t>(cores_), 0);
+      group_cores_.resize(m.groups.size());
+      for (size_t g = 0; g < m.groups.size(); ++g)
+        for (const fusion::OpRef& mem : m.groups[g].members)
+          group_cores_[g].push_back(s.ranks[static_cast<size_t>(mem.rank)].rank % cores_);
     }
   }
 
@@ -112,11 +125,13 @@ class Simulation {
     for (int32_t r = 0; r < static_cast<int32_t>(s_.ranks.size()); ++r)
       for (int32_t st = 0; st < static_cast<int32_t>(s_.ranks[r].streams.size()); ++st)
         work_.push_back({r, st});
-    while (!work_.empty()) {
-      auto [r, st] = work_.front();
-      work_.pop_front();
-      advance(r, st);
-    }
+    do {
+      while (!work_.empty()) {
+        auto [r, st] = work_.front();
+        work_.pop_front();
+        advance(r, st);
+      }
+    } while (cores_ > 0 && complete_next_shared());
     for (int32_t r = 0; r < static_cast<int32_t>(s_.ranks.size()); ++r)
       for (int32_t st = 0; st < static_cast<int32_t>(s_.ranks[r].streams.size()); ++st)
         if (pc_[r][st] < static_cast<int32_t>(s_.ranks[r].streams[st].ops.size()))
@@ -172,6 +187,10 @@ class Simulation {
           for (const fusion::OpRef& mem : members)
             if (!had_collective_[mem.rank]) skew = start_skew_;
           for (const fusion::OpRef& mem : members) had_collective_[mem.rank] = 1;
+          if (cores_ > 0) {  // its end depends on what else runs: complete_next_shared
+            pending_.push({static_cast<double>(group_start_[g] + skew), g});
+            return;
+          }
           const Ns end = group_start_[g] + skew + group_cost_[g];
           for (const fusion::OpRef& mem : members) {
             finish(mem.rank, mem.stream, arrival_[mem.rank][mem.stream], end);
@@ -180,6 +199,60 @@ class Simulation {
           break;
         }
       }
+    }
+  }
+
+  // Processor sharing. Called when every stream is blocked: each is waiting for an event or a
+  // collective, so the collectives that have all their members (pending_, by start time) are
+  // the only way on, and any collective that becomes complete later starts no earlier than the
+  // first of these to end. Runs the cores' fluid model from the shared clock to that end,
+  // completes that collective, and returns false when there is none.
+  bool complete_next_shared() {
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    for (;;) {
+      if (active_.empty()) {
+        if (pending_.empty()) return false;
+        now_ = std::max(now_, pending_.top().start);
+        join_started();
+        continue;
+      }
+      // A group's rate: 1 / the load of its most loaded core.
+      size_t first = 0;
+      double first_end = kInf;
+      for (size_t a = 0; a < active_.size(); ++a) {
+        int l = 1;
+        for (int c : group_cores_[active_[a].group]) l = std::max(l, load_[c]);
+        active_[a].rate = 1.0 / l;
+        const double end = now_ + active_[a].left / active_[a].rate;
+        if (end < first_end) first_end = end, first = a;
+      }
+      const double next_start = pending_.empty() ? kInf : pending_.top().start;
+      const double until = std::min(first_end, next_start);
+      for (Active& a : active_) a.left -= (until - now_) * a.rate;
+      now_ = until;
+      if (next_start < first_end) {
+        join_started();
+        continue;
+      }
+      const int g = active_[first].group;
+      active_[first] = active_.back();
+      active_.pop_back();
+      for (int c : group_cores_[g]) --load_[c];
+      const Ns end = static_cast<Ns>(std::llround(now_));
+      for (const fusion::OpRef& mem : m_.groups[g].members) {
+        finish(mem.rank, mem.stream, arrival_[mem.rank][mem.stream], end);
+        work_.push_back({mem.rank, mem.stream});
+      }
+      return true;
+    }
+  }
+  // Moves the pending groups that have started by now_ to the running ones.
+  void join_started() {
+    while (!pending_.empty() && pending_.top().start <= now_) {
+      const int g = pending_.top().group;
+      pending_.pop();
+      active_.push_back({g, static_cast<double>(group_cost_[g]), 1.0});
+      for (int c : group_cores_[g]) ++load_[c];
     }
   }
 
@@ -197,6 +270,25 @@ class Simulation {
   std::vector<char> had_collective_;  // per rank: a collective of it has completed
   std::deque<std::pair<int32_t, int32_t>> work_;
   SimResult result_;
+  // Processor sharing (SimOptions::host_cores).
+  struct Pending {
+    double start;
+    int group;
+    bool operator>(const Pending& o) const {
+      return start != o.start ? start > o.start : group > o.group;
+    }
+  };
+  struct Active {
+    int group;
+    double left;  // α-β time still to run at full rate
+    double rate;
+  };
+  int cores_ = 0;
+  std::vector<std::vector<int>> group_cores_;  // per group: its members' cores
+  std::vector<int> load_;                      // per core: member streams of running groups
+  std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending_;
+  std::vector<Active> active_;
+  double now_ = 0;
 };
 
 class SimPrepared : public PreparedReplay {

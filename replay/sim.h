@@ -6,12 +6,17 @@
 // and takes CostModel::collective_ns for its op, size and communicator (members decide whether
 // the intra- or inter-node link of the profile's topology is used). Each member's op spans from
 // its own arrival to the common end, as a trace shows a collective kernel that waits for its
-// peers. Resources are not shared: concurrent collectives do not slow each other down and
-// kernels on two streams of one device overlap fully (docs/replay.md).
+// peers. By default resources are not shared: concurrent collectives do not slow each other
+// down and kernels on two streams of one device overlap fully (docs/replay.md). With
+// SimOptions::host_cores (a calibrated oversubscribed host) collectives share the cores their
+// members are pinned to (processor sharing).
 //
 // The simulation is event-driven over the dependency graph: each stream advances until it
 // blocks on an event or a collective, and the op that unblocks it re-queues it, so a schedule
-// of N ops simulates in O(N) (1024 ranks in well under a second, bench/bench_sim.cc).
+// of N ops simulates in O(N) (1024 ranks in well under a second, bench/bench_sim.cc). With
+// processor sharing a collective's end depends on what runs beside it: once every stream is
+// blocked, the collectives with all members present advance in time order on a fluid model of
+// the cores until the first ends, which unblocks its members.
 #pragma once
 
 #include <memory>

@@ -108,6 +108,14 @@ TEST(Sim, ACollectiveKindsOwnLinkReplacesTheProfiles) {
       2.0 * analysis::wire_factor(CollOp::AllReduce, 2, algo) * bytes));
   EXPECT_EQ(simulate(s, cm, o).step_ns(), 200'000 + ar + 100'000);
   EXPECT_NE(ar, cm.collective_ns(CollOp::AllReduce, bytes, 2, "world", {0, 1}));
+  // A per-element reduction cost adds per element on the wire (8 float32: wire factor · 8).
+  o.reduce_ns_per_element[CollOp::AllReduce] = 500;
+  const Ns gamma = static_cast<Ns>(
+      std::llround(500 * analysis::wire_factor(CollOp::AllReduce, 2, algo) * bytes / 4));
+  EXPECT_GT(gamma, 0);
+  EXPECT_NEAR(static_cast<double>(simulate(s, cm, o).step_ns()),
+              static_cast<double>(200'000 + ar + gamma + 100'000), 1);
+  o.reduce_ns_per_element.clear();
   // Other kinds keep the profile's link.
   o.op_links.clear();
   o.op_links[CollOp::AllGather] = {10'000, 2.0};
@@ -124,6 +132,79 @@ TEST(Sim, StepStartAndTheFirstCollectivesSkewApply) {
   o.start_skew_ns = 7'000;
   const Ns plain = simulate(s, cm).step_ns();
   EXPECT_EQ(simulate(s, cm, o).step_ns(), plain + 5'000 + 7'000);
+}
+
+// Two 2-rank all-reduces on communicators "a" and "b": each rank computes first (group b's
+// ranks `b_late` longer), then all-reduces 1024 float32.
+fusion::Schedule two_groups(std::vector<int32_t> a, std::vector<int32_t> b, Ns b_late) {
+  fusion::Schedule s;
+  s.name = "two groups";
+  s.comms.push_back({"a", a});
+  s.comms.push_back({"b", b});
+  for (int r = 0; r < 4; ++r) {
+    const bool in_b = std::count(b.begin(), b.end(), r) > 0;
+    s.add_buffer(r, "x", "float32", 1024);
+    const int st = s.add_stream(r, "main");
+    s.append(r, st, fusion::Compute{"fwd", 100'000 + (in_b ? b_late : 0), {sl("x", 0, 1024)},
+                                    {sl("x", 0, 1024)}, false, {}});
+    fusion::Collective k;
+    k.op = CollOp::AllReduce;
+    k.comm = in_b ? "b" : "a";
+    k.dtype = "float32";
+    k.count = 1024;
+    k.in = sl("x", 0, 1024);
+    k.out = sl("x", 0, 1024);
+    k.label = "allreduce";
+    s.append(r, st, k);
+  }
+  return s;
+}
+
+Ns end_of_allreduce(const SimResult& r, const fusion::Schedule& s, int32_t rank) {
+  return time_of(r.step, rank, s.ranks[rank].streams[0].ops[1].id).end;
+}
+
+TEST(Sim, CollectivesShareTheCoresTheirMembersRunOn) {
+  const auto cm = model();
+  const fusion::Schedule s = two_groups({0, 1}, {2, 3}, 0);
+  const Ns ar = end_of_allreduce(simulate(s, cm), s, 0) - 100'000;
+  ASSERT_GT(ar, 1000);
+  SimOptions o;
+  // Four cores: one rank each, nothing shared.
+  o.host_cores = 4;
+  EXPECT_EQ(end_of_allreduce(simulate(s, cm, o), s, 0), 100'000 + ar);
+  // Two cores: ranks 0 and 2 on core 0, 1 and 3 on core 1; both groups run at half rate.
+  o.host_cores = 2;
+  SimResult r = simulate(s, cm, o);
+  for (int32_t rank = 0; rank < 4; ++rank) EXPECT_EQ(end_of_allreduce(r, s, rank), 100'000 + 2 * ar);
+  // One core: four member streams on it.
+  o.host_cores = 1;
+  EXPECT_EQ(end_of_allreduce(simulate(s, cm, o), s, 3), 100'000 + 4 * ar);
+  // Both members of one group on one core share it even when it runs alone.
+  const fusion::Schedule same_core = two_groups({0, 2}, {1, 3}, 10 * ar);
+  o.host_cores = 2;
+  r = simulate(same_core, cm, o);
+  EXPECT_EQ(end_of_allreduce(r, same_core, 0), 100'000 + 2 * ar);
+  EXPECT_EQ(end_of_allreduce(r, same_core, 1), 100'000 + 10 * ar + 2 * ar);
+}
+
+TEST(Sim, ACollectiveThatStartsLaterSlowsTheRunningOneFromThen) {
+  const auto cm = model();
+  const fusion::Schedule plain = two_groups({0, 1}, {2, 3}, 0);
+  const Ns ar = end_of_allreduce(simulate(plain, cm), plain, 0) - 100'000;
+  // Group b starts half-way through a's all-reduce: a runs alone for ar/2, then both at half
+  // rate until a ends at 1.5 ar; b, half done then, ends alone at 2 ar.
+  const fusion::Schedule s = two_groups({0, 1}, {2, 3}, ar / 2);
+  SimOptions o;
+  o.host_cores = 2;
+  const SimResult r = simulate(s, cm, o);
+  const double a_end = 100'000 + 1.5 * static_cast<double>(ar);
+  EXPECT_NEAR(static_cast<double>(end_of_allreduce(r, s, 0)), a_end, 2);
+  EXPECT_NEAR(static_cast<double>(end_of_allreduce(r, s, 2)), 100'000 + 2.0 * ar, 2);
+  // Each member's op still spans from its own arrival.
+  EXPECT_EQ(time_of(r.step, 2, s.ranks[2].streams[0].ops[1].id).start, 100'000 + ar / 2);
+  // Without sharing both take ar.
+  EXPECT_EQ(end_of_allreduce(simulate(s, cm), s, 2), 100'000 + ar / 2 + ar);
 }
 
 TEST(Sim, TopologyDecidesTheLink) {
@@ -393,6 +474,73 @@ TEST(Calibrate, ProbesAreValidAndCoverTheOps) {
                                    CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllToAll,
                                    CollOp::Send}));
   EXPECT_EQ(compute, 8);  // two durations on each side of kShortestSleepNs, two chain lengths
+  // Reducing kinds are probed in bfloat16 too, at every size; nothing else is.
+  std::map<CollOp, int> bf16;
+  for (const Probe& p : calibration_probes(4, o))
+    if (p.esize == 2) {
+      ++bf16[p.op];
+      EXPECT_EQ(p.schedule.ranks[0].buffers[0].dtype, "bfloat16") << p.name;
+    }
+  EXPECT_EQ(bf16, (std::map<CollOp, int>{{CollOp::AllReduce, 4}, {CollOp::ReduceScatter, 4}}));
+}
+
+// The sim as a calibration target that shares 2 cores among its ranks, as an oversubscribed
+// mpi job does, and reports `reported` as its host's cores.
+class SharingSim : public SimExecutor {
+ public:
+  SharingSim(const analysis::HardwareProfile& p, int reported,
+             double allreduce_ns_per_element = 0)
+      : SimExecutor(analysis::CostModel(p), [&] {
+          SimOptions o;
+          o.host_cores = 2;
+          if (allreduce_ns_per_element > 0) {
+            o.op_links[CollOp::AllReduce] = analysis::LinkCost::of(p.intra_node);
+            o.reduce_ns_per_element[CollOp::AllReduce] = allreduce_ns_per_element;
+          }
+          return o;
+        }()),
+        reported_(reported) {}
+  int host_cores() const override { return reported_; }
+
+ private:
+  int reported_;
+};
+
+TEST(Calibrate, OnASharedHostTheFitIsPerDedicatedCore) {
+  // A sim with a known link and processor sharing on 2 cores, calibrated with 8 ranks: every
+  // probe collective runs 4 ranks per core, and the fit must give back the dedicated link.
+  analysis::HardwareProfile p = *analysis::find_profile("cpu-shm");
+  p.gpus_per_node = 8;
+  p.intra_node.latency_ns = 5000;
+  p.intra_node.bandwidth_gbps = 2.0;  // 0.5 ns per byte
+  CalibrationOptions co;
+  co.steps = 1;
+  co.warmup = 0;
+  SharingSim shared(p, 2);
+  const Calibration c = calibrate(shared, 8, co);
+  EXPECT_EQ(c.host_cores, 2);
+  EXPECT_EQ(c.sim_options().host_cores, 2);
+  EXPECT_EQ(c.op_links.size(), 5u);
+  for (const auto& [op, link] : c.op_links) {
+    EXPECT_NEAR(link.alpha_ns, 5000, 50) << to_string(op);
+    EXPECT_NEAR(link.ns_per_byte, 0.5, 0.005) << to_string(op);
+  }
+  EXPECT_NEAR(c.profile.intra_node.latency_ns, 5000, 50);
+  EXPECT_LT(c.mean_rel_error, 0.01);
+  // No per-element cost in this sim; one of 2 ns per all-reduced element is found again, with
+  // the same per-byte link (the bfloat16 probes carry twice the elements per byte).
+  for (const auto& [op, g] : c.reduce_ns_per_element) EXPECT_NEAR(g, 0, 0.01) << to_string(op);
+  SharingSim reducing(p, 2, 2.0);
+  const Calibration r = calibrate(reducing, 8, co);
+  EXPECT_NEAR(r.reduce_ns_per_element.at(CollOp::AllReduce), 2.0, 0.02);
+  EXPECT_NEAR(r.op_links.at(CollOp::AllReduce).ns_per_byte, 0.5, 0.005);
+  EXPECT_NEAR(r.reduce_ns_per_element.at(CollOp::ReduceScatter), 0, 0.01);
+  // Had the host's cores not been known, the probes would say the link is 4 times slower.
+  SharingSim unknown(p, 0);
+  const Calibration u = calibrate(unknown, 8, co);
+  EXPECT_EQ(u.host_cores, 0);
+  EXPECT_NEAR(u.op_links.at(CollOp::AllReduce).alpha_ns, 4 * 5000, 200);
+  EXPECT_NEAR(u.op_links.at(CollOp::AllReduce).ns_per_byte, 4 * 0.5, 0.02);
 }
 
 TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
@@ -405,8 +553,10 @@ TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   c.short_compute_overhead_ns = 55;
   c.short_compute_slowdown = 2.5;
   c.op_links[CollOp::AllReduce] = {1234.5, 0.25};
+  c.reduce_ns_per_element[CollOp::AllReduce] = 0.75;
   c.step_overhead_ns = 4'000;
   c.start_skew_ns = 9'000;
+  c.host_cores = 2;
   c.backend = "mpi";
   c.ranks = 4;
   const std::string path = dir.file("cal.json");
@@ -426,9 +576,12 @@ TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   EXPECT_EQ(sp.sim.compute_cost(100'000), 125'000 + 777);
   EXPECT_EQ(sp.sim.step_start_ns, 4'000);
   EXPECT_EQ(sp.sim.start_skew_ns, 9'000);
+  EXPECT_EQ(sp.sim.host_cores, 2);
   ASSERT_EQ(sp.sim.op_links.size(), 1u);
   EXPECT_DOUBLE_EQ(sp.sim.op_links.at(CollOp::AllReduce).alpha_ns, 1234.5);
   EXPECT_DOUBLE_EQ(sp.sim.op_links.at(CollOp::AllReduce).ns_per_byte, 0.25);
+  ASSERT_EQ(sp.sim.reduce_ns_per_element.size(), 1u);
+  EXPECT_DOUBLE_EQ(sp.sim.reduce_ns_per_element.at(CollOp::AllReduce), 0.75);
   EXPECT_EQ(sp.profile.intra_node.latency_ns, 4321);
   EXPECT_FALSE(load_sim_profile("h100-nvlink").calibrated);
 }
