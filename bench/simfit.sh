@@ -6,6 +6,7 @@
 # measured/predicted and the median over the runs. The shape is the replay tests'
 # timing shape: layers = PP stages, hidden 1024, sequence 512, FFN 4 x hidden, 4 experts top-2
 # for MoE presets, PP micro-batches = stages, H100 compute durations times SCALE.
+# SHARE=1 calibrates with --share-cores (the sim shares the host's cores between collectives).
 # Usage: bench/simfit.sh BUILD_DIR [RUNS] [PRESET ...]   (default: all presets, 3 runs)
 set -eu
 build=${1:?usage: bench/simfit.sh BUILD_DIR [RUNS] [PRESET ...]}
@@ -14,6 +15,7 @@ runs=${2:-3}
 presets=${*:-tp-sp tp-ep pp-ep pp-sp sp-ep tp-pp dense moe}
 scale=${SCALE:-20}
 flow=${FLOW:-file}
+share=""; [ "${SHARE:-0}" = 1 ] && share="--share-cores"
 case $flow in file | job) ;; *) echo "simfit: FLOW must be file or job" >&2; exit 2 ;; esac
 braid=$build/app/braid
 command -v mpirun >/dev/null || { echo "simfit: mpirun not found" >&2; exit 1; }
@@ -23,7 +25,7 @@ trap 'rm -rf "$out"' EXIT
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 field() { sed -n "s|.*$1 \([0-9.]*\).*|\1|p" "$2" | head -1; }  # the number after $1
 
-echo "host: $(nproc) cores, $(uname -m); $runs runs per preset; compute scale $scale; flow $flow"
+echo "host: $(nproc) cores, $(uname -m); $runs runs per preset; compute scale $scale; flow $flow${share:+; $share}"
 printf '%-6s %5s  %-40s %s\n' preset ranks "measured / predicted per run (measured ms)" median
 for p in $presets; do
   # The preset's degrees: world size and PP stages, MoE or dense.
@@ -39,11 +41,11 @@ for p in $presets; do
   i=0; : >"$out/ratios"; cells=""
   while [ "$i" -lt "$runs" ]; do
     if [ "$flow" = file ]; then
-      $mpi "$braid" replay --calibrate --backend mpi -o "$out/cal.json" >"$out/cal.log" 2>&1 ||
+      $mpi "$braid" replay --calibrate $share --backend mpi -o "$out/cal.json" >"$out/cal.log" 2>&1 ||
         { cat "$out/cal.log" >&2; exit 1; }
       predict="--profile $out/cal.json"
     else
-      predict="--calibrate-first"
+      predict="--calibrate-first $share"
     fi
     $mpi "$braid" replay "$out/s.json" --backend mpi --compute-scale "$scale" --warmup 2 \
       --steps 11 $predict --no-store >"$out/rep.log" 2>&1 ||

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -107,6 +108,81 @@ std::vector<double> fit_nonneg(const std::vector<std::vector<double>>& x,
   }
 }
 
+// One collective probe: `repeats` collectives of `op` of `bytes` (per rank's full tensor) on
+// ranks 0..g-1 (the world when g == n; the others idle), or ping-pongs between ranks 2k and
+// 2k+1 for Send.
+Probe collective_probe(int n, int g, CollOp op, int esize, const char* dtype, int64_t bytes,
+                       int repeats) {
+  const int64_t e = std::max<int64_t>(bytes / esize, 1);
+  const int64_t per = std::max<int64_t>(e / g, 1);  // per-rank count of the "n*count" ops
+  Probe p;
+  p.op = op;
+  p.esize = esize;
+  p.group = g;
+  p.count = op == CollOp::Send ? 2 * repeats : repeats;
+  int64_t elems = e;
+  if (op == CollOp::AllGather || op == CollOp::ReduceScatter || op == CollOp::AllToAll)
+    elems = per * g;
+  p.bytes = elems * esize;
+  p.name = std::string(to_string(op)) + " " + std::to_string(p.bytes) + " B " +
+           (esize == 4 ? "" : "bfloat16 ") + "x" + std::to_string(p.count) +
+           (g == n ? "" : " on " + std::to_string(g) + " ranks");
+  // Each repeat works on its own part of the buffers, as a step's collectives work on
+  // different tensors: reusing one would time cache-hot copies (a third faster here for 1 MiB).
+  const int64_t span = op == CollOp::AllGather ? per * g : elems;
+  fusion::Schedule s = world_schedule(n, "calibrate " + p.name, span * repeats, dtype);
+  const char* comm = "world";
+  if (g != n) {
+    fusion::Comm c{"group", {}};
+    for (int r = 0; r < g; ++r) c.ranks.push_back(r);
+    s.comms.push_back(c);
+    comm = "group";
+  }
+  auto coll = [&](CollOp op, int64_t count, fusion::Slice in, fusion::Slice out) {
+    fusion::Collective c = calibration_coll(op, count, std::move(in), std::move(out), dtype);
+    c.comm = comm;
+    return c;
+  };
+  for (int r = 0; r < n; ++r) {
+    if (r >= g) {
+      s.append(r, 0, fusion::Record{"idle"});
+      continue;
+    }
+    for (int rep = 0; rep < repeats; ++rep) {
+      const int64_t at = rep * span;
+      switch (op) {
+        case CollOp::AllReduce:
+          s.append(r, 0, coll(op, e, slice("a", at, e), slice("a", at, e)));
+          break;
+        case CollOp::AllGather:
+          s.append(r, 0, coll(op, per, slice("a", at, per), slice("b", at, per * g)));
+          break;
+        case CollOp::ReduceScatter:
+          s.append(r, 0, coll(op, per, slice("a", at, per * g), slice("b", at, per)));
+          break;
+        case CollOp::AllToAll:
+          s.append(r, 0, coll(op, per, slice("a", at, per * g), slice("b", at, per * g)));
+          break;
+        default: {  // ping-pong between ranks 2k and 2k+1
+          if ((r ^ 1) >= n) break;
+          fusion::Collective out = coll(CollOp::Send, e, slice("a", at, e), {});
+          fusion::Collective in = coll(CollOp::Recv, e, {}, slice("b", at, e));
+          out.peer = in.peer = r ^ 1;
+          if (r % 2 == 0) {
+            s.append(r, 0, out);
+            s.append(r, 0, in);
+          } else {
+            s.append(r, 0, in);
+            s.append(r, 0, out);
+          }
+        }
+      }
+    }
+  }
+  p.schedule = std::move(s);
+  return p;
+}
+
 }  // namespace
 
 std::vector<Probe> calibration_probes(int n, const CalibrationOptions& o) {
@@ -124,63 +200,22 @@ std::vector<Probe> calibration_probes(int n, const CalibrationOptions& o) {
     for (int r = 0; r < n; ++r) p.schedule.append(r, 0, fusion::Record{"start"});
     v.push_back(std::move(p));
   }
-  // Reducing kinds are probed in float32 and in a 16-bit type of the same bytes, which
-  // separates their per-element reduction cost from the per-byte one.
-  for (CollOp op : ops) for (int esize : {4, 2}) {
-    if (n < 2) break;
-    if (esize != 4 && !reduces(op)) continue;
-    const char* dtype = esize == 4 ? "float32" : "bfloat16";
-    for (int64_t bytes : o.sizes) {
-      const int64_t e = std::max<int64_t>(bytes / esize, 1);
-      const int64_t per = std::max<int64_t>(e / n, 1);  // per-rank count of the "n*count" ops
-      Probe p;
-      p.op = op;
-      p.esize = esize;
-      p.count = op == CollOp::Send ? 2 * o.repeats : o.repeats;
-      int64_t elems = e;
-      if (op == CollOp::AllGather || op == CollOp::ReduceScatter || op == CollOp::AllToAll)
-        elems = per * n;
-      p.bytes = elems * esize;
-      p.name = std::string(to_string(op)) + " " + std::to_string(p.bytes) + " B " +
-               (esize == 4 ? "" : "bfloat16 ") + "x" + std::to_string(p.count);
-      fusion::Schedule s = world_schedule(n, "calibrate " + p.name, elems, dtype);
-      auto coll = [dtype](CollOp op, int64_t count, fusion::Slice in, fusion::Slice out) {
-        return calibration_coll(op, count, std::move(in), std::move(out), dtype);
-      };
-      for (int rep = 0; rep < o.repeats; ++rep)
-        for (int r = 0; r < n; ++r) {
-          switch (op) {
-            case CollOp::AllReduce:
-              s.append(r, 0, coll(op, e, slice("a", 0, e), slice("a", 0, e)));
-              break;
-            case CollOp::AllGather:
-              s.append(r, 0, coll(op, per, slice("a", 0, per), slice("b", 0, per * n)));
-              break;
-            case CollOp::ReduceScatter:
-              s.append(r, 0, coll(op, per, slice("a", 0, per * n), slice("b", 0, per)));
-              break;
-            case CollOp::AllToAll:
-              s.append(r, 0, coll(op, per, slice("a", 0, per * n), slice("b", 0, per * n)));
-              break;
-            default: {  // ping-pong between ranks 2k and 2k+1
-              if ((r ^ 1) >= n) break;
-              fusion::Collective out = coll(CollOp::Send, e, slice("a", 0, e), {});
-              fusion::Collective in = coll(CollOp::Recv, e, {}, slice("b", 0, e));
-              out.peer = in.peer = r ^ 1;
-              if (r % 2 == 0) {
-                s.append(r, 0, out);
-                s.append(r, 0, in);
-              } else {
-                s.append(r, 0, in);
-                s.append(r, 0, out);
-              }
-            }
-          }
-        }
-      p.schedule = std::move(s);
-      v.push_back(std::move(p));
-    }
-  }
+  // Collectives on the world and, with share_cores, on the first g ranks for every power of
+  // two g below the world (the others idle): MPI picks its algorithm by communicator size and
+  // the fit is per kind and size. Reducing kinds are probed in float32 and in a 16-bit type of
+  // the same bytes, which separates their per-element reduction cost from the per-byte one.
+  std::vector<int> groups{n};
+  if (o.share_cores)
+    for (int g = 2; g < n; g *= 2) groups.push_back(g);
+  for (int g : groups)
+    for (CollOp op : ops)
+      for (int esize : {4, 2}) {
+        if (n < 2) break;
+        if ((esize != 4 && !reduces(op)) || (op == CollOp::Send && g != n)) continue;
+        const char* dtype = esize == 4 ? "float32" : "bfloat16";
+        for (int64_t bytes : o.sizes)
+          v.push_back(collective_probe(n, g, op, esize, dtype, bytes, o.repeats));
+      }
   // Two durations on each side of kShortestSleepNs (the mpi backend spins the short ones and,
   // on an oversubscribed host, sleeps the long ones), each as chains of two lengths, so
   // slowdown and overhead are fitted per regime. Long ops run on every rank at once, as the
@@ -196,6 +231,7 @@ std::vector<Probe> calibration_probes(int n, const CalibrationOptions& o) {
     p.count = 1;
     p.bytes = 64;
     p.name = "allreduce 64 B x1";
+    p.group = n;
     fusion::Schedule s = world_schedule(n, "calibrate " + p.name, 16);
     for (int r = 0; r < n; ++r)
       s.append(r, 0, calibration_coll(CollOp::AllReduce, 16, slice("a", 0, 16), slice("a", 0, 16)));
@@ -234,11 +270,12 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
   Calibration cal;
   cal.ranks = nranks;
   cal.backend = std::string(ex.backend());
-  cal.host_cores = ex.host_cores();
-  // With more ranks than cores, every probe collective runs on all ranks at once, so each core
-  // is shared by `share` of them: the fitted times are `share` times the dedicated-core times
-  // that the sim's processor sharing (SimOptions::host_cores) takes.
-  const double share =
+  cal.host_cores = o.share_cores ? ex.host_cores() : 0;
+  if (cal.host_cores > 0 && ex.backend() == "mpi") cal.wait_spin_ns = kYieldWindowNs;
+  // With more ranks than cores, a probe's collectives share each core among the ranks pinned
+  // to it: the fitted times are divided by that to give the dedicated-core times that the
+  // sim's processor sharing (SimOptions::host_cores) takes.
+  const double world_share =
       cal.host_cores > 0 ? std::max(1, (nranks + cal.host_cores - 1) / cal.host_cores) : 1;
   cal.profile = analysis::load_profile(o.base_profile);
   std::vector<Probe> probes = calibration_probes(nranks, o);
@@ -280,7 +317,7 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
     for (size_t i = 0; i < probes.size(); ++i) {
       const Probe& p = probes[i];
       if (p.op == CollOp::Unknown || p.op == CollOp::Barrier || measured[i] <= 0) continue;
-      if (p.esize != 4) continue;  // the link is per byte of float32
+      if (p.esize != 4 || p.group != nranks) continue;  // per byte of float32 on the world
       const int t = p.op == CollOp::Send ? 2 : nranks;
       const analysis::Algorithm algo = model.choose(p.op, p.bytes, t);
       x.push_back({1.0, p.count * analysis::latency_steps(p.op, t, algo),
@@ -295,26 +332,34 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
     link.ns_per_byte = fit[2];
   }
   cal.start_skew_ns = static_cast<Ns>(std::llround(skew));
-  // Per collective kind, with the algorithms the globally fitted link picks.
+  // Per collective kind and communicator size, with the algorithms the globally fitted link
+  // picks. A probe's collectives run on `active` ranks at once, `share` of them per core.
+  auto ranks_of = [&](const Probe& p) { return p.op == CollOp::Send ? 2 : p.group; };
+  auto share_of = [&](const Probe& p) {
+    const int active = p.op == CollOp::Send ? nranks : p.group;
+    return cal.host_cores > 0 ? std::max(1, (active + cal.host_cores - 1) / cal.host_cores) : 1;
+  };
   {
     analysis::HardwareProfile cur = cal.profile;
     cur.gpus_per_node = std::max(nranks, 1);
     cur.intra_node.latency_ns = link.alpha_ns;
     cur.intra_node.bandwidth_gbps = link.ns_per_byte > 0 ? 1.0 / link.ns_per_byte : 1e6;
     analysis::CostModel model(cur);
-    std::map<CollOp, std::vector<size_t>> by_op;
+    std::map<std::pair<CollOp, int>, std::vector<size_t>> by_op;
     for (size_t i = 0; i < probes.size(); ++i)
       if (probes[i].op != CollOp::Unknown && probes[i].op != CollOp::Barrier && measured[i] > 0)
-        by_op[probes[i].op].push_back(i);
-    for (const auto& [op, idx] : by_op) {
+        by_op[{probes[i].op, probes[i].group}].push_back(i);
+    for (const auto& [key, idx] : by_op) {
+      const CollOp op = key.first;
       std::vector<std::vector<double>> x;
       std::vector<double> y, w;
       std::set<int> esizes;
       for (size_t i : idx) esizes.insert(probes[i].esize);
       const bool per_element = esizes.size() > 1;  // probed in two dtypes: fit γ as well
+      const int t = ranks_of(probes[idx[0]]);
+      const double share = share_of(probes[idx[0]]);
       for (size_t i : idx) {
         const Probe& p = probes[i];
-        const int t = op == CollOp::Send ? 2 : nranks;
         const analysis::Algorithm algo = model.choose(op, p.bytes, t);
         const double wire =
             p.count * analysis::wire_factor(op, t, algo) * static_cast<double>(p.bytes);
@@ -324,8 +369,12 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
         w.push_back(1.0 / (measured[i] * measured[i]));
       }
       const std::vector<double> f = fit_nonneg(x, y, w, /*intercept=*/false);
-      cal.op_links[op] = {f[0] / share, f[1] / share};
-      if (per_element) cal.reduce_ns_per_element[op] = f[2] / share;
+      const SizedLink sl{{f[0] / share, f[1] / share}, per_element ? f[2] / share : 0};
+      cal.sized_links[op][t] = sl;
+      if (key.second == nranks) {  // the world's fit is the kind's link for other sizes too
+        cal.op_links[op] = sl.link;
+        if (per_element) cal.reduce_ns_per_element[op] = sl.ns_per_element;
+      }
     }
   }
   cal.profile.name = cal.profile.name + "-calibrated";
@@ -333,9 +382,9 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
                             cal.backend + " ranks (braid replay --calibrate)";
   cal.profile.gpus_per_node = std::max(nranks, cal.profile.gpus_per_node);
   cal.profile.intra_node.name = cal.backend + " transport (calibrated)";
-  cal.profile.intra_node.latency_ns = std::round(link.alpha_ns / share);
+  cal.profile.intra_node.latency_ns = std::round(link.alpha_ns / world_share);
   cal.profile.intra_node.bandwidth_gbps =
-      link.ns_per_byte > 1e-9 ? share / link.ns_per_byte : 1000.0;
+      link.ns_per_byte > 1e-9 ? world_share / link.ns_per_byte : 1000.0;
 
   // Compute, per regime: T - c0 = count * (slowdown * duration + overhead).
   for (bool short_ops : {true, false}) {
@@ -377,16 +426,16 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
     } else if (p.op == CollOp::Unknown) {
       pred = cc0 + p.count * static_cast<double>(so.compute_cost(p.compute_ns));
     } else {
-      const int t = p.op == CollOp::Send ? 2 : nranks;
+      const int t = ranks_of(p);
       const analysis::Algorithm algo = model.choose(p.op, p.bytes, t);
-      const analysis::LinkCost l = so.op_links.count(p.op) ? so.op_links.at(p.op)
-                                                           : model.link_for({}, {});
+      auto k = cal.sized_links.find(p.op);
+      if (k == cal.sized_links.end() || !k->second.count(t)) continue;  // not measured
+      const SizedLink& l = k->second.at(t);
       const double wire = analysis::wire_factor(p.op, t, algo) * static_cast<double>(p.bytes);
-      const double gamma =
-          so.reduce_ns_per_element.count(p.op) ? so.reduce_ns_per_element.at(p.op) : 0;
       pred = c0 + skew +
-             p.count * share *
-                 (l.time_ns(analysis::latency_steps(p.op, t, algo), wire) + gamma * wire / p.esize);
+             p.count * share_of(p) *
+                 (l.link.time_ns(analysis::latency_steps(p.op, t, algo), wire) +
+                  l.ns_per_element * wire / p.esize);
     }
     cal.samples.push_back({p.name, static_cast<Ns>(measured[i]), static_cast<Ns>(pred)});
     if (measured[i] > 0) {
@@ -407,9 +456,11 @@ SimOptions Calibration::sim_options() const {
   so.short_compute_below_ns = kShortestSleepNs;
   so.op_links = op_links;
   so.reduce_ns_per_element = reduce_ns_per_element;
+  so.sized_links = sized_links;
   so.step_start_ns = step_overhead_ns;
   so.start_skew_ns = start_skew_ns;
   so.host_cores = host_cores;
+  so.wait_spin_ns = wait_spin_ns;
   return so;
 }
 
@@ -424,12 +475,12 @@ std::string Calibration::to_json() const {
                 "%lld, \"compute_slowdown\": %.4f, \"short_compute_overhead_ns\": %lld, "
                 "\"short_compute_slowdown\": %.4f, \"short_compute_below_ns\": %lld, "
                 "\"step_overhead_ns\": %lld, \"start_skew_ns\": %lld, \"host_cores\": %d, "
-                "\"mean_rel_error\": %.4f, \"op_links\": {",
+                "\"wait_spin_ns\": %lld, \"mean_rel_error\": %.4f, \"op_links\": {",
                 backend.c_str(), ranks, static_cast<long long>(compute_overhead_ns),
                 compute_slowdown, static_cast<long long>(short_compute_overhead_ns),
                 short_compute_slowdown, static_cast<long long>(kShortestSleepNs),
                 static_cast<long long>(step_overhead_ns), static_cast<long long>(start_skew_ns),
-                host_cores, mean_rel_error);
+                host_cores, static_cast<long long>(wait_spin_ns), mean_rel_error);
   std::string links;
   for (const auto& [op, l] : op_links) {
     char one[200];
@@ -440,6 +491,20 @@ std::string Calibration::to_json() const {
     if (auto e = reduce_ns_per_element.find(op); e != reduce_ns_per_element.end()) {
       std::snprintf(one, sizeof one, ", \"ns_per_element\": %.6g", e->second);
       links += one;
+    }
+    if (auto k = sized_links.find(op); k != sized_links.end()) {
+      links += ", \"by_ranks\": {";
+      bool first = true;
+      for (const auto& [ranks, sl] : k->second) {
+        std::snprintf(one, sizeof one,
+                      "%s\"%d\": {\"alpha_ns\": %.1f, \"ns_per_byte\": %.6g, "
+                      "\"ns_per_element\": %.6g}",
+                      first ? "" : ", ", ranks, sl.link.alpha_ns, sl.link.ns_per_byte,
+                      sl.ns_per_element);
+        links += one;
+        first = false;
+      }
+      links += "}";
     }
     links += "}";
   }
@@ -477,6 +542,7 @@ SimProfile load_sim_profile(const std::string& name_or_path) {
   integer("short_compute_below_ns", sp.sim.short_compute_below_ns);
   integer("step_overhead_ns", sp.sim.step_start_ns);
   integer("start_skew_ns", sp.sim.start_skew_ns);
+  integer("wait_spin_ns", sp.sim.wait_spin_ns);
   {
     Ns cores = 0;
     integer("host_cores", cores);
@@ -496,6 +562,23 @@ SimProfile load_sim_profile(const std::string& name_or_path) {
       double g = 0;
       if (v["ns_per_element"].get_double().get(g) == simdjson::SUCCESS)
         sp.sim.reduce_ns_per_element[*op] = std::max(g, 0.0);
+      simdjson::dom::object by_ranks;
+      if (v["by_ranks"].get_object().get(by_ranks) == simdjson::SUCCESS)
+        for (auto [size, l] : by_ranks) {
+          int ranks = 0;
+          const std::string_view sz = size;
+          const auto [end, ec] = std::from_chars(sz.data(), sz.data() + sz.size(), ranks);
+          double la = 0, lb = 0, lg = 0;
+          if (ec != std::errc() || end != sz.data() + sz.size() || ranks < 1 ||
+              l["alpha_ns"].get_double().get(la) || l["ns_per_byte"].get_double().get(lb))
+            throw Error(ErrorCode::BadFormat,
+                        name_or_path + ": replay.op_links." + std::string(key) + ".by_ranks." +
+                            std::string(sz) +
+                            ": expected a rank count with alpha_ns and ns_per_byte");
+          if (l["ns_per_element"].get_double().get(lg)) lg = 0;  // optional
+          sp.sim.sized_links[*op][ranks] = {{std::max(la, 0.0), std::max(lb, 0.0)},
+                                            std::max(lg, 0.0)};
+        }
     }
   return sp;
 }

@@ -28,6 +28,12 @@ struct CalibrationOptions {
   int steps = 15;      // measured steps per probe (median): the probes are short, and fewer
                        // left the fit at the mercy of a few descheduled steps
   int warmup = 2;
+  // Model the host's cores (an oversubscribed mpi job): probe each communicator size of 2, 4,
+  // 8, ... ranks alone as well as the world, fit per dedicated core, and let the sim share the
+  // pinned cores between the collectives that run at once (SimOptions::host_cores). Off: the
+  // world probes' times, with every rank busy, stand for every collective (docs/replay.md
+  // compares the two on this host).
+  bool share_cores = false;
   ReplayOptions replay;
 };
 
@@ -50,12 +56,16 @@ struct Calibration {
   std::map<CollOp, analysis::LinkCost> op_links;
   // Per reducing kind: its cost per element moved (SimOptions::reduce_ns_per_element).
   std::map<CollOp, double> reduce_ns_per_element;
+  // Per kind and probed communicator size (SimOptions::sized_links).
+  std::map<CollOp, std::map<int, SizedLink>> sized_links;
   Ns step_overhead_ns = 0;     // the empty step: SimOptions::step_start_ns
   Ns start_skew_ns = 0;        // SimOptions::start_skew_ns, fitted on the collective probes
   // The executor's host_cores(): with more ranks than cores, the links above are per dedicated
   // core (the probes' times divided by the ranks per core) and the sim shares the cores
   // (SimOptions::host_cores).
   int host_cores = 0;
+  // With host_cores: how long a rank that waits for its peers spins (SimOptions::wait_spin_ns).
+  Ns wait_spin_ns = 0;
   double mean_rel_error = 0;   // of the fitted model on the probes
   int ranks = 0;
   std::string backend;
@@ -76,6 +86,7 @@ struct Probe {
   CollOp op = CollOp::Unknown;  // Unknown: a compute probe; Barrier: the empty step
   int64_t bytes = 0;
   int esize = 4;       // element size of the collective's dtype (float32, or bfloat16)
+  int group = 0;       // the collective runs on ranks 0..group-1 (the world: every rank)
   int count = 0;       // collectives or compute ops per step
   Ns compute_ns = 0;   // duration of each compute op
 };

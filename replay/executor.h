@@ -42,12 +42,22 @@ enum class ComputeMode : uint8_t { Auto, Spin, Sleep };
 // They spin to their deadline instead, which costs a core for at most this long.
 constexpr Ns kShortestSleepNs = 50'000;
 
+// On an oversubscribed host the mpi backend's waits for MPI operations yield the core for this
+// long (covering the rounds of a collective whose members are all present), then nap.
+constexpr Ns kYieldWindowNs = 1'000'000;
+
 struct ReplayOptions {
   DataMode data = DataMode::Timing;
   ComputeMode compute = ComputeMode::Auto;
   double compute_scale = 1.0;      // compute and delay durations are multiplied by this
   Ns timeout_ns = 60'000'000'000;  // a rank stuck this long in one op ends the run (watchdog)
   int64_t max_buffer_bytes = int64_t{1} << 30;  // per rank; larger schedules are refused
+};
+
+// A collective kind's calibrated cost on communicators of one size.
+struct SizedLink {
+  analysis::LinkCost link;
+  double ns_per_element = 0;  // reducing kinds: per element moved (wire factor · count)
 };
 
 // The sim backend's options (replay/sim.h), here so make_executor can take them.
@@ -71,6 +81,10 @@ struct SimOptions {
   // MPI reduces on the CPU element by element, so a bfloat16 all-reduce costs more than a
   // float32 one of the same bytes (calibrated with probes of both).
   std::map<CollOp, double> reduce_ns_per_element;
+  // Per kind and communicator size, from calibration probes on 2, 4, 8, ... ranks and the
+  // world (MPI picks its algorithm by size): used before op_links. A communicator of a size
+  // not probed takes the smallest probed size above its own, else the largest.
+  std::map<CollOp, std::map<int, SizedLink>> sized_links;
   // Every stream starts the step at step_start_ns (a backend's wake-up of its stream threads
   // after the step's barrier), and the first collective each rank takes part in starts
   // start_skew_ns after its last member arrives (on an oversubscribed host the ranks leave the
@@ -83,6 +97,10 @@ struct SimOptions {
   // members; its α-β time (op_links, the profile's link) is then its time on dedicated cores.
   // 0: every collective at full rate, whatever else runs.
   int host_cores = 0;
+  // With host_cores: a member that reaches a collective before its peers spins on its core for
+  // up to this long (the mpi backend's yield window) before it naps, loading the core as a
+  // running member does. 0: waiting members cost nothing.
+  Ns wait_spin_ns = 0;
   Ns compute_cost(Ns d) const {
     const bool s = d < short_compute_below_ns;
     return static_cast<Ns>(static_cast<double>(d) * (s ? short_compute_slowdown : compute_slowdown)) +

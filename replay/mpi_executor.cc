@@ -204,7 +204,15 @@ class MpiPrepared : public PreparedReplay {
     if (check_) init_buffers();
     std::fill(recorded_.begin(), recorded_.end(), 0);
     for (auto& t : times_) t.clear();
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (spin_) {
+      MPI_Barrier(MPI_COMM_WORLD);
+    } else {
+      // Oversubscribed: ranks done with the step early wait here as in a collective, napping
+      // after the yield window, so they leave the cores to the ranks still running it.
+      std::vector<MPI_Request> barrier(1);
+      MPI_Ibarrier(MPI_COMM_WORLD, barrier.data());
+      complete(barrier);
+    }
     {
       std::lock_guard<std::mutex> l(ctl_mu_);
       t0_ = monotonic_ns();
@@ -553,7 +561,7 @@ class MpiPrepared : public PreparedReplay {
       nap = std::min<Ns>(nap * 2, kLongestNapNs);
     }
   }
-  static constexpr Ns kYieldWindowNs = 1'000'000, kFirstNapNs = 20'000, kLongestNapNs = 200'000;
+  static constexpr Ns kFirstNapNs = 20'000, kLongestNapNs = 200'000;
 
   // Waits for every stream of this step; ends the job when one op waits too long.
   void watch() {

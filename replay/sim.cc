@@ -99,7 +99,18 @@ class Simulation {
           bytes = std::max(bytes, collective_bytes(*s.op(mem).collective(), nranks, esize));
       }
       const CollOp op = cost_op(grp.op);
-      if (auto it = o.op_links.find(op); it != o.op_links.end()) {
+      const SizedLink* sized = nullptr;
+      if (auto k = o.sized_links.find(op); k != o.sized_links.end() && !k->second.empty()) {
+        auto it = k->second.lower_bound(nranks);
+        sized = it != k->second.end() ? &it->second : &k->second.rbegin()->second;
+      }
+      if (sized) {
+        const analysis::Algorithm algo = model.choose(op, bytes, nranks, grp.comm, members);
+        const double wire = analysis::wire_factor(op, nranks, algo) * static_cast<double>(bytes);
+        group_cost_[g] = static_cast<Ns>(
+            std::llround(sized->link.time_ns(analysis::latency_steps(op, nranks, algo), wire) +
+                         sized->ns_per_element * wire / esize));
+      } else if (auto it = o.op_links.find(op); it != o.op_links.end()) {
         const analysis::Algorithm algo = model.choose(op, bytes, nranks, grp.comm, members);
         const double wire = analysis::wire_factor(op, nranks, algo) * static_cast<double>(bytes);
         double t = it->second.time_ns(analysis::latency_steps(op, nranks, algo), wire);
@@ -115,9 +126,16 @@ class Simulation {
     if (cores_ > 0) {
       load_.assign(static_cast<size_t>(cores_), 0);
       group_cores_.resize(m.groups.size());
-      for (size_t g = 0; g < m.groups.size(); ++g)
-        for (const fusion::OpRef& mem : m.groups[g].members)
+      wait_base_.resize(m.groups.size());
+      for (size_t g = 0; g < m.groups.size(); ++g) {
+        wait_base_[g] = static_cast<int>(wait_core_.size());
+        for (const fusion::OpRef& mem : m.groups[g].members) {
           group_cores_[g].push_back(s.ranks[static_cast<size_t>(mem.rank)].rank % cores_);
+          wait_core_.push_back(group_cores_[g].back());
+        }
+      }
+      wait_state_.assign(wait_core_.size(), kNotYet);
+      wait_spin_ = std::max<Ns>(o.wait_spin_ns, 0);
     }
   }
 
@@ -182,7 +200,10 @@ class Simulation {
           arrival_[r][st] = t;
           group_start_[g] = std::max(group_start_[g], t);
           const auto& members = m_.groups[g].members;
-          if (++group_arrived_[g] < static_cast<int>(members.size())) return;
+          if (++group_arrived_[g] < static_cast<int>(members.size())) {
+            if (cores_ > 0 && wait_spin_ > 0) begin_wait(g, r, st, t);
+            return;
+          }
           Ns skew = 0;
           for (const fusion::OpRef& mem : members)
             if (!had_collective_[mem.rank]) skew = start_skew_;
@@ -210,12 +231,6 @@ class Simulation {
   bool complete_next_shared() {
     constexpr double kInf = std::numeric_limits<double>::infinity();
     for (;;) {
-      if (active_.empty()) {
-        if (pending_.empty()) return false;
-        now_ = std::max(now_, pending_.top().start);
-        join_started();
-        continue;
-      }
       // A group's rate: 1 / the load of its most loaded core.
       size_t first = 0;
       double first_end = kInf;
@@ -227,10 +242,18 @@ class Simulation {
         if (end < first_end) first_end = end, first = a;
       }
       const double next_start = pending_.empty() ? kInf : pending_.top().start;
-      const double until = std::min(first_end, next_start);
-      for (Active& a : active_) a.left -= (until - now_) * a.rate;
-      now_ = until;
-      if (next_start < first_end) {
+      const double next_wait = waits_.empty() ? kInf : waits_.top().t;
+      const double until = std::min({first_end, next_start, next_wait});
+      if (until == kInf) return false;
+      if (until > now_) {
+        for (Active& a : active_) a.left -= (until - now_) * a.rate;
+        now_ = until;
+      }
+      if (next_wait <= until) {
+        apply_waits();
+        continue;
+      }
+      if (next_start <= until) {
         join_started();
         continue;
       }
@@ -246,13 +269,49 @@ class Simulation {
       return true;
     }
   }
-  // Moves the pending groups that have started by now_ to the running ones.
+  // Moves the pending groups that have started by now_ to the running ones; their members
+  // that were spinning while they waited now run them.
   void join_started() {
     while (!pending_.empty() && pending_.top().start <= now_) {
       const int g = pending_.top().group;
       pending_.pop();
       active_.push_back({g, static_cast<double>(group_cost_[g]), 1.0});
       for (int c : group_cores_[g]) ++load_[c];
+      const auto& members = m_.groups[g].members;
+      for (size_t k = 0; k < members.size(); ++k) {
+        char& w = wait_state_[wait_base_[g] + k];
+        if (w == kSpinning) --load_[group_cores_[g][k]];
+        w = kOver;
+      }
+    }
+  }
+  // A member that arrives before its peers spins on its core for up to wait_spin_ (the
+  // backend's yield window), then naps: load from t to t + wait_spin_ unless the group
+  // starts first. t is never before now_: every stream was blocked at now_ or later.
+  void begin_wait(int g, int32_t r, int32_t st, Ns t) {
+    const auto& members = m_.groups[g].members;
+    for (size_t k = 0; k < members.size(); ++k)
+      if (members[k].rank == r && members[k].stream == st) {
+        const int id = wait_base_[g] + static_cast<int>(k);
+        waits_.push({static_cast<double>(t), id, true});
+        waits_.push({static_cast<double>(t + wait_spin_), id, false});
+        return;
+      }
+  }
+  // Applies the spin windows that begin or end by now_.
+  void apply_waits() {
+    while (!waits_.empty() && waits_.top().t <= now_) {
+      const WaitEvent e = waits_.top();
+      waits_.pop();
+      char& w = wait_state_[e.id];
+      const int core = wait_core_[e.id];
+      if (e.begin && w == kNotYet) {
+        w = kSpinning;
+        ++load_[core];
+      } else if (!e.begin && w == kSpinning) {
+        w = kOver;
+        --load_[core];
+      }
     }
   }
 
@@ -283,8 +342,20 @@ class Simulation {
     double left;  // α-β time still to run at full rate
     double rate;
   };
+  struct WaitEvent {
+    double t;
+    int id;
+    bool begin;
+    bool operator>(const WaitEvent& o) const { return t > o.t; }
+  };
+  static constexpr char kNotYet = 0, kSpinning = 1, kOver = 2;
   int cores_ = 0;
+  Ns wait_spin_ = 0;
   std::vector<std::vector<int>> group_cores_;  // per group: its members' cores
+  std::vector<int> wait_base_;                 // per group: its members' first wait id
+  std::vector<int> wait_core_;                 // per wait id (group member): its core
+  std::vector<char> wait_state_;               // per wait id: kNotYet, kSpinning, kOver
+  std::priority_queue<WaitEvent, std::vector<WaitEvent>, std::greater<>> waits_;
   std::vector<int> load_;                      // per core: member streams of running groups
   std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending_;
   std::vector<Active> active_;

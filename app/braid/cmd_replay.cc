@@ -32,6 +32,7 @@ struct ReplayOpts {
   int64_t max_buffer_mb = 1024;
   bool calibrate = false;
   bool calibrate_first = false;
+  bool share_cores = false;
   std::string output;
 };
 
@@ -62,6 +63,7 @@ int run_calibration(const ReplayOpts& o) {
     co.base_profile = o.profile.empty() ? (o.backend == "mpi" ? "cpu-shm" : "h100-nvlink") : o.profile;
     co.replay.compute = compute_mode(o.compute);
     co.replay.timeout_ns = static_cast<Ns>(o.timeout_s * 1e9);
+    co.share_cores = o.share_cores;
     replay::Calibration cal = replay::calibrate(*ex, n, co);
     if (!ex->reporting()) return 0;
     AtomicOutputFile out(o.output);
@@ -109,6 +111,7 @@ int run_replay(const ReplayOpts& o) {
       co.base_profile = profile_name;
       co.replay.compute = compute_mode(o.compute);
       co.replay.timeout_ns = static_cast<Ns>(o.timeout_s * 1e9);
+      co.share_cores = o.share_cores;
       replay::Calibration cal = replay::calibrate(*ex, nranks, co);
       if (ex->reporting()) {
         sp.profile = cal.profile;
@@ -226,6 +229,10 @@ void register_replay(CLI::App& app, Action& run) {
   cmd->add_flag("--calibrate-first", o->calibrate_first,
                 "mpi/nccl: calibrate in this job before the replay and predict with that (instead "
                 "of --profile's calibration)");
+  cmd->add_flag("--share-cores", o->share_cores,
+                "--calibrate/--calibrate-first on an oversubscribed host: probe every communicator "
+                "size alone and let the sim share the pinned cores between concurrent collectives "
+                "(processor sharing; docs/replay.md)");
   cmd->add_option("-o,--output", o->output, "--calibrate: profile JSON to write");
   cmd->callback([o, &run] { run = [o] { return run_replay(*o); }; });
 }

@@ -207,70 +207,56 @@ inline Schedule regather(int t = 2, int64_t n = 4, bool write_between = false, b
   return s;
 }
 
-// CoC: a GEMM writes `y`, then the all-reduce of `y` (in place), on one stream or (two_stream)
-// handed to a comm stream through an event.
-inline Schedule gemm_allreduce(int t = 2, int64_t n = 64, Ns gemm_ns = 2'000'000,
-                               bool two_stream = false, bool opaque = false) {
+// CoC: a GEMM writes `y`, then its reduction over the TP group, on one stream or (two_stream)
+// handed to a comm stream through an event. Without `scatter`: the all-reduce of `y` (n) in
+// place, then the residual reads `y` into `z`. With `scatter` (Megatron SP): `y` is t x n, its
+// reduce-scatter writes the rank's shard `z` (n), then the residual reads `z` into `out`.
+inline Schedule gemm_reduction(bool scatter, int t, int64_t n, Ns gemm_ns, bool two_stream,
+                               bool opaque) {
   Schedule s;
-  s.name = "gemm-ar";
+  s.name = scatter ? "gemm-rs" : "gemm-ar";
   std::vector<int32_t> all;
   for (int i = 0; i < t; ++i) all.push_back(i);
   s.comms.push_back({"tp", all});
+  const int64_t full = scatter ? t * n : n;  // the GEMM's output
+  const char* done = scatter ? "rs_done" : "ar_done";
   for (int32_t r = 0; r < t; ++r) {
-    s.add_buffer(r, "x", "float32", n);
+    s.add_buffer(r, "x", "float32", full);
     s.add_buffer(r, "w", "float32", 8);
-    s.add_buffer(r, "y", "float32", n);
+    s.add_buffer(r, "y", "float32", full);
     s.add_buffer(r, "z", "float32", n);
-    s.ranks[r].outputs = {"z"};
+    if (scatter) s.add_buffer(r, "out", "float32", n);
+    s.ranks[r].outputs = scatter ? std::vector<std::string>{"z", "out"} : std::vector<std::string>{"z"};
     int st = s.add_stream(r, "compute");
     int cs = two_stream ? s.add_stream(r, "comm") : st;
-    s.append(r, st, comp("fc2", gemm_ns, opaque ? std::vector<Slice>{} : std::vector<Slice>{sl("x", 0, n), sl("w", 0, 8)},
-                         opaque ? std::vector<Slice>{} : std::vector<Slice>{sl("y", 0, n)}, opaque));
+    s.append(r, st, comp("fc2", gemm_ns, opaque ? std::vector<Slice>{} : std::vector<Slice>{sl("x", 0, full), sl("w", 0, 8)},
+                         opaque ? std::vector<Slice>{} : std::vector<Slice>{sl("y", 0, full)}, opaque));
     if (two_stream) {
       s.append(r, st, Record{"y_ready"});
       s.append(r, cs, Wait{"y_ready"});
     }
-    s.append(r, cs, coll(CollOp::AllReduce, "tp", n, sl("y", 0, n), sl("y", 0, n), "mlp.ar"));
+    if (scatter)
+      s.append(r, cs, coll(CollOp::ReduceScatter, "tp", n, sl("y", 0, full), sl("z", 0, n), "mlp.rs"));
+    else
+      s.append(r, cs, coll(CollOp::AllReduce, "tp", n, sl("y", 0, n), sl("y", 0, n), "mlp.ar"));
     if (two_stream) {
-      s.append(r, cs, Record{"ar_done"});
-      s.append(r, st, Wait{"ar_done"});
+      s.append(r, cs, Record{done});
+      s.append(r, st, Wait{done});
     }
-    s.append(r, st, comp("residual", 1000, {sl("y", 0, n)}, {sl("z", 0, n)}));
+    if (scatter)
+      s.append(r, st, comp("residual", 1000, {sl("z", 0, n)}, {sl("out", 0, n)}));
+    else
+      s.append(r, st, comp("residual", 1000, {sl("y", 0, n)}, {sl("z", 0, n)}));
   }
   return s;
 }
-
-// CoC, Megatron SP: a GEMM writes `y` (t x n), the reduce-scatter of `y` into the rank's shard
-// `z` (n), then the residual reads `z`; on one stream or (two_stream) handed to a comm stream.
+inline Schedule gemm_allreduce(int t = 2, int64_t n = 64, Ns gemm_ns = 2'000'000,
+                               bool two_stream = false, bool opaque = false) {
+  return gemm_reduction(false, t, n, gemm_ns, two_stream, opaque);
+}
 inline Schedule gemm_reducescatter(int t = 2, int64_t n = 32, Ns gemm_ns = 2'000'000,
                                    bool two_stream = false) {
-  Schedule s;
-  s.name = "gemm-rs";
-  std::vector<int32_t> all;
-  for (int i = 0; i < t; ++i) all.push_back(i);
-  s.comms.push_back({"tp", all});
-  for (int32_t r = 0; r < t; ++r) {
-    s.add_buffer(r, "x", "float32", t * n);
-    s.add_buffer(r, "w", "float32", 8);
-    s.add_buffer(r, "y", "float32", t * n);
-    s.add_buffer(r, "z", "float32", n);
-    s.add_buffer(r, "out", "float32", n);
-    s.ranks[r].outputs = {"z", "out"};
-    int st = s.add_stream(r, "compute");
-    int cs = two_stream ? s.add_stream(r, "comm") : st;
-    s.append(r, st, comp("fc2", gemm_ns, {sl("x", 0, t * n), sl("w", 0, 8)}, {sl("y", 0, t * n)}));
-    if (two_stream) {
-      s.append(r, st, Record{"y_ready"});
-      s.append(r, cs, Wait{"y_ready"});
-    }
-    s.append(r, cs, coll(CollOp::ReduceScatter, "tp", n, sl("y", 0, t * n), sl("z", 0, n), "mlp.rs"));
-    if (two_stream) {
-      s.append(r, cs, Record{"rs_done"});
-      s.append(r, st, Wait{"rs_done"});
-    }
-    s.append(r, st, comp("residual", 1000, {sl("z", 0, n)}, {sl("out", 0, n)}));
-  }
-  return s;
+  return gemm_reduction(true, t, n, gemm_ns, two_stream, false);
 }
 
 // CoC, Megatron SP: the all-gather of the rank's shard `x` (n) into `full` (t x n), then a GEMM

@@ -116,6 +116,22 @@ TEST(Sim, ACollectiveKindsOwnLinkReplacesTheProfiles) {
   EXPECT_NEAR(static_cast<double>(simulate(s, cm, o).step_ns()),
               static_cast<double>(200'000 + ar + gamma + 100'000), 1);
   o.reduce_ns_per_element.clear();
+  // A link fitted for the communicator's size comes first; an unprobed size takes the
+  // smallest probed size above it, else the largest.
+  auto with_size_link = [&](int size, double alpha) {
+    SimOptions so = o;
+    so.sized_links[CollOp::AllReduce][size] = {{alpha, 2.0}, 0};
+    return simulate(s, cm, so).step_ns();
+  };
+  auto expect_alpha = [&](double alpha) {
+    return 200'000 + 100'000 +
+           static_cast<Ns>(std::llround(
+               alpha * analysis::latency_steps(CollOp::AllReduce, 2, algo) +
+               2.0 * analysis::wire_factor(CollOp::AllReduce, 2, algo) * bytes));
+  };
+  EXPECT_EQ(with_size_link(2, 30'000), expect_alpha(30'000));
+  EXPECT_EQ(with_size_link(4, 40'000), expect_alpha(40'000));
+  EXPECT_EQ(with_size_link(1, 50'000), expect_alpha(50'000));
   // Other kinds keep the profile's link.
   o.op_links.clear();
   o.op_links[CollOp::AllGather] = {10'000, 2.0};
@@ -467,7 +483,7 @@ TEST(Calibrate, ProbesAreValidAndCoverTheOps) {
     compute += p.op == CollOp::Unknown;
     if (p.op == CollOp::Unknown || p.op == CollOp::Barrier) continue;
     EXPECT_EQ(simulate(p.schedule, model()).step_ns(),
-                p.count * model().collective_ns(p.op, p.bytes, p.op == CollOp::Send ? 2 : 4))
+                p.count * model().collective_ns(p.op, p.bytes, p.op == CollOp::Send ? 2 : p.group))
           << p.name;
   }
   EXPECT_EQ(ops, (std::set<CollOp>{CollOp::Unknown, CollOp::Barrier, CollOp::AllReduce,
@@ -481,7 +497,18 @@ TEST(Calibrate, ProbesAreValidAndCoverTheOps) {
       ++bf16[p.op];
       EXPECT_EQ(p.schedule.ranks[0].buffers[0].dtype, "bfloat16") << p.name;
     }
-  EXPECT_EQ(bf16, (std::map<CollOp, int>{{CollOp::AllReduce, 4}, {CollOp::ReduceScatter, 4}}));
+  const int per_kind = static_cast<int>(o.sizes.size());
+  EXPECT_EQ(bf16, (std::map<CollOp, int>{{CollOp::AllReduce, per_kind},
+                                         {CollOp::ReduceScatter, per_kind}}));
+  for (const Probe& p : calibration_probes(16, o)) EXPECT_TRUE(p.group == 16 || p.group == 0);
+  // Sharing the cores, every kind but send is probed on the world and on each power of two
+  // below it.
+  o.share_cores = true;
+  std::map<CollOp, std::set<int>> groups;
+  for (const Probe& p : calibration_probes(16, o))
+    if (p.op != CollOp::Unknown && p.op != CollOp::Barrier) groups[p.op].insert(p.group);
+  EXPECT_EQ(groups[CollOp::AllToAll], (std::set<int>{2, 4, 8, 16}));
+  EXPECT_EQ(groups[CollOp::Send], (std::set<int>{16}));
 }
 
 // The sim as a calibration target that shares 2 cores among its ranks, as an oversubscribed
@@ -516,6 +543,7 @@ TEST(Calibrate, OnASharedHostTheFitIsPerDedicatedCore) {
   CalibrationOptions co;
   co.steps = 1;
   co.warmup = 0;
+  co.share_cores = true;
   SharingSim shared(p, 2);
   const Calibration c = calibrate(shared, 8, co);
   EXPECT_EQ(c.host_cores, 2);
@@ -527,6 +555,11 @@ TEST(Calibrate, OnASharedHostTheFitIsPerDedicatedCore) {
   }
   EXPECT_NEAR(c.profile.intra_node.latency_ns, 5000, 50);
   EXPECT_LT(c.mean_rel_error, 0.01);
+  // So does each communicator size's own fit (the 2-rank group runs one rank per core).
+  for (int g : {2, 4, 8}) {
+    EXPECT_NEAR(c.sized_links.at(CollOp::AllGather).at(g).link.alpha_ns, 5000, 50) << g;
+    EXPECT_NEAR(c.sized_links.at(CollOp::AllGather).at(g).link.ns_per_byte, 0.5, 0.005) << g;
+  }
   // No per-element cost in this sim; one of 2 ns per all-reduced element is found again, with
   // the same per-byte link (the bfloat16 probes carry twice the elements per byte).
   for (const auto& [op, g] : c.reduce_ns_per_element) EXPECT_NEAR(g, 0, 0.01) << to_string(op);
@@ -535,10 +568,13 @@ TEST(Calibrate, OnASharedHostTheFitIsPerDedicatedCore) {
   EXPECT_NEAR(r.reduce_ns_per_element.at(CollOp::AllReduce), 2.0, 0.02);
   EXPECT_NEAR(r.op_links.at(CollOp::AllReduce).ns_per_byte, 0.5, 0.005);
   EXPECT_NEAR(r.reduce_ns_per_element.at(CollOp::ReduceScatter), 0, 0.01);
-  // Had the host's cores not been known, the probes would say the link is 4 times slower.
-  SharingSim unknown(p, 0);
-  const Calibration u = calibrate(unknown, 8, co);
+  // Without sharing the cores (or had the host's cores not been known) the world probes' times
+  // stand for every collective: a link 4 times slower, on all ranks busy.
+  co.share_cores = false;
+  const Calibration u = calibrate(shared, 8, co);
   EXPECT_EQ(u.host_cores, 0);
+  EXPECT_EQ(u.sim_options().host_cores, 0);
+  EXPECT_EQ(u.sized_links.at(CollOp::AllReduce).size(), 1u);  // the world's size only
   EXPECT_NEAR(u.op_links.at(CollOp::AllReduce).alpha_ns, 4 * 5000, 200);
   EXPECT_NEAR(u.op_links.at(CollOp::AllReduce).ns_per_byte, 4 * 0.5, 0.02);
 }
