@@ -223,6 +223,29 @@ TEST(Sim, ACollectiveThatStartsLaterSlowsTheRunningOneFromThen) {
   EXPECT_EQ(end_of_allreduce(simulate(s, cm), s, 2), 100'000 + ar / 2 + ar);
 }
 
+TEST(Sim, AMemberWaitingForItsPeersSpinsForItsWindow) {
+  const auto cm = model();
+  fusion::Schedule s = two_groups({0, 1}, {2, 3}, 0);
+  const Ns ar = end_of_allreduce(simulate(s, cm), s, 0) - 100'000;
+  // Rank 3 arrives ar late: rank 2 (core 0, beside rank 0 of group a) waits for it from 100 us.
+  s.ranks[3].streams[0].ops[0].compute()->duration_ns += ar;
+  SimOptions o;
+  o.host_cores = 2;
+  // Not spinning: a runs alone and ends as b starts.
+  EXPECT_EQ(end_of_allreduce(simulate(s, cm, o), s, 0), 100'000 + ar);
+  // Spinning the whole wait: a runs at half rate until b starts (half done), then shares both
+  // cores with b: it ends at 2 ar, and b, half done then, at 2.5 ar.
+  o.wait_spin_ns = 10 * ar;
+  SimResult r = simulate(s, cm, o);
+  EXPECT_NEAR(static_cast<double>(end_of_allreduce(r, s, 0)), 100'000 + 2.0 * ar, 2);
+  EXPECT_NEAR(static_cast<double>(end_of_allreduce(r, s, 3)), 100'000 + 2.5 * ar, 2);
+  // Spinning for ar/2: a is a quarter done then, three quarters when b starts at ar, and ends
+  // at 1.5 ar sharing the cores.
+  o.wait_spin_ns = ar / 2;
+  r = simulate(s, cm, o);
+  EXPECT_NEAR(static_cast<double>(end_of_allreduce(r, s, 0)), 100'000 + 1.5 * ar, 3);
+}
+
 TEST(Sim, TopologyDecidesTheLink) {
   // The same all-reduce within a node and across nodes: h100-nvlink packs 8 ranks per node.
   fusion::Schedule a = allreduce_pair(false, 2), b = allreduce_pair(false, 16, 64);
