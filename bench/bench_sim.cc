@@ -18,10 +18,13 @@ using namespace braid;
 int main(int argc, char** argv) {
   CLI::App app{"Simulate a synthesized step of a large job with the sim replay backend."};
   std::string preset = "dense";
-  int ranks = 1024, runs = 5;
+  int ranks = 1024, runs = 5, host_cores = 0;
   app.add_option("--preset", preset, "Synthesizer preset whose layout is scaled")->capture_default_str();
   app.add_option("--ranks", ranks, "World size (DP is raised to reach it)")->capture_default_str();
   app.add_option("--runs", runs, "Repetitions")->capture_default_str();
+  app.add_option("--host-cores", host_cores,
+                 "Processor sharing on this many cores (SimOptions::host_cores; 0: off)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   fusion::Preset p = fusion::preset(preset);
@@ -43,7 +46,10 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     fusion::Matching match = replay::checked_matching(s);
     auto t1 = std::chrono::steady_clock::now();
-    replay::SimResult r = replay::simulate(s, match, cm);
+    replay::SimOptions so;
+    so.host_cores = host_cores;
+    so.wait_spin_ns = host_cores > 0 ? replay::kYieldWindowNs : 0;
+    replay::SimResult r = replay::simulate(s, match, cm, so);
     auto t2 = std::chrono::steady_clock::now();
     check_s.push_back(std::chrono::duration<double>(t1 - t0).count());
     sim_s.push_back(std::chrono::duration<double>(t2 - t1).count());
