@@ -335,6 +335,7 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
   // Per collective kind and communicator size, with the algorithms the globally fitted link
   // picks. A probe's collectives run on `active` ranks at once, `share` of them per core.
   auto ranks_of = [&](const Probe& p) { return p.op == CollOp::Send ? 2 : p.group; };
+  std::map<CollOp, std::map<int, SizedLink>> fits;  // per kind and size
   auto share_of = [&](const Probe& p) {
     const int active = p.op == CollOp::Send ? nranks : p.group;
     return cal.host_cores > 0 ? std::max(1, (active + cal.host_cores - 1) / cal.host_cores) : 1;
@@ -370,13 +371,15 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
       }
       const std::vector<double> f = fit_nonneg(x, y, w, /*intercept=*/false);
       const SizedLink sl{{f[0] / share, f[1] / share}, per_element ? f[2] / share : 0};
-      cal.sized_links[op][t] = sl;
+      fits[op][t] = sl;
       if (key.second == nranks) {  // the world's fit is the kind's link for other sizes too
         cal.op_links[op] = sl.link;
         if (per_element) cal.reduce_ns_per_element[op] = sl.ns_per_element;
       }
     }
   }
+  // Per size only when sizes other than the world's were probed (the world's fit is op_links).
+  if (o.share_cores) cal.sized_links = fits;
   cal.profile.name = cal.profile.name + "-calibrated";
   cal.profile.description = "calibrated on this host: " + std::to_string(nranks) + " " +
                             cal.backend + " ranks (braid replay --calibrate)";
@@ -428,8 +431,8 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
     } else {
       const int t = ranks_of(p);
       const analysis::Algorithm algo = model.choose(p.op, p.bytes, t);
-      auto k = cal.sized_links.find(p.op);
-      if (k == cal.sized_links.end() || !k->second.count(t)) continue;  // not measured
+      auto k = fits.find(p.op);
+      if (k == fits.end() || !k->second.count(t)) continue;  // not measured
       const SizedLink& l = k->second.at(t);
       const double wire = analysis::wire_factor(p.op, t, algo) * static_cast<double>(p.bytes);
       pred = c0 + skew +

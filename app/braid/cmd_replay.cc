@@ -80,6 +80,13 @@ int run_calibration(const ReplayOpts& o) {
                 static_cast<long long>(cal.compute_overhead_ns), cal.short_compute_slowdown,
                 static_cast<long long>(cal.short_compute_overhead_ns),
                 static_cast<long long>(replay::kShortestSleepNs / 1000), 100 * cal.mean_rel_error);
+    if (o.share_cores && cal.host_cores > 0)
+      std::printf("sharing the cores: %d ranks pinned round-robin on %d cores; the links are per "
+                  "dedicated core and the sim shares the cores between collectives\n",
+                  n, cal.host_cores);
+    else if (o.share_cores)
+      std::printf("sharing the cores: nothing to share (not more ranks than cores on one host); "
+                  "the links are per communicator size\n");
     for (const auto& s : cal.samples)
       std::printf("  %-36s measured %9.3f ms  fitted %9.3f ms\n", s.probe.c_str(),
                   ms(static_cast<double>(s.measured_ns)), ms(static_cast<double>(s.predicted_ns)));

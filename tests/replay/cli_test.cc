@@ -124,6 +124,45 @@ TEST(ReplayCliMpi, ARankThatDiesEndsEveryRankQuickly) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex("\\[\\[[0-9]+,[0-9]+\\],2\\]|rank 2"));
 }
 
+// A calibration on 4 real ranks: the file carries the per-kind links with the bfloat16 probes'
+// per-element cost, and --share-cores the per-size links and, when 4 ranks are more than the
+// host's cores, the cores the ranks were pinned to; the sim replays with it.
+TEST(ReplayCliMpi, CalibrationWritesTheLinksAndSharesTheCoresWhenAsked) {
+  test::TempDir dir;
+  const std::string plain = dir.file("plain.json"), shared = dir.file("shared.json");
+  Result r = sh("timeout 120 " + mpirun(4) + kCli + " replay --calibrate --backend mpi -o " + plain);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("allreduce 1048576 B bfloat16 x8"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("sharing the cores")));
+  std::ifstream pf(plain);
+  const std::string pj((std::istreambuf_iterator<char>(pf)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(pj, HasSubstr("\"host_cores\": 0"));
+  EXPECT_THAT(pj, HasSubstr("\"ns_per_element\""));
+  EXPECT_THAT(pj, ::testing::Not(HasSubstr("\"2\": {")));  // no 2-rank probes
+
+  r = sh("timeout 120 " + mpirun(4) + kCli + " replay --calibrate --share-cores --backend mpi -o " +
+         shared);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("allgather 1048576 B x8 on 2 ranks"));
+  std::ifstream sf(shared);
+  const std::string sj((std::istreambuf_iterator<char>(sf)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(sj, HasSubstr("\"2\": {\"alpha_ns\""));
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores < 4) {
+    EXPECT_THAT(r.out, HasSubstr("4 ranks pinned round-robin on " + std::to_string(cores)));
+    EXPECT_THAT(sj, HasSubstr("\"host_cores\": " + std::to_string(cores)));
+  } else {
+    EXPECT_THAT(r.out, HasSubstr("nothing to share"));
+  }
+  const std::string json = dir.file("s.json");
+  fusion::save_schedule(synth_tiny("tp-sp"), json);
+  for (const std::string& cal : {plain, shared}) {
+    r = sh(kCli + " replay " + json + " --backend sim --no-store --profile " + cal);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("step time: median"));
+  }
+}
+
 TEST(ReplayCliMpi, ARankThatHangsEndsTheJobAfterTheTimeout) {
   test::TempDir dir;
   const std::string json = dir.file("s.json");
