@@ -3,7 +3,9 @@
 // fitted to the measured step times by least squares on relative error:
 //   - the link's α (per step) and β (per byte), with the cost model's steps and wire factors for
 //     each probe's op, size and algorithm, over all probes (the profile's link) and per
-//     collective kind (what the sim uses for that kind);
+//     collective kind (what the sim uses for that kind), plus for reducing kinds a cost per
+//     element (probed in float32 and bfloat16); with share_cores also per communicator size,
+//     per dedicated core, for the sim's processor sharing;
 //   - per-compute-op overheads (what a compute op costs the backend beyond its duration), one
 //     for ops shorter than kShortestSleepNs (which the mpi backend always spins) and one for
 //     longer ops (which it sleeps on an oversubscribed host, paying the scheduler's wake-up).

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
@@ -99,24 +100,21 @@ class Simulation {
           bytes = std::max(bytes, collective_bytes(*s.op(mem).collective(), nranks, esize));
       }
       const CollOp op = cost_op(grp.op);
-      const SizedLink* sized = nullptr;
+      // The calibrated link: the communicator size's own, else the kind's.
+      std::optional<SizedLink> link;
       if (auto k = o.sized_links.find(op); k != o.sized_links.end() && !k->second.empty()) {
         auto it = k->second.lower_bound(nranks);
-        sized = it != k->second.end() ? &it->second : &k->second.rbegin()->second;
+        link = it != k->second.end() ? it->second : k->second.rbegin()->second;
+      } else if (auto it = o.op_links.find(op); it != o.op_links.end()) {
+        auto e = o.reduce_ns_per_element.find(op);
+        link = SizedLink{it->second, e != o.reduce_ns_per_element.end() ? e->second : 0};
       }
-      if (sized) {
+      if (link) {
         const analysis::Algorithm algo = model.choose(op, bytes, nranks, grp.comm, members);
         const double wire = analysis::wire_factor(op, nranks, algo) * static_cast<double>(bytes);
         group_cost_[g] = static_cast<Ns>(
-            std::llround(sized->link.time_ns(analysis::latency_steps(op, nranks, algo), wire) +
-                         sized->ns_per_element * wire / esize));
-      } else if (auto it = o.op_links.find(op); it != o.op_links.end()) {
-        const analysis::Algorithm algo = model.choose(op, bytes, nranks, grp.comm, members);
-        const double wire = analysis::wire_factor(op, nranks, algo) * static_cast<double>(bytes);
-        double t = it->second.time_ns(analysis::latency_steps(op, nranks, algo), wire);
-        if (auto e = o.reduce_ns_per_element.find(op); e != o.reduce_ns_per_element.end())
-          t += e->second * wire / esize;
-        group_cost_[g] = static_cast<Ns>(std::llround(t));
+            std::llround(link->link.time_ns(analysis::latency_steps(op, nranks, algo), wire) +
+                         link->ns_per_element * wire / esize));
       } else {
         group_cost_[g] = model.collective_ns(op, bytes, nranks, grp.comm, members);
       }
