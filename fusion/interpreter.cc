@@ -1,5 +1,6 @@
 #include "fusion/interpreter.h"
 
+#include <algorithm>
 #include <set>
 
 #include "fusion/validate.h"
@@ -260,9 +261,142 @@ int64_t compute_value(std::string_view label, int32_t rank, std::string_view buf
   return static_cast<int64_t>(h % 1000000);
 }
 
+namespace {
+
+// Digest of elements [a, b) of `v`.
+uint64_t digest(const std::vector<int64_t>& v, size_t a, size_t b) {
+  uint64_t h = mix(11, b - a);
+  for (size_t i = a; i < b; ++i) h = mix(h, static_cast<uint64_t>(v[i]));
+  return h;
+}
+
+// Element `col` of a row written by write `wi` of a row-wise compute: a function of the rows
+// it reads (their digests), never of where the row is stored.
+int64_t row_value(std::string_view label, int32_t vr, size_t wi, int64_t col,
+                  const std::vector<uint64_t>& args) {
+  uint64_t h = mix(mix(mix(hash_str(label), static_cast<uint64_t>(vr)), wi + 0x5157),
+                   static_cast<uint64_t>(col));
+  for (uint64_t x : args) h = mix(h, x);
+  return static_cast<int64_t>(h % 1000000);
+}
+
+std::vector<std::vector<int64_t>> add_outputs(const Compute& c,
+                                              const std::vector<std::vector<int64_t>>& in) {
+  std::vector<std::vector<int64_t>> out;
+  for (const Slice& w : c.writes) {
+    std::vector<uint64_t> acc(static_cast<size_t>(w.count), 0);
+    for (const auto& x : in)
+      for (size_t j = 0; j < acc.size() && j < x.size(); ++j) acc[j] += static_cast<uint64_t>(x[j]);
+    out.emplace_back(acc.begin(), acc.end());
+  }
+  return out;
+}
+
+// sum_rows: write w's element j is acc[j] + c_j * D, with D the sum over rows of a digest of
+// each row (all per-row reads) and c_j a hash of the op, the element and the whole reads. The
+// product form keeps the sum exact and splittable: the rows' partial sums on several ranks,
+// added by an All-Reduce, give the same D.
+std::vector<std::vector<int64_t>> sum_outputs(const Compute& c, int32_t vr,
+                                              const std::vector<std::vector<int64_t>>& in) {
+  std::vector<int> acc_of(c.writes.size(), -1);
+  std::vector<bool> is_acc(c.reads.size(), false);
+  for (size_t w = 0; w < c.writes.size(); ++w)
+    for (size_t k = 0; k < c.reads.size(); ++k)
+      if (c.read_rows[k] == 0 && c.reads[k] == c.writes[w]) {
+        acc_of[w] = static_cast<int>(k);
+        is_acc[k] = true;
+        break;
+      }
+  std::vector<uint64_t> whole;
+  int64_t rows = 0;
+  for (size_t k = 0; k < c.reads.size(); ++k) {
+    if (c.read_rows[k] > 0) rows = c.read_rows[k];
+    else if (!is_acc[k]) whole.push_back(digest(in[k], 0, in[k].size()));
+  }
+  uint64_t d = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    uint64_t h = 13;
+    for (size_t k = 0; k < c.reads.size(); ++k) {
+      if (c.read_rows[k] == 0) continue;
+      const size_t len = in[k].size() / static_cast<size_t>(rows);
+      h = mix(h, digest(in[k], r * len, (r + 1) * len));
+    }
+    d += h % 1000000;
+  }
+  std::vector<std::vector<int64_t>> out;
+  for (size_t w = 0; w < c.writes.size(); ++w) {
+    std::vector<int64_t> v(static_cast<size_t>(c.writes[w].count));
+    for (int64_t j = 0; j < c.writes[w].count; ++j) {
+      uint64_t x = static_cast<uint64_t>(row_value(c.label, vr, w, j, whole)) * d;
+      if (acc_of[w] >= 0) x += static_cast<uint64_t>(in[acc_of[w]][j]);
+      v[j] = static_cast<int64_t>(x);
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+// Row-wise map: row r of write w (in block beta = x * b + y of the transpose, or block 0)
+// reads, from each per-row read, the matching rows of its block beta, or of block y * a + x for
+// a transposed read: a run of rows when the
+// read has more rows than the write (an un-permute gathering a token's k copies), one row when
+// fewer (a permute copying a token k times).
+std::vector<std::vector<int64_t>> row_outputs(const Compute& c, int32_t vr,
+                                              const std::vector<std::vector<int64_t>>& in) {
+  const int64_t ta = c.transpose.empty() ? 1 : c.transpose[0];
+  const int64_t tb = c.transpose.empty() ? 1 : c.transpose[1];
+  const int64_t blocks = ta * tb;
+  std::vector<uint64_t> whole(c.reads.size(), 0);
+  for (size_t k = 0; k < c.reads.size(); ++k)
+    if (c.read_rows[k] == 0) whole[k] = digest(in[k], 0, in[k].size());
+  std::vector<std::vector<int64_t>> out;
+  std::vector<uint64_t> args(c.reads.size());
+  for (size_t w = 0; w < c.writes.size(); ++w) {
+    const int64_t rw = c.write_rows[w];
+    const int64_t len = c.writes[w].count / rw;
+    const int64_t per_block = rw / blocks;
+    std::vector<int64_t> v(static_cast<size_t>(c.writes[w].count));
+    for (int64_t r = 0; r < rw; ++r) {
+      const int64_t beta = r / per_block, rho = r % per_block;
+      const int64_t swapped = (beta % tb) * ta + beta / tb;
+      for (size_t k = 0; k < c.reads.size(); ++k) {
+        const int64_t rk = c.read_rows[k];
+        if (rk == 0) {
+          args[k] = whole[k];
+          continue;
+        }
+        const bool tr = std::find(c.transposed_reads.begin(), c.transposed_reads.end(),
+                                  static_cast<int64_t>(k)) != c.transposed_reads.end();
+        const int64_t src = tr ? swapped : beta;
+        const int64_t kb = rk / blocks;  // the read's rows per block
+        const int64_t klen = static_cast<int64_t>(in[k].size()) / rk;
+        int64_t first, n;
+        if (kb >= per_block) {
+          n = kb / per_block;
+          first = src * kb + rho * n;
+        } else {
+          n = 1;
+          first = src * kb + rho / (per_block / kb);
+        }
+        args[k] = digest(in[k], first * klen, (first + n) * klen);
+      }
+      for (int64_t col = 0; col < len; ++col) v[r * len + col] = row_value(c.label, vr, w, col, args);
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::vector<int64_t>> compute_outputs(const Schedule& s, int32_t rank,
                                                   const Compute& c,
                                                   const std::vector<std::vector<int64_t>>& in) {
+  if (c.fn == "add") return add_outputs(c, in);
+  if (c.row_wise()) {
+    const int32_t vr = value_rank(s, rank, c.replicated);
+    return c.sum_rows ? sum_outputs(c, vr, in) : row_outputs(c, vr, in);
+  }
   std::vector<std::vector<int64_t>> out;
   std::vector<int64_t> args(in.size());
   const int32_t vr = value_rank(s, rank, c.replicated);

@@ -54,6 +54,22 @@ struct Compute {
   // parameters are replicated too, as Megatron's layer norms and residual adds under TP), so
   // equal inputs give equal outputs on all of them. Data semantics use value_rank().
   std::string replicated;
+  // Token-row semantics (docs/schedule-ir.md, "Row-wise compute"); empty: positional. One row
+  // count per read (0: read whole, e.g. weights) and per write. A row's output depends on the
+  // rows it reads, not on where they are stored, so a rewrite may compute any subset of rows,
+  // in any buffer, and get the same values for them.
+  std::vector<int64_t> read_rows, write_rows;
+  // {a, b}: every row-wise slice forms a * b equal blocks; block x * b + y of a write reads
+  // block y * a + x of the reads listed in `transposed_reads` and block x * b + y of the others
+  // (the MoE permute between token order and destination order). Empty: no blocks.
+  std::vector<int64_t> transpose;
+  std::vector<int64_t> transposed_reads;
+  // The writes are sums over the per-row reads' rows (weight gradients); a read equal to a
+  // write slice is that write's accumulator.
+  bool sum_rows = false;
+  // "add": every write is the element-wise sum of the reads (mod 2^64). Empty: hashed.
+  std::string fn;
+  bool row_wise() const { return !write_rows.empty(); }
   bool operator==(const Compute&) const = default;
 };
 

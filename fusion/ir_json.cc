@@ -91,6 +91,21 @@ void put_op(std::string& o, const Op& op) {
       o += ", \"replicated\": ";
       put_string(o, c->replicated);
     }
+    auto ints = [&o](const char* key, const std::vector<int64_t>& v) {
+      if (v.empty()) return;
+      o += std::string(", \"") + key + "\": [";
+      for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + std::to_string(v[i]);
+      o += ']';
+    };
+    ints("read_rows", c->read_rows);
+    ints("write_rows", c->write_rows);
+    ints("transpose", c->transpose);
+    ints("transposed_reads", c->transposed_reads);
+    if (c->sum_rows) o += ", \"sum_rows\": true";
+    if (!c->fn.empty()) {
+      o += ", \"fn\": ";
+      put_string(o, c->fn);
+    }
   } else if (const Collective* c = op.collective()) {
     o += ", \"op\": ";
     put_string(o, to_string(c->op));
@@ -324,6 +339,13 @@ class Parser {
     return v;
   }
 
+  std::vector<int64_t> int64s(element e, const std::string& path) {
+    std::vector<int64_t> v;
+    size_t i = 0;
+    for (element x : arr(e, path)) v.push_back(int64(x, at(path, i++)));
+    return v;
+  }
+
   std::vector<PeerChunk> chunks(element e, const std::string& path) {
     std::vector<PeerChunk> v;
     size_t i = 0;
@@ -347,7 +369,8 @@ class Parser {
     std::string kind = str(req(o, "kind", path), at(path, "kind"));
     if (kind == "compute") {
       keys(o, path, {"id", "kind", "label", "duration_ns", "reads", "writes", "opaque", "replicated",
-                     "replaces"});
+                     "read_rows", "write_rows", "transpose", "transposed_reads",
+                     "sum_rows", "fn", "replaces"});
       Compute c;
       c.label = str(req(o, "label", path), at(path, "label"));
       c.duration_ns = int64(req(o, "duration_ns", path), at(path, "duration_ns"));
@@ -355,6 +378,16 @@ class Parser {
       c.writes = slices(req(o, "writes", path), at(path, "writes"));
       c.opaque = boolean(req(o, "opaque", path), at(path, "opaque"));
       if (auto x = opt(o, "replicated")) c.replicated = str(*x, at(path, "replicated"));
+      if (auto x = opt(o, "read_rows")) c.read_rows = int64s(*x, at(path, "read_rows"));
+      if (auto x = opt(o, "write_rows")) c.write_rows = int64s(*x, at(path, "write_rows"));
+      if (auto x = opt(o, "transpose")) c.transpose = int64s(*x, at(path, "transpose"));
+      if (auto x = opt(o, "transposed_reads"))
+        c.transposed_reads = int64s(*x, at(path, "transposed_reads"));
+      if (auto x = opt(o, "sum_rows")) c.sum_rows = boolean(*x, at(path, "sum_rows"));
+      if (auto x = opt(o, "fn")) {
+        c.fn = str(*x, at(path, "fn"));
+        if (c.fn != "add") fail(at(path, "fn"), "unknown compute fn \"" + c.fn + "\" (expected add)");
+      }
       op.body = std::move(c);
     } else if (kind == "collective") {
       keys(o, path, {"id", "kind", "op", "comm", "dtype", "count", "root", "peer", "in", "out",

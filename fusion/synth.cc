@@ -35,7 +35,8 @@ int32_t rank_of(const ParallelLayout& p, int tp, int dp, int pp) {
 ParamCounts param_counts(const ModelShape& m, const ParallelLayout& p) {
   ParamCounts c;
   const int64_t h = m.hidden, d = m.ffn_size(), t = p.tp;
-  c.dense_per_layer = 4 * h * h / t + (m.moe() ? h * m.experts : 2 * h * d / t);
+  c.dense_per_layer = 4 * h * h / t + (m.moe() ? 0 : 2 * h * d / t);
+  c.router_per_layer = m.moe() ? h * m.experts : 0;
   c.expert_per_layer = m.moe() ? (m.experts / p.ep) * 2 * h * d : 0;
   c.layers_per_stage = m.layers / p.pp;
   return c;
@@ -96,6 +97,10 @@ void check_layout(const ModelShape& m, const ParallelLayout& p) {
     if ((m.tokens() * m.top_k) % m.experts)
       usage("balanced routing needs tokens x top-k (" + n(m.tokens()) + " x " + n(m.top_k) +
             ") divisible by the " + n(m.experts) + " experts");
+    if (p.ep > 1 && m.tokens() % (int64_t(p.tp) * p.ep))
+      usage("balanced routing sends an equal part of every TP rank's tokens to each EP rank: "
+            "tokens per micro-batch (" + n(m.tokens()) + ") must be divisible by tp x ep (" +
+            n(int64_t(p.tp) * p.ep) + ")");
   }
   if (p.zero < 0 || p.zero > 3) usage("--zero must be 0, 1, 2 or 3 (got " + n(p.zero) + ")");
   if (p.zero == 3 && p.pp > 1)
@@ -105,6 +110,9 @@ void check_layout(const ModelShape& m, const ParallelLayout& p) {
     if (p.dp > 1 && c.dense_per_layer % p.dp)
       usage("ZeRO shards each layer's " + n(c.dense_per_layer) +
             " parameters per rank over dp=" + n(p.dp) + ", which does not divide them");
+    if (p.dp > 1 && c.router_per_layer % p.dp)
+      usage("ZeRO shards each layer's " + n(c.router_per_layer) +
+            " router parameters over dp=" + n(p.dp) + ", which does not divide them");
     int edp = p.dp / p.ep;
     if (m.moe() && edp > 1 && c.expert_per_layer % edp)
       usage("ZeRO shards each layer's " + n(c.expert_per_layer) +

@@ -70,10 +70,12 @@ struct ParallelLayout {
 
 // Parameters one rank holds (before ZeRO sharding), per layer and in all.
 struct ParamCounts {
-  int64_t dense_per_layer = 0;   // attention (+ dense MLP or router), split by TP
+  int64_t dense_per_layer = 0;   // attention (+ dense MLP), split by TP
+  int64_t router_per_layer = 0;  // the MoE router, replicated on the TP group
   int64_t expert_per_layer = 0;  // the rank's local experts (E / ep of them)
   int64_t layers_per_stage = 0;
   int64_t dense() const { return dense_per_layer * layers_per_stage; }
+  int64_t router() const { return router_per_layer * layers_per_stage; }
   int64_t expert() const { return expert_per_layer * layers_per_stage; }
 };
 ParamCounts param_counts(const ModelShape& m, const ParallelLayout& p);

@@ -27,12 +27,14 @@ struct Bucket {
   int last_layer = 0;
 };
 
-// Dense (attention, dense MLP, router: reduced over DP) or expert parameters (reduced over the
-// expert-data-parallel group, dp / ep ranks holding the same experts).
+// Dense (attention, dense MLP: reduced over DP), router (replicated on the TP group, reduced over
+// DP) or expert parameters (replicated on the TP group, reduced over the expert-data-parallel
+// group, dp / ep ranks holding the same experts).
 struct ParamGroup {
   std::string name;   // "dense" / "expert"
   std::string prefix; // buffer name prefix: "" / "expert_"
   std::string comm;   // empty when the group has one member
+  std::string replicated;  // the TP communicator when every TP rank holds the same copy
   int n = 1;          // members of the reduction group
   int index = 0;      // this rank's position in it
   int zero = 0;       // ZeRO stage in effect (0 when n == 1)
@@ -61,6 +63,20 @@ class RankBuilder {
             int64_t m, int64_t n, int64_t k);
   void elementwise(const std::string& label, std::vector<Slice> reads, std::vector<Slice> writes,
                    double flops_per_out = 4);
+  // A token-row compute of the MoE block (Compute::read_rows / write_rows, 0 for a whole read
+  // such as weights), run identically by every TP rank (replicated over the TP group): the MoE
+  // block is not split by TP, each TP rank routes all tokens.
+  void moe_op(const std::string& label, std::vector<Slice> reads, std::vector<int64_t> read_rows,
+              std::vector<Slice> writes, std::vector<int64_t> write_rows, Ns duration);
+  // Sets the transpose between token order and the dispatch's destination order on the op just
+  // added (TP > 1 and EP > 1): writes in destination order when `to_destinations`, reading the
+  // token-order reads (`transposed_reads`) through it; else token-order writes reading the
+  // destination-order reads (`transposed_reads`) through it.
+  void route(bool to_destinations, std::vector<int64_t> transposed_reads);
+  // The duration of a GEMM [m x k] * [k x n] and of an elementwise op, from the cost model.
+  Ns gemm_ns(int64_t m, int64_t n, int64_t k) const;
+  Ns elementwise_ns(const std::vector<Slice>& reads, const std::vector<Slice>& writes,
+                    double flops_per_out) const;
   // An elementwise op of the residual stream (norm, residual add, loss). Under TP without SP
   // every TP rank runs it on its full copy of the activation: marked replicated over the TP
   // group (Compute::replicated), so data flow can show the copies stay identical.
@@ -86,8 +102,11 @@ class RankBuilder {
 
   // --- layers (synth_layers.cc)
   Slice layer_input(int l, int mb);
-  Slice weight(int l, const WeightRef& w, bool expert);
-  Slice grad(int l, const WeightRef& w, bool expert);
+  Slice weight(int l, const WeightRef& w, const ParamGroup& g);
+  Slice grad(int l, const WeightRef& w, const ParamGroup& g);
+  // The gathered copy of a layer's weights under ZeRO-3: "L<l>.<prefix>w.<phase>.mb<mb>".
+  std::string gathered_name(int l, const ParamGroup& g, bool backward, int mb) const;
+  std::vector<ParamGroup*> groups() { return {&dense_, &router_, &expert_}; }
   Slice row_parallel_output(int l, int mb, std::string_view block, Slice partial);
   Slice column_parallel_input_grad(int l, int mb, std::string_view block, Slice partial);
   Slice sp_gather(int l, int mb, std::string_view what, Slice shard, std::string_view lab);
@@ -126,7 +145,7 @@ class RankBuilder {
 
   // Weights inside a layer's dense / expert block.
   WeightRef w_qkv_, w_o_, w_fc1_, w_fc2_, w_router_, w_efc1_, w_efc2_;
-  ParamGroup dense_, expert_;
+  ParamGroup dense_, router_, expert_;
   bool backward_phase_ = false;  // which ZeRO-3 gathered weights the GEMMs read
   int weight_mb_ = 0;            // ... and of which micro-batch
   int compute_ = 0;              // the compute stream's index

@@ -17,19 +17,15 @@ Slice RankBuilder::layer_input(int l, int mb) {
   return x;
 }
 
-Slice RankBuilder::weight(int l, const WeightRef& w, bool expert) {
-  const ParamGroup& g = expert ? expert_ : dense_;
+Slice RankBuilder::weight(int l, const WeightRef& w, const ParamGroup& g) {
   int local = l - first_layer_;
-  if (g.zero == 3) {
-    std::string b = "L" + std::to_string(l) + (expert ? ".expert_w." : ".w.") +
-                    (backward_phase_ ? "bwd" : "fwd") + ".mb" + std::to_string(weight_mb_);
-    return buffer(b, g.per_layer).sub(w.offset, w.count);
-  }
+  if (g.zero == 3)
+    return buffer(gathered_name(l, g, backward_phase_, weight_mb_), g.per_layer)
+        .sub(w.offset, w.count);
   return buffer(g.buf("params"), g.total).sub(local * g.per_layer + w.offset, w.count);
 }
 
-Slice RankBuilder::grad(int l, const WeightRef& w, bool expert) {
-  const ParamGroup& g = expert ? expert_ : dense_;
+Slice RankBuilder::grad(int l, const WeightRef& w, const ParamGroup& g) {
   return buffer(g.buf("grads"), g.total).sub((l - first_layer_) * g.per_layer + w.offset, w.count);
 }
 
@@ -94,14 +90,14 @@ void RankBuilder::forward_layer(int l, int mb) {
   residual_op(label(l, "attn.ln"), {x}, {ln1}, 8);
   Slice a_in = p_.sp_on() ? sp_gather(l, mb, "ln1_full", ln1, "attn.allgather") : ln1;
   Slice qkv = buffer(name(l, "qkv", mb), 3 * M_ / t);
-  gemm(label(l, "attn.qkv"), {a_in, weight(l, w_qkv_, false)}, {qkv}, T_, 3 * h / t, h);
+  gemm(label(l, "attn.qkv"), {a_in, weight(l, w_qkv_, dense_)}, {qkv}, T_, 3 * h / t, h);
   Slice ctx = buffer(name(l, "ctx", mb), M_ / t);
   // Flash attention: QK^T and PV, 2 * 2 * b * s^2 * h / t FLOPs (no causal halving).
   double attn_flops = 4.0 * m_.micro_batch * m_.seq * m_.seq * h / t;
   compute(compute_, label(l, "attn.core"), {qkv}, {ctx},
           cost_.compute_ns(attn_flops, double(qkv.count + ctx.count) * dbytes_, dbytes_));
   Slice partial = buffer(name(l, "attn_partial", mb), M_);
-  gemm(label(l, "attn.out_proj"), {ctx, weight(l, w_o_, false)}, {partial}, T_, h, h / t);
+  gemm(label(l, "attn.out_proj"), {ctx, weight(l, w_o_, dense_)}, {partial}, T_, h, h / t);
   Slice attn_out = row_parallel_output(l, mb, "attn", partial);
   Slice hres = buffer(name(l, "h", mb), X_);
   residual_op(label(l, "attn.residual"), {x, attn_out}, {hres}, 2);
@@ -117,34 +113,46 @@ Slice RankBuilder::mlp_forward(int l, int mb, Slice ln2) {
   const int64_t t = p_.tp, h = m_.hidden, d = m_.ffn_size();
   Slice in = p_.sp_on() ? sp_gather(l, mb, "ln2_full", ln2, "mlp.allgather") : ln2;
   Slice fc1 = buffer(name(l, "fc1", mb), T_ * d / t);
-  gemm(label(l, "mlp.fc1"), {in, weight(l, w_fc1_, false)}, {fc1}, T_, d / t, h);
+  gemm(label(l, "mlp.fc1"), {in, weight(l, w_fc1_, dense_)}, {fc1}, T_, d / t, h);
   Slice partial = buffer(name(l, "mlp_partial", mb), M_);
-  gemm(label(l, "mlp.fc2"), {fc1, weight(l, w_fc2_, false)}, {partial}, T_, h, d / t);
+  gemm(label(l, "mlp.fc2"), {fc1, weight(l, w_fc2_, dense_)}, {partial}, T_, h, d / t);
   return row_parallel_output(l, mb, "mlp", partial);
 }
 
 // MoE block: every TP rank routes all T tokens of the micro-batch (replicated after the
 // attention All-Reduce, or all-gathered from the sequence shards with SP), dispatches them to
-// the experts over EP (balanced routing: T*k/ep tokens to every EP rank), and combines them
-// back. With SP each rank keeps its sequence shard of the combined output.
+// the experts over EP and combines them back; its compute is row-wise over tokens and the same
+// on every TP rank (router and expert weights are replicated on the TP group). With SP each
+// rank keeps its sequence shard of the combined output.
+//
+// Balanced routing: the tokens form g * ep equal segments (g = tp, each TP rank's sequence
+// shard cut into ep parts), segment i * ep + e goes to EP rank e, k copies of each token to
+// experts there. The dispatch buffers are destination-major (block e * g + i), so the permute
+// and un-permute transpose the g x ep grid of segments (Compute::transpose).
 Slice RankBuilder::moe_forward(int l, int mb, Slice ln2) {
   const int64_t h = m_.hidden, E = m_.experts, k = m_.top_k, de = m_.ffn_size();
   const int64_t routed = T_ * k * h;  // elements dispatched by this rank (and received by it)
+  const int64_t R = T_ * k;           // dispatched rows
   Slice in = p_.sp_on() ? sp_gather(l, mb, "ln2_full", ln2, "moe.allgather") : ln2;
   Slice probs = buffer(name(l, "probs", mb), T_ * E);
-  gemm(label(l, "moe.router"), {in, weight(l, w_router_, false)}, {probs}, T_, E, h);
+  Slice w_router = weight(l, w_router_, router_);
+  moe_op(label(l, "moe.router"), {in, w_router}, {T_, 0}, {probs}, {T_}, gemm_ns(T_, E, h));
   Slice disp_in = buffer(name(l, "dispatch_in", mb), routed);
-  elementwise(label(l, "moe.permute"), {in, probs}, {disp_in}, 1);
+  moe_op(label(l, "moe.permute"), {in, probs}, {T_, T_}, {disp_in}, {R},
+         elementwise_ns({in, probs}, {disp_in}, 1));
+  route(/*to_destinations=*/true, {0, 1});
   Slice disp_out = disp_in;
   if (p_.ep > 1) {
     disp_out = buffer(name(l, "dispatch_out", mb), routed);
     collective(compute_, CollOp::AllToAll, ep_comm(), routed / p_.ep, disp_in, disp_out,
                label(l, "moe.dispatch"));
   }
-  Slice act = buffer(name(l, "expert_act", mb), T_ * k * de);
-  gemm(label(l, "moe.experts.fc1"), {disp_out, weight(l, w_efc1_, true)}, {act}, T_ * k, de, h);
+  Slice act = buffer(name(l, "expert_act", mb), R * de);
+  moe_op(label(l, "moe.experts.fc1"), {disp_out, weight(l, w_efc1_, expert_)}, {R, 0}, {act},
+         {R}, gemm_ns(R, de, h));
   Slice comb_in = buffer(name(l, "combine_in", mb), routed);
-  gemm(label(l, "moe.experts.fc2"), {act, weight(l, w_efc2_, true)}, {comb_in}, T_ * k, h, de);
+  moe_op(label(l, "moe.experts.fc2"), {act, weight(l, w_efc2_, expert_)}, {R, 0}, {comb_in},
+         {R}, gemm_ns(R, h, de));
   Slice comb_out = comb_in;
   if (p_.ep > 1) {
     comb_out = buffer(name(l, "combine_out", mb), routed);
@@ -152,8 +160,19 @@ Slice RankBuilder::moe_forward(int l, int mb, Slice ln2) {
                label(l, "moe.combine"));
   }
   Slice out = buffer(name(l, "moe_out", mb), M_);
-  elementwise(label(l, "moe.unpermute"), {comb_out, probs}, {out}, 2.0 * k);
+  moe_op(label(l, "moe.unpermute"), {comb_out, probs}, {R, T_}, {out}, {T_},
+         elementwise_ns({comb_out, probs}, {out}, 2.0 * k));
+  route(/*to_destinations=*/false, {0});
   return p_.sp_on() ? out.sub(c_.tp * Ms_, Ms_) : out;
+}
+
+void RankBuilder::route(bool to_destinations, std::vector<int64_t> transposed_reads) {
+  const int64_t g = p_.tp;
+  if (p_.ep == 1 || g == 1) return;
+  Compute& c = *s_.ranks[rank_].streams[compute_].ops.back().compute();
+  // Token order's segment i * ep + e <-> destination order's block e * g + i.
+  c.transpose = to_destinations ? std::vector<int64_t>{p_.ep, g} : std::vector<int64_t>{g, p_.ep};
+  c.transposed_reads = std::move(transposed_reads);
 }
 
 void RankBuilder::backward_layer(int l, int mb) {
@@ -169,8 +188,8 @@ void RankBuilder::backward_layer(int l, int mb) {
   Slice g = p_.sp_on() ? sp_gather(l, mb, "d_attn_out", d_h, "attn.bwd.allgather") : d_h;
   Slice ctx = buffer(name(l, "ctx", mb), M_ / t);
   Slice d_ctx = buffer(name(l, "d_ctx", mb), M_ / t);
-  gemm(label(l, "attn.out_proj.dgrad"), {g, weight(l, w_o_, false)}, {d_ctx}, T_, h / t, h);
-  Slice go = grad(l, w_o_, false);
+  gemm(label(l, "attn.out_proj.dgrad"), {g, weight(l, w_o_, dense_)}, {d_ctx}, T_, h / t, h);
+  Slice go = grad(l, w_o_, dense_);
   gemm(label(l, "attn.out_proj.wgrad"), {g, ctx, go}, {go}, h / t, h, T_);
   Slice qkv = buffer(name(l, "qkv", mb), 3 * M_ / t);
   Slice d_qkv = buffer(name(l, "d_qkv", mb), 3 * M_ / t);
@@ -183,10 +202,10 @@ void RankBuilder::backward_layer(int l, int mb) {
     a_in = sp_gather(l, mb, "ln1_regather", buffer(name(l, "ln1", mb), X_),
                      "attn.qkv.bwd.allgather");
   Slice d_partial = buffer(name(l, "d_ln1_partial", mb), M_);
-  gemm(label(l, "attn.qkv.dgrad"), {d_qkv, weight(l, w_qkv_, false)}, {d_partial}, T_, h,
+  gemm(label(l, "attn.qkv.dgrad"), {d_qkv, weight(l, w_qkv_, dense_)}, {d_partial}, T_, h,
        3 * h / t);
   Slice d_ln1 = column_parallel_input_grad(l, mb, "attn", d_partial);
-  Slice gq = grad(l, w_qkv_, false);
+  Slice gq = grad(l, w_qkv_, dense_);
   gemm(label(l, "attn.qkv.wgrad"), {d_qkv, a_in, gq}, {gq}, 3 * h / t, h, T_);
   Slice dx = buffer(name(l, "dx", mb), X_);
   residual_op(label(l, "attn.ln.bwd"), {d_ln1, x, d_h}, {dx}, 10);
@@ -197,17 +216,17 @@ Slice RankBuilder::mlp_backward(int l, int mb, Slice dy) {
   Slice g = p_.sp_on() ? sp_gather(l, mb, "d_mlp_out", dy, "mlp.bwd.allgather") : dy;
   Slice fc1 = buffer(name(l, "fc1", mb), T_ * d / t);
   Slice d_fc1 = buffer(name(l, "d_fc1", mb), T_ * d / t);
-  gemm(label(l, "mlp.fc2.dgrad"), {g, weight(l, w_fc2_, false)}, {d_fc1}, T_, d / t, h);
-  Slice g2 = grad(l, w_fc2_, false);
+  gemm(label(l, "mlp.fc2.dgrad"), {g, weight(l, w_fc2_, dense_)}, {d_fc1}, T_, d / t, h);
+  Slice g2 = grad(l, w_fc2_, dense_);
   gemm(label(l, "mlp.fc2.wgrad"), {g, fc1, g2}, {g2}, d / t, h, T_);
   Slice in = p_.sp_on() ? buffer(name(l, "ln2_full", mb), M_) : buffer(name(l, "ln2", mb), X_);
   if (p_.sp_on() && p_.sp_recompute_allgather)
     in = sp_gather(l, mb, "ln2_regather", buffer(name(l, "ln2", mb), X_), "mlp.fc1.bwd.allgather");
   Slice d_partial = buffer(name(l, "d_ln2_partial", mb), M_);
-  gemm(label(l, "mlp.fc1.dgrad"), {d_fc1, fc1, weight(l, w_fc1_, false)}, {d_partial}, T_, h,
+  gemm(label(l, "mlp.fc1.dgrad"), {d_fc1, fc1, weight(l, w_fc1_, dense_)}, {d_partial}, T_, h,
        d / t);
   Slice d_ln2 = column_parallel_input_grad(l, mb, "mlp", d_partial);
-  Slice g1 = grad(l, w_fc1_, false);
+  Slice g1 = grad(l, w_fc1_, dense_);
   gemm(label(l, "mlp.fc1.wgrad"), {d_fc1, in, g1}, {g1}, d / t, h, T_);
   return d_ln2;
 }
@@ -215,30 +234,43 @@ Slice RankBuilder::mlp_backward(int l, int mb, Slice dy) {
 Slice RankBuilder::moe_backward(int l, int mb, Slice dy) {
   const int64_t h = m_.hidden, E = m_.experts, k = m_.top_k, de = m_.ffn_size();
   const int64_t routed = T_ * k * h;
+  const int64_t R = T_ * k;
   Slice g = p_.sp_on() ? sp_gather(l, mb, "d_moe_out", dy, "moe.bwd.allgather") : dy;
   Slice probs = buffer(name(l, "probs", mb), T_ * E);
   Slice comb_out = buffer(name(l, p_.ep > 1 ? "combine_out" : "combine_in", mb), routed);
   Slice d_comb_out = buffer(name(l, "d_combine_out", mb), routed);
   Slice d_probs = buffer(name(l, "d_probs", mb), T_ * E);
-  elementwise(label(l, "moe.unpermute.bwd"), {g, comb_out, probs}, {d_comb_out, d_probs}, 2.0 * k);
+  // The un-permute's backward: the token gradients weighted by the routing probabilities go
+  // back to the experts' order; the probabilities' gradients need the experts' outputs.
+  moe_op(label(l, "moe.unpermute.bwd"), {g, probs}, {T_, T_}, {d_comb_out}, {R},
+         elementwise_ns({g, probs}, {d_comb_out}, 1.0 * k));
+  route(/*to_destinations=*/true, {0, 1});
+  moe_op(label(l, "moe.probs.bwd"), {g, comb_out}, {T_, R}, {d_probs}, {T_},
+         elementwise_ns({g, comb_out}, {d_probs}, 1.0 * k));
+  route(/*to_destinations=*/false, {1});
   Slice d_comb_in = d_comb_out;
   if (p_.ep > 1) {
     d_comb_in = buffer(name(l, "d_combine_in", mb), routed);
     collective(compute_, CollOp::AllToAll, ep_comm(), routed / p_.ep, d_comb_out, d_comb_in,
                label(l, "moe.combine.bwd"));
   }
-  Slice act = buffer(name(l, "expert_act", mb), T_ * k * de);
-  Slice d_act = buffer(name(l, "d_expert_act", mb), T_ * k * de);
-  gemm(label(l, "moe.experts.fc2.dgrad"), {d_comb_in, weight(l, w_efc2_, true)}, {d_act}, T_ * k,
-       de, h);
-  Slice g2 = grad(l, w_efc2_, true);
-  gemm(label(l, "moe.experts.fc2.wgrad"), {d_comb_in, act, g2}, {g2}, de, h, T_ * k);
+  Slice act = buffer(name(l, "expert_act", mb), R * de);
+  Slice d_act = buffer(name(l, "d_expert_act", mb), R * de);
+  moe_op(label(l, "moe.experts.fc2.dgrad"), {d_comb_in, weight(l, w_efc2_, expert_)}, {R, 0},
+         {d_act}, {R}, gemm_ns(R, de, h));
+  // Weight gradients are sums over the rows (Compute::sum_rows), accumulated in place.
+  Slice g2 = grad(l, w_efc2_, expert_);
+  moe_op(label(l, "moe.experts.fc2.wgrad"), {d_comb_in, act, g2}, {R, R, 0}, {g2}, {1},
+         gemm_ns(de, h, R));
+  s_.ranks[rank_].streams[compute_].ops.back().compute()->sum_rows = true;
   Slice disp_out = buffer(name(l, p_.ep > 1 ? "dispatch_out" : "dispatch_in", mb), routed);
   Slice d_disp_out = buffer(name(l, "d_dispatch_out", mb), routed);
-  gemm(label(l, "moe.experts.fc1.dgrad"), {d_act, act, weight(l, w_efc1_, true)}, {d_disp_out},
-       T_ * k, h, de);
-  Slice g1 = grad(l, w_efc1_, true);
-  gemm(label(l, "moe.experts.fc1.wgrad"), {d_act, disp_out, g1}, {g1}, h, de, T_ * k);
+  moe_op(label(l, "moe.experts.fc1.dgrad"), {d_act, act, weight(l, w_efc1_, expert_)},
+         {R, R, 0}, {d_disp_out}, {R}, gemm_ns(R, h, de));
+  Slice g1 = grad(l, w_efc1_, expert_);
+  moe_op(label(l, "moe.experts.fc1.wgrad"), {d_act, disp_out, g1}, {R, R, 0}, {g1}, {1},
+         gemm_ns(h, de, R));
+  s_.ranks[rank_].streams[compute_].ops.back().compute()->sum_rows = true;
   Slice d_disp_in = d_disp_out;
   if (p_.ep > 1) {
     d_disp_in = buffer(name(l, "d_dispatch_in", mb), routed);
@@ -247,13 +279,16 @@ Slice RankBuilder::moe_backward(int l, int mb, Slice dy) {
   }
   // Un-permute the token gradients and add the router's input gradient (d_probs x W_router^T).
   Slice d_in = buffer(name(l, "d_moe_in", mb), M_);
-  compute(compute_, label(l, "moe.permute.bwd"), {d_disp_in, d_probs, weight(l, w_router_, false)},
-          {d_in},
-          cost_.compute_ns(2.0 * T_ * E * h + double(routed),
-                           double(routed + T_ * E + h * E + M_) * dbytes_, dbytes_));
+  Slice w_router = weight(l, w_router_, router_);
+  moe_op(label(l, "moe.permute.bwd"), {d_disp_in, d_probs, w_router}, {R, T_, 0}, {d_in}, {T_},
+         cost_.compute_ns(2.0 * T_ * E * h + double(routed),
+                          double(routed + T_ * E + h * E + M_) * dbytes_, dbytes_));
+  route(/*to_destinations=*/false, {0});
   Slice in = p_.sp_on() ? buffer(name(l, "ln2_full", mb), M_) : buffer(name(l, "ln2", mb), X_);
-  Slice gr = grad(l, w_router_, false);
-  gemm(label(l, "moe.router.wgrad"), {d_probs, in, gr}, {gr}, h, E, T_);
+  Slice gr = grad(l, w_router_, router_);
+  moe_op(label(l, "moe.router.wgrad"), {d_probs, in, gr}, {T_, T_, 0}, {gr}, {1},
+         gemm_ns(h, E, T_));
+  s_.ranks[rank_].streams[compute_].ops.back().compute()->sum_rows = true;
   if (!p_.sp_on()) return d_in;
   Slice d_ln2 = buffer(name(l, "d_moe_in_shard", mb), Ms_);
   collective(compute_, CollOp::ReduceScatter, tp_comm(), Ms_, d_in, d_ln2,

@@ -30,13 +30,14 @@ RankBuilder::RankBuilder(Schedule& s, const ModelShape& m, const ParallelLayout&
   };
   w_qkv_ = place(3 * h * h / t);
   w_o_ = place(h * h / t);
-  if (m.moe()) {
-    w_router_ = place(h * m.experts);
-  } else {
+  if (!m.moe()) {
     w_fc1_ = place(h * d / t);
     w_fc2_ = place(d * h / t);
   }
   int64_t dense_per_layer = off;
+  off = 0;
+  if (m.moe()) w_router_ = place(h * m.experts);
+  router_.per_layer = off;
   off = 0;
   if (m.moe()) {
     int64_t local = m.experts / p.ep;
@@ -79,21 +80,40 @@ void RankBuilder::compute(int st, const std::string& lab, std::vector<Slice> rea
 }
 
 // A GEMM [m x k] * [k x n]: 2mnk FLOPs, reading both operands and writing the result once.
-void RankBuilder::gemm(const std::string& lab, std::vector<Slice> reads, std::vector<Slice> writes,
-                       int64_t m, int64_t n, int64_t k) {
+Ns RankBuilder::gemm_ns(int64_t m, int64_t n, int64_t k) const {
   double flops = 2.0 * double(m) * double(n) * double(k);
   double bytes = (double(m) * k + double(k) * n + double(m) * n) * dbytes_;
-  compute(compute_, lab, std::move(reads), std::move(writes), cost_.compute_ns(flops, bytes, dbytes_));
+  return cost_.compute_ns(flops, bytes, dbytes_);
+}
+
+void RankBuilder::gemm(const std::string& lab, std::vector<Slice> reads, std::vector<Slice> writes,
+                       int64_t m, int64_t n, int64_t k) {
+  compute(compute_, lab, std::move(reads), std::move(writes), gemm_ns(m, n, k));
 }
 
 // A memory-bound kernel: reads every read slice and writes every written slice once.
-void RankBuilder::elementwise(const std::string& lab, std::vector<Slice> reads,
-                              std::vector<Slice> writes, double flops_per_out) {
+Ns RankBuilder::elementwise_ns(const std::vector<Slice>& reads, const std::vector<Slice>& writes,
+                               double flops_per_out) const {
   double in = 0, out = 0;
   for (const Slice& r : reads) in += double(r.count);
   for (const Slice& w : writes) out += double(w.count);
-  compute(compute_, lab, std::move(reads), std::move(writes),
-          cost_.compute_ns(flops_per_out * out, (in + out) * dbytes_, dbytes_));
+  return cost_.compute_ns(flops_per_out * out, (in + out) * dbytes_, dbytes_);
+}
+
+void RankBuilder::elementwise(const std::string& lab, std::vector<Slice> reads,
+                              std::vector<Slice> writes, double flops_per_out) {
+  Ns ns = elementwise_ns(reads, writes, flops_per_out);
+  compute(compute_, lab, std::move(reads), std::move(writes), ns);
+}
+
+void RankBuilder::moe_op(const std::string& lab, std::vector<Slice> reads,
+                         std::vector<int64_t> read_rows, std::vector<Slice> writes,
+                         std::vector<int64_t> write_rows, Ns duration) {
+  compute(compute_, lab, std::move(reads), std::move(writes), duration);
+  Compute& c = *s_.ranks[rank_].streams[compute_].ops.back().compute();
+  c.read_rows = std::move(read_rows);
+  c.write_rows = std::move(write_rows);
+  if (p_.tp > 1) c.replicated = tp_comm();
 }
 
 void RankBuilder::residual_op(const std::string& lab, std::vector<Slice> reads,
@@ -164,6 +184,11 @@ void RankBuilder::setup_groups() {
   dense_.index = c_.dp;
   if (p_.dp > 1)
     dense_.comm = "dp.pp" + std::to_string(c_.pp) + ".tp" + std::to_string(c_.tp);
+  router_.name = "router";
+  router_.prefix = "router_";
+  router_.n = dense_.n;
+  router_.index = dense_.index;
+  router_.comm = dense_.comm;
   expert_.name = "expert";
   expert_.prefix = "expert_";
   expert_.n = p_.dp / p_.ep;
@@ -171,7 +196,8 @@ void RankBuilder::setup_groups() {
   if (expert_.n > 1)
     expert_.comm = "edp.pp" + std::to_string(c_.pp) + ".tp" + std::to_string(c_.tp) + ".ep" +
                    std::to_string(c_.ep);
-  for (ParamGroup* g : {&dense_, &expert_}) {
+  if (p_.tp > 1) router_.replicated = expert_.replicated = tp_comm();
+  for (ParamGroup* g : groups()) {
     g->total = g->per_layer * layers;
     g->zero = g->n > 1 ? p_.zero : 0;
     if (g->per_layer == 0) continue;
@@ -200,14 +226,12 @@ void RankBuilder::setup_groups() {
 // ---------------------------------------------------------------- micro-batches
 
 void RankBuilder::gather_weights(int l, int mb, bool backward) {
-  for (ParamGroup* g : {&dense_, &expert_}) {
+  for (ParamGroup* g : groups()) {
     if (g->zero != 3 || g->per_layer == 0) continue;
-    const bool expert = g == &expert_;
     std::string phase = backward ? "bwd" : "fwd";
-    std::string full = "L" + std::to_string(l) + (expert ? ".expert_w." : ".w.") + phase;
     // One gathered copy per (layer, phase) is reused by every micro-batch only after the
     // compute that read it has finished, so each micro-batch gathers into its own name.
-    full += ".mb" + std::to_string(mb);
+    std::string full = gathered_name(l, *g, backward, mb);
     int64_t shard = g->per_layer / g->n;
     Slice in = buffer(g->buf("params"), g->total / g->n).sub((l - first_layer_) * shard, shard);
     Slice out = buffer(full, g->per_layer);
@@ -236,10 +260,9 @@ void RankBuilder::forward_microbatch(int mb) {
       // Prefetch: the next layer's weights are gathered while this one computes.
       if (l == first_layer_) gather_weights(l, mb, false);
       if (l + 1 < end_layer_) gather_weights(l + 1, mb, false);
-      for (const ParamGroup* g : {&dense_, &expert_})
+      for (const ParamGroup* g : groups())
         if (g->zero == 3 && g->per_layer > 0)
-          wait(compute_, "L" + std::to_string(l) + (g == &expert_ ? ".expert_w." : ".w.") +
-                             "fwd.mb" + std::to_string(mb) + ".ready");
+          wait(compute_, gathered_name(l, *g, false, mb) + ".ready");
     }
     backward_phase_ = false;
     weight_mb_ = mb;
@@ -280,10 +303,9 @@ void RankBuilder::backward_microbatch(int mb) {
     if (p_.zero == 3) {
       if (l == end_layer_ - 1) gather_weights(l, mb, true);
       if (l - 1 >= first_layer_) gather_weights(l - 1, mb, true);
-      for (const ParamGroup* g : {&dense_, &expert_})
+      for (const ParamGroup* g : groups())
         if (g->zero == 3 && g->per_layer > 0)
-          wait(compute_, "L" + std::to_string(l) + (g == &expert_ ? ".expert_w." : ".w.") +
-                             "bwd.mb" + std::to_string(mb) + ".ready");
+          wait(compute_, gathered_name(l, *g, true, mb) + ".ready");
     }
     backward_phase_ = true;
     weight_mb_ = mb;
@@ -307,7 +329,7 @@ void RankBuilder::backward_microbatch(int mb) {
 // Called after the last micro-batch's backward of layer l: buckets (ZeRO 0), layers (ZeRO 2/3)
 // whose gradients are complete go to the DP stream, overlapping the rest of the backward.
 void RankBuilder::layer_grads_ready(int l) {
-  for (ParamGroup* g : {&dense_, &expert_}) {
+  for (ParamGroup* g : groups()) {
     if (g->comm.empty() || g->zero == 1) continue;
     for (size_t k = 0; k < g->buckets.size(); ++k) {
       const Bucket& b = g->buckets[k];
@@ -332,7 +354,7 @@ void RankBuilder::layer_grads_ready(int l) {
 // ZeRO-1 reduce-scatters the gradients once the whole backward is done (seed 002).
 void RankBuilder::backward_done() {
   bool announced = false;
-  for (ParamGroup* g : {&dense_, &expert_}) {
+  for (ParamGroup* g : groups()) {
     if (g->comm.empty() || g->zero != 1 || g->per_layer == 0) continue;
     if (!announced) {
       record(compute_, "backward.done");
@@ -363,7 +385,7 @@ void RankBuilder::optimizer_and_param_gather() {
             cost_.compute_ns(12 * n, n * (2.0 * dbytes_ + dbytes_ + 24.0), 4));
   };
   bool gather = false;
-  for (ParamGroup* g : {&dense_, &expert_}) {
+  for (ParamGroup* g : groups()) {
     if (g->per_layer == 0) continue;
     std::string lab = "optimizer." + g->name;
     if (!g->sharded()) {
@@ -389,7 +411,7 @@ void RankBuilder::optimizer_and_param_gather() {
   if (!gather) return;
   record(compute_, "optimizer.done");
   wait(dp_stream_, "optimizer.done");
-  for (ParamGroup* g : {&dense_, &expert_}) {
+  for (ParamGroup* g : groups()) {
     if (g->per_layer == 0 || !g->sharded() || g->zero == 3) continue;
     Slice params = buffer(g->buf("params"), g->total);
     for (size_t k = 0; k < g->buckets.size(); ++k) {
@@ -409,7 +431,7 @@ void RankBuilder::set_outputs() {
     for (int mb = 0; mb < m_.micro_batches; ++mb) out.push_back("loss.mb" + std::to_string(mb));
   if (c_.pp == 0)  // gradients w.r.t. the embedded input, for the embedding's backward
     for (int mb = 0; mb < m_.micro_batches; ++mb) out.push_back(name(0, "dx", mb));
-  for (const ParamGroup* g : {&dense_, &expert_}) {
+  for (const ParamGroup* g : groups()) {
     if (g->per_layer == 0) continue;
     out.push_back(g->buf(g->sharded() ? "grad_shard" : "grads"));
     out.push_back(g->buf("params"));
@@ -435,6 +457,20 @@ void RankBuilder::build() {
   for (int i = m - warmup; i < m; ++i) backward_microbatch(i);
   optimizer_and_param_gather();
   set_outputs();
+  // Replicated parameter groups start with the same data on every TP rank.
+  for (const ParamGroup* g : groups()) {
+    if (g->replicated.empty() || g->per_layer == 0) continue;
+    for (const char* what : {"params", "grads", "opt_state", "grad_shard"}) {
+      const std::string nm = g->buf(what);
+      for (Buffer& b : s_.ranks[rank_].buffers)
+        if (b.name == nm) b.replicated = g->replicated;
+    }
+  }
+}
+
+std::string RankBuilder::gathered_name(int l, const ParamGroup& g, bool backward, int mb) const {
+  return "L" + std::to_string(l) + "." + g.prefix + "w." + (backward ? "bwd" : "fwd") + ".mb" +
+         std::to_string(mb);
 }
 
 }  // namespace braid::fusion::synth_detail

@@ -153,6 +153,79 @@ void check_collective(const Schedule& s, const RankSchedule& r, OpRef ref, const
   }
 }
 
+// What is wrong with a compute's row-wise fields and fn (docs/schedule-ir.md), empty when
+// nothing.
+std::string row_problem(const Compute& c) {
+  if (c.fn == "add") {
+    if (c.row_wise() || !c.read_rows.empty() || c.sum_rows || !c.transpose.empty() ||
+        !c.transposed_reads.empty())
+      return "fn \"add\" takes no row fields";
+    for (const Slice& sl : c.reads)
+      for (const Slice& w : c.writes)
+        if (sl.count != w.count) return "fn \"add\" needs reads and writes of one count";
+    return "";
+  }
+  if (!c.fn.empty()) return "unknown fn " + q(c.fn);
+  if (!c.row_wise()) {
+    if (!c.read_rows.empty() || c.sum_rows || !c.transpose.empty() || !c.transposed_reads.empty())
+      return "read_rows, transpose or sum_rows without write_rows";
+    return "";
+  }
+  if (c.opaque) return "opaque compute cannot be row-wise";
+  if (c.read_rows.size() != c.reads.size() || c.write_rows.size() != c.writes.size())
+    return "read_rows / write_rows need one entry per read / write";
+  auto rows_of = [](const Slice& sl, int64_t n, bool whole_ok) -> std::string {
+    if (n < 0 || (n == 0 && !whole_ok)) return "row count " + std::to_string(n);
+    if (n > 0 && sl.count % n != 0)
+      return "slice of " + std::to_string(sl.count) + " elements is not " + std::to_string(n) +
+             " whole rows";
+    return "";
+  };
+  for (size_t k = 0; k < c.reads.size(); ++k)
+    if (std::string why = rows_of(c.reads[k], c.read_rows[k], true); !why.empty())
+      return "read " + std::to_string(k) + ": " + why;
+  if (c.sum_rows) {
+    if (!c.transpose.empty() || !c.transposed_reads.empty()) return "sum_rows takes no transpose";
+    int64_t n = -1;
+    for (int64_t r : c.read_rows)
+      if (r > 0) {
+        if (n >= 0 && r != n) return "sum_rows needs every per-row read to have the same rows";
+        n = r;
+      }
+    if (n < 0) return "sum_rows needs a per-row read";
+    for (int64_t w : c.write_rows)
+      if (w != 1) return "sum_rows writes are one row each (write_rows 1)";
+    return "";
+  }
+  int64_t blocks = 1;
+  if (!c.transpose.empty()) {
+    if (c.transpose.size() != 2 || c.transpose[0] < 1 || c.transpose[1] < 1)
+      return "transpose needs two positive block counts";
+    blocks = c.transpose[0] * c.transpose[1];
+    if (c.transposed_reads.empty()) return "transpose without transposed_reads";
+  }
+  for (int64_t k : c.transposed_reads)
+    if (c.transpose.empty() || k < 0 || k >= static_cast<int64_t>(c.reads.size()) ||
+        c.read_rows[k] == 0)
+      return "transposed_reads names " + std::to_string(k) +
+             ", which is not a per-row read of a transposed op";
+  for (size_t w = 0; w < c.writes.size(); ++w) {
+    if (std::string why = rows_of(c.writes[w], c.write_rows[w], false); !why.empty())
+      return "write " + std::to_string(w) + ": " + why;
+    const int64_t rw = c.write_rows[w];
+    if (rw % blocks) return "write " + std::to_string(w) + ": rows not divisible into the transpose's blocks";
+    for (size_t k = 0; k < c.reads.size(); ++k) {
+      const int64_t rk = c.read_rows[k];
+      if (rk == 0) continue;
+      if (rk % blocks) return "read " + std::to_string(k) + ": rows not divisible into the transpose's blocks";
+      if (rk % rw && rw % rk)
+        return "read " + std::to_string(k) + " (" + std::to_string(rk) + " rows) and write " +
+               std::to_string(w) + " (" + std::to_string(rw) + " rows): neither divides the other";
+    }
+  }
+  return "";
+}
+
 // What is wrong with `replicated` (Buffer / Compute) on rank `ri`, empty when nothing.
 std::string replicated_problem(const Schedule& s, int32_t ri, const std::string& comm) {
   if (comm.empty()) return "";
@@ -215,6 +288,7 @@ void check_structure(const Schedule& s, Problems& out) {
             out.push_back(where + why);
           if (c->opaque && !c->replicated.empty())
             out.push_back(where + "opaque compute cannot be replicated");
+          if (std::string why = row_problem(*c); !why.empty()) out.push_back(where + why);
           for (const Slice& sl : c->reads) check_slice(s, r, ref, sl, "read", "", out);
           for (const Slice& sl : c->writes) check_slice(s, r, ref, sl, "write", "", out);
         } else if (const Collective* c = op.collective()) {

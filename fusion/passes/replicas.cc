@@ -138,6 +138,10 @@ std::optional<uint64_t> Replicas::piece(OpRef op, const Slice& w, int64_t a, int
                          a),
                      b);
     h = mix(h, a - w.offset);
+    // Row-wise fields and fn change what the op computes from the same reads.
+    h = mix(mix(h, c->fn), static_cast<uint64_t>(c->sum_rows));
+    for (const auto* v : {&c->read_rows, &c->write_rows, &c->transpose, &c->transposed_reads})
+      for (int64_t x : *v) h = mix(h, static_cast<uint64_t>(x));
     for (const Slice& r : c->reads) {
       auto sig = signature(op, r);
       if (!sig) return std::nullopt;

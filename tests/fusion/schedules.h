@@ -33,7 +33,13 @@ inline Collective p2p(CollOp op, std::string comm, int32_t peer, int64_t count, 
 
 inline Compute comp(std::string label, Ns ns, std::vector<Slice> reads,
                     std::vector<Slice> writes, bool opaque = false) {
-  return Compute{std::move(label), ns, std::move(reads), std::move(writes), opaque, {}};
+  Compute c;
+  c.label = std::move(label);
+  c.duration_ns = ns;
+  c.reads = std::move(reads);
+  c.writes = std::move(writes);
+  c.opaque = opaque;
+  return c;
 }
 
 // 2 ranks, two streams each: forward compute, event to the comm stream, an in-place all-reduce

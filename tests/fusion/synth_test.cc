@@ -150,7 +150,7 @@ std::map<std::string, int64_t> expected_counts(const ModelShape& m, const Parall
         break;
     }
   };
-  group("dp", pc.dense(), p.dp);
+  group("dp", pc.dense() + pc.router(), p.dp);  // the router is its own group, also over DP
   group("edp", pc.expert(), p.dp / p.ep);
   return e;
 }

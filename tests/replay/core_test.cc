@@ -161,8 +161,8 @@ fusion::Schedule two_groups(std::vector<int32_t> a, std::vector<int32_t> b, Ns b
     const bool in_b = std::count(b.begin(), b.end(), r) > 0;
     s.add_buffer(r, "x", "float32", 1024);
     const int st = s.add_stream(r, "main");
-    s.append(r, st, fusion::Compute{"fwd", 100'000 + (in_b ? b_late : 0), {sl("x", 0, 1024)},
-                                    {sl("x", 0, 1024)}, false, {}});
+    s.append(r, st, compute_op("fwd", 100'000 + (in_b ? b_late : 0), {sl("x", 0, 1024)},
+                                    {sl("x", 0, 1024)}));
     fusion::Collective k;
     k.op = CollOp::AllReduce;
     k.comm = in_b ? "b" : "a";

@@ -21,6 +21,10 @@
 namespace braid::replay::testing {
 
 using fusion::testing::sl;
+inline fusion::Compute compute_op(std::string label, Ns ns, std::vector<fusion::Slice> reads,
+                                  std::vector<fusion::Slice> writes) {
+  return fusion::testing::comp(std::move(label), ns, std::move(reads), std::move(writes));
+}
 
 // A preset at a tiny model shape with compute durations from `profile` (its layout untouched).
 inline std::pair<fusion::ModelShape, fusion::ParallelLayout> tiny_preset(const std::string& name) {
@@ -93,7 +97,7 @@ inline fusion::Schedule allreduce_pair(bool decomposed, int n = 2, int64_t count
     if (decomposed) s.add_buffer(r, "shard", "float32", count / n);
     s.ranks[r].outputs = {"g", "y"};
     const int st = s.add_stream(r, "main");
-    s.append(r, st, fusion::Compute{"grad", 200'000, {sl("x", 0, count)}, {sl("g", 0, count)}, false, {}});
+    s.append(r, st, compute_op("grad", 200'000, {sl("x", 0, count)}, {sl("g", 0, count)}));
     auto coll = [&](CollOp op, int64_t c, fusion::Slice in, fusion::Slice out) {
       fusion::Collective k;
       k.op = op;
@@ -111,7 +115,7 @@ inline fusion::Schedule allreduce_pair(bool decomposed, int n = 2, int64_t count
       s.append(r, st, coll(CollOp::ReduceScatter, count / n, sl("g", 0, count), sl("shard", 0, count / n)));
       s.append(r, st, coll(CollOp::AllGather, count / n, sl("shard", 0, count / n), sl("g", 0, count)));
     }
-    s.append(r, st, fusion::Compute{"use", 100'000, {sl("g", 0, count)}, {sl("y", 0, count)}, false, {}});
+    s.append(r, st, compute_op("use", 100'000, {sl("g", 0, count)}, {sl("y", 0, count)}));
   }
   return s;
 }
