@@ -170,8 +170,32 @@ std::optional<uint64_t> Replicas::piece(OpRef op, const Slice& w, int64_t a, int
       }
       return std::nullopt;
     }
+    case CollOp::AllToAll: {
+      // Block j of the output is block (this rank's index) of member j's input: equal on two
+      // ranks at the same index of two all-to-alls whose members send equal data (the EP groups
+      // of two TP ranks, Megatron's replicated MoE block).
+      const Comm* comm = s.find_comm(c->comm);
+      const int idx = comm ? comm->index_of(op.rank) : -1;
+      const int64_t k = c->count;
+      if (idx < 0 || k <= 0) return std::nullopt;
+      uint64_t h = mix(6, static_cast<uint64_t>(idx));
+      for (int64_t lo = a - w.offset; lo < b - w.offset;) {
+        const int64_t j = lo / k, hi = std::min(b - w.offset, (j + 1) * k);
+        if (j >= static_cast<int64_t>(comm->ranks.size())) return std::nullopt;
+        const OpRef* src = nullptr;
+        for (const OpRef& m : g->members)
+          if (m.rank == comm->ranks[j]) src = &m;
+        if (!src) return std::nullopt;
+        const Collective* sc = s.op(*src).collective();
+        auto sig = signature(*src, sc->in.sub(idx * k + (lo - j * k), hi - lo));
+        if (!sig) return std::nullopt;
+        h = mix(mix(mix(h, static_cast<uint64_t>(lo)), static_cast<uint64_t>(hi - lo)), *sig);
+        lo = hi;
+      }
+      return h;
+    }
     default:
-      // Rank-specific (reduce-scatter shards, all-to-all blocks, ...).
+      // Rank-specific (reduce-scatter shards, many-to-many chunks, ...).
       return mix(mix(mix(mix(5, static_cast<uint64_t>(op.rank)), static_cast<uint64_t>(o.id)), a), b);
   }
 }

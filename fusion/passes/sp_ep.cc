@@ -51,6 +51,14 @@ class SpEp : public Pass {
     for (const OpRef& m : g.members) {
       auto r = reach(df, m, s.op(m).collective()->out, CollOp::AllToAll, 3);
       if (r.empty()) return;
+      // Row-wise compute on the way without a routing transpose: the ranks already route
+      // their own tokens (a block tp-ep rewrote), nothing for this rule.
+      bool rows = false, routed = false;
+      for (const OpRef& v : r[0].via) {
+        rows = rows || s.op(v).compute()->row_wise();
+        routed = routed || !s.op(v).compute()->transpose.empty();
+      }
+      if (rows && !routed) return;
       bool seen = false;
       for (const MatchGroup& x : a2as) seen = seen || (x.comm == r[0].group->comm && x.seq == r[0].group->seq);
       if (!seen) a2as.push_back(*r[0].group);

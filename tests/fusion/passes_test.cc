@@ -1,9 +1,11 @@
 // Golden and negative tests of the fusion passes on hand-built schedules and the synthesizer's
 // Chimera presets: the expected rewrite fires (or is advice), its predicted saving equals the
 // closed form, and the fused schedule validates and computes the same outputs.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "fusion/dataflow.h"
@@ -19,6 +21,7 @@ namespace braid::fusion {
 namespace {
 
 using testing::slow_links;
+using ::testing::HasSubstr;
 
 std::vector<Finding> find(const std::string& pass, const Schedule& s,
                           const analysis::CostModel& cm = analysis::CostModel()) {
@@ -212,17 +215,19 @@ TEST(SpEp, AllGatherThenAllToAllIsAdviceWithClosedForm) {
   EXPECT_EQ(fs[0].saving_bytes, ag + a2a - a2a / t);
 }
 
-TEST(TpEp, AllReduceThenAllToAllIsAdviceWithClosedForm) {
+TEST(TpEp, AllReduceThenAllToAllWithoutRoutingIsAdviceWithClosedForm) {
+  // No row-wise permute between the all-reduce and the all-to-all: nothing shows which tokens
+  // each rank dispatches. One finding for both TP groups (they dispatch to each other).
   const int64_t M = 8;
   Schedule s = testing::tp_ep(M);
   auto fs = find("tp-ep", s);
-  ASSERT_EQ(fs.size(), 2u);  // one per TP group
-  for (const Finding& f : fs) {
-    EXPECT_FALSE(f.legal);
-    // All-to-all over ep = 2 carries 1/t: (ep-1)/ep * (t-1)/t * M bytes saved.
-    EXPECT_EQ(f.saving_bytes, M * 4 / 2 - M * 4 / 2 / 2);
-    EXPECT_NE(f.assumption.find("tensor-parallel"), std::string::npos);
-  }
+  ASSERT_EQ(fs.size(), 1u);
+  EXPECT_FALSE(fs[0].legal);
+  EXPECT_EQ(fs[0].ranks, (std::vector<int32_t>{0, 1, 2, 3}));
+  // All-to-all over ep = 2 carries 1/t: (ep-1)/ep * (t-1)/t * M bytes saved.
+  EXPECT_EQ(fs[0].saving_bytes, M * 4 / 2 - M * 4 / 2 / 2);
+  EXPECT_THAT(fs[0].assumption, HasSubstr("tensor-parallel"));
+  EXPECT_THAT(fs[0].assumption, HasSubstr("no row-wise routing"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -594,14 +599,122 @@ TEST(Presets, SpEpIsAdviceWithTheClosedForm) {
   EXPECT_FALSE(fs[0].assumption.empty());
 }
 
-TEST(Presets, TpEpIsAdviceWithTheClosedForm) {
-  Preset p = preset("tp-ep");
+// TP+EP at the tiny shape (tp 2, ep 4, dp 4; T 8, h 16, ffn 32, 4 experts, top-2): per layer
+// one finding over all 8 ranks. It saves (t-1)/t of the four all-to-alls (dispatch, combine and
+// their backward) and the all-reduce's second half, adds the all-gathers of the layer output
+// and of the input gradient, and one all-reduce of the partial router and expert gradients.
+int64_t tp_ep_closed_form_bytes(const Preset& p) {
   const int t = p.layout.tp, ep = std::min(p.layout.ep, 4);
-  const int64_t R = 8 * p.model.top_k * 16;
-  auto fs = findings(tiny_preset("tp-ep"), "tp-ep", false);
-  ASSERT_FALSE(fs.empty());
+  const int64_t h = 16, d = 32, E = 4, k = p.model.top_k;
+  const int64_t R = 8 * k * h;
   const int64_t a2a = (ep - 1) * R * kDb / ep;
-  for (const Finding& f : fs) EXPECT_EQ(f.saving_bytes, a2a - a2a / t);
+  const int64_t grads = (E / ep) * 2 * h * d + h * E;  // local experts' fc1, fc2 + router
+  const int64_t rs_vs_ar = (t - 1) * kM * kDb / t;
+  const int64_t gathers = 2 * (t - 1) * kM * kDb / t;
+  return 4 * (a2a - a2a / t) + rs_vs_ar - gathers - 2 * (t - 1) * grads * kDb / t;
+}
+
+TEST(Presets, TpEpAppliesWithTheClosedFormAndKeepsData) {
+  Preset p = preset("tp-ep");
+  const int t = p.layout.tp;
+  Schedule s = tiny_preset("tp-ep");
+  auto fs = findings(s, "tp-ep", true);
+  ASSERT_EQ(fs.size(), 2u);  // 2 layers x 1 micro-batch
+  for (const Finding& f : fs) {
+    EXPECT_EQ(f.saving_bytes, tp_ep_closed_form_bytes(p));
+    EXPECT_GT(f.saving_ns, 0);  // half the MoE block's compute outweighs the gradient all-reduce
+    EXPECT_EQ(f.ranks.size(), 8u);
+    EXPECT_TRUE(f.assumption.empty()) << f.assumption;
+  }
+  EXPECT_TRUE(findings(s, "tp-ep", false).empty());
+  Schedule x = apply_one("tp-ep", s, fs[0]);
+  expect_same_outputs(s, x);
+  // The attention all-reduce became a reduce-scatter; all-gathers of the layer output and the
+  // input gradient and the gradient all-reduce were added on every rank; the all-to-alls carry
+  // 1/t.
+  EXPECT_EQ(count_ops(x, CollOp::ReduceScatter), count_ops(s, CollOp::ReduceScatter) + 8);
+  EXPECT_EQ(count_ops(x, CollOp::AllGather), count_ops(s, CollOp::AllGather) + 16);
+  EXPECT_EQ(count_ops(x, CollOp::AllReduce), count_ops(s, CollOp::AllReduce));
+  int64_t before = 0, after = 0;
+  for (const Schedule* sc : {&s, &x})
+    for (const auto& st : sc->ranks[0].streams)
+      for (const Op& o : st.ops)
+        if (o.collective() && o.collective()->op == CollOp::AllToAll &&
+            o.collective()->label.rfind("L0.", 0) == 0)
+          (sc == &s ? before : after) += o.collective()->count;
+  EXPECT_EQ(after * t, before);
+  // The whole pipeline (both layers, then the other passes) keeps the data too; the rewritten
+  // block is not found again.
+  auto res = run_pipeline(s, analysis::CostModel(), {});
+  int applied = 0;
+  for (const Finding& f : res.applied) applied += f.pass == "tp-ep";
+  EXPECT_EQ(applied, 2);
+  expect_same_outputs(s, res.schedule);
+  EXPECT_TRUE(find("tp-ep", res.schedule).empty());
+}
+
+// A copy of the schedule in which `label`'s compute on every rank gets `edit`.
+Schedule edited(Schedule s, const std::string& label, const std::function<void(Compute&)>& edit) {
+  for (auto& r : s.ranks)
+    for (auto& st : r.streams)
+      for (Op& o : st.ops)
+        if (o.compute() && o.compute()->label == label) edit(*o.compute());
+  return s;
+}
+
+TEST(Presets, TpEpStaysAdviceWhenDataFlowForbidsIt) {
+  Schedule s = tiny_preset("tp-ep");
+  auto reason = [](const Schedule& x) {
+    for (const Finding& f : find("tp-ep", x))
+      if (f.summary.find("'L0.") != std::string::npos) return f.legal ? std::string() : f.assumption;
+    return std::string("no finding");
+  };
+  // Per-rank expert compute: TP ranks would not compute the same rows.
+  EXPECT_THAT(reason(edited(s, "L0.moe.experts.fc1", [](Compute& c) { c.replicated.clear(); })),
+              HasSubstr("not declared the same function"));
+  // The routing transposes another grid than the TP x EP token segments.
+  EXPECT_THAT(reason(edited(s, "L0.moe.permute", [](Compute& c) { c.transpose = {2, 4}; })),
+              HasSubstr("grid"));
+  // Expert weights that differ between the TP ranks.
+  Schedule w = s;
+  for (auto& r : w.ranks)
+    for (Buffer& b : r.buffers)
+      if (b.name == "expert_params") b.replicated.clear();
+  EXPECT_THAT(reason(w), HasSubstr("not provably the same"));
+  // Something else reads the routing probabilities of the whole block.
+  Schedule extra = s;
+  for (auto& r : extra.ranks) {
+    r.buffers.push_back({"probe", "bfloat16", 8 * 4, ""});
+    r.outputs.push_back("probe");
+    Compute c = testing::comp("probe", 10, {{"L0.probs.mb0", 0, 8 * 4}}, {{"probe", 0, 8 * 4}});
+    auto& ops = r.streams[0].ops;
+    auto it = std::find_if(ops.begin(), ops.end(), [](const Op& o) {
+      return o.compute() && o.compute()->label == "L0.moe.unpermute";
+    });
+    ops.insert(it + 1, Op{extra.next_op_id(), c, {}});
+  }
+  EXPECT_THAT(reason(extra), HasSubstr("not applied"));
+}
+
+TEST(Presets, TpEpWithoutTheGradientAllReduceFailsTheDataCheck) {
+  // A deliberately broken rewrite: drop the all-reduce of the partial weight gradients. The
+  // interpreter shows the expert and router gradients differ.
+  Schedule s = tiny_preset("tp-ep");
+  auto fs = findings(s, "tp-ep", true);
+  ASSERT_FALSE(fs.empty());
+  Schedule x = apply_one("tp-ep", s, fs[0]);
+  for (auto& r : x.ranks)
+    for (auto& st : r.streams)
+      st.ops.erase(std::remove_if(st.ops.begin(), st.ops.end(), [](const Op& o) {
+                     return o.collective() && o.collective()->label.find("wgrad.allreduce") !=
+                                                  std::string::npos;
+                   }),
+                   st.ops.end());
+  ASSERT_EQ(validate(x), std::vector<std::string>{});
+  Interpretation a = interpret(s), b = interpret(x);
+  EXPECT_NE(a.buffers[0].at("expert_grads"), b.buffers[0].at("expert_grads"));
+  EXPECT_NE(a.buffers[0].at("router_grads"), b.buffers[0].at("router_grads"));
+  EXPECT_EQ(a.buffers[0].at("grads"), b.buffers[0].at("grads"));
 }
 
 TEST(Presets, PpEpIsAdviceBecauseTheUnpermuteSitsBetween) {
