@@ -1,7 +1,10 @@
 // sp-ep: a sequence-parallel All-Gather followed by the MoE dispatch All-to-All becomes an
 // All-to-All on the sequence shards (each rank dispatches its own tokens); mirrored on the
 // combine side (All-to-All followed by the Reduce-Scatter back to sequence shards).
+#include <set>
+
 #include "fusion/passes/chimera_util.h"
+#include "fusion/passes/moe_block.h"
 
 namespace braid::fusion::passes {
 namespace {
@@ -18,10 +21,16 @@ class SpEp : public Pass {
     std::vector<Finding> out;
     std::optional<Dataflow> own_df;
     const Dataflow& df = dataflow_of(s, focus, own_df);
+    // Through the router and permute: the MoE block on the rank's own shard (moe_block.h).
+    find_moe_rewrites(df, cm, focus, CollOp::AllGather, std::string(name()), false, out);
+    std::set<int64_t> rewritten;
+    for (const Finding& f : out)
+      if (f.legal) rewritten.insert(f.ops.begin(), f.ops.end());
     for (const MatchGroup& g : df.matching().groups) {
       if (focus && !focus->hits(s, g.members)) continue;
       if (g.op == CollOp::AllGather) dispatch(df, g, cm, out);
-      if (g.op == CollOp::AllToAll) combine(df, g, cm, out);
+      if (g.op == CollOp::AllToAll && !rewritten.count(s.op(g.members[0]).id))
+        combine(df, g, cm, out);
     }
     return out;
   }
@@ -42,49 +51,25 @@ class SpEp : public Pass {
                                    static_cast<int>(ec->ranks.size()), c.comm, ec->ranks);
   }
 
+  // A direct All-Gather -> All-to-All chain: one many-to-many from the shards (movement.cc).
   void dispatch(const Dataflow& df, const MatchGroup& g, const analysis::CostModel& cm,
                 std::vector<Finding>& out) const {
     const Schedule& s = df.schedule();
-    // Each member's nearest all-to-all (with TP x EP, each TP rank has its own EP group).
     std::vector<MatchGroup> a2as;
-    std::vector<OpRef> via;
     for (const OpRef& m : g.members) {
       auto r = reach(df, m, s.op(m).collective()->out, CollOp::AllToAll, 3);
-      if (r.empty()) return;
-      // Row-wise compute on the way without a routing transpose: the ranks already route
-      // their own tokens (a block tp-ep rewrote), nothing for this rule.
-      bool rows = false, routed = false;
-      for (const OpRef& v : r[0].via) {
-        rows = rows || s.op(v).compute()->row_wise();
-        routed = routed || !s.op(v).compute()->transpose.empty();
-      }
-      if (rows && !routed) return;
+      if (r.empty() || !r[0].via.empty()) return;  // through compute: find_moe_rewrites
       bool seen = false;
       for (const MatchGroup& x : a2as) seen = seen || (x.comm == r[0].group->comm && x.seq == r[0].group->seq);
       if (!seen) a2as.push_back(*r[0].group);
-      via.insert(via.end(), r[0].via.begin(), r[0].via.end());
     }
     const std::string summary = op_name(s.op(g.members[0])) + " + " +
                                 op_name(s.op(a2as[0].members[0])) +
                                 " -> all-to-all on the sequence shards";
     Finding f;
-    if (via.empty()) {
-      MovementPlan p = plan_movement(df, {g}, a2as, cm, "a2a-shards");
-      if (!finding_from_plan(p, std::string(name()), summary, f)) return;
-      if (!f.legal) closed_form(s, g, a2as[0], cm, f);
-    } else {
-      std::vector<MatchGroup> all = a2as;
-      all.push_back(g);
-      f.pass = std::string(name());
-      f.ranks = group_ranks(all);
-      f.ops = group_ids(s, all);
-      closed_form(s, g, a2as[0], cm, f);
-      f.legal = false;
-      f.summary = summary;
-      f.assumption = "assumes " + name_ops(s, via) +
-                     " (routing / permutation) can work on the rank's own sequence shard, so "
-                     "each rank dispatches only its own tokens";
-    }
+    MovementPlan p = plan_movement(df, {g}, a2as, cm, "a2a-shards");
+    if (!finding_from_plan(p, std::string(name()), summary, f)) return;
+    if (!f.legal) closed_form(s, g, a2as[0], cm, f);
     out.push_back(std::move(f));
   }
 

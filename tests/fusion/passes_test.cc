@@ -588,15 +588,80 @@ TEST(Presets, RecomputingAllGatherRemovedByDedup) {
   }
 }
 
-TEST(Presets, SpEpIsAdviceWithTheClosedForm) {
+// A copy of the schedule in which `label`'s compute on every rank gets `edit`.
+Schedule edited(Schedule s, const std::string& label, const std::function<void(Compute&)>& edit) {
+  for (auto& r : s.ranks)
+    for (auto& st : r.streams)
+      for (Op& o : st.ops)
+        if (o.compute() && o.compute()->label == label) edit(*o.compute());
+  return s;
+}
+
+// SP+EP at the tiny shape (tp 2 with SP, ep 4, dp 4): per layer one finding over all 8 ranks.
+// The MoE block runs on each rank's own sequence shard: the forward All-Gather of the shards
+// and the backward All-Gather of the output gradient go, the backward Reduce-Scatter (which
+// summed t identical copies) becomes t local additions, the four all-to-alls carry 1/t; the
+// partial router and expert gradients are added by one all-reduce.
+TEST(Presets, SpEpAppliesWithTheClosedFormAndKeepsData) {
   Preset p = preset("sp-ep");
   const int t = p.layout.tp, ep = std::min(p.layout.ep, 4);
-  const int64_t R = 8 * p.model.top_k * 16;
-  auto fs = findings(tiny_preset("sp-ep"), "sp-ep", false);
-  ASSERT_FALSE(fs.empty());
+  const int64_t h = 16, d = 32, E = 4, R = 8 * p.model.top_k * h;
   const int64_t a2a = (ep - 1) * R * kDb / ep;
-  EXPECT_EQ(fs[0].saving_bytes, (t - 1) * kM * kDb / t + a2a - a2a / t);
-  EXPECT_FALSE(fs[0].assumption.empty());
+  const int64_t grads = (E / ep) * 2 * h * d + h * E;
+  const int64_t sp = (t - 1) * kM * kDb / t;  // one all-gather or reduce-scatter of the tokens
+  Schedule s = tiny_preset("sp-ep");
+  auto fs = findings(s, "sp-ep", true);
+  ASSERT_EQ(fs.size(), 2u);  // 2 layers x 1 micro-batch
+  for (const Finding& f : fs) {
+    EXPECT_EQ(f.saving_bytes, 3 * sp + 4 * (a2a - a2a / t) - 2 * (t - 1) * grads * kDb / t);
+    EXPECT_GT(f.saving_ns, 0);
+    EXPECT_TRUE(f.assumption.empty()) << f.assumption;
+  }
+  EXPECT_TRUE(findings(s, "sp-ep", false).empty());
+  Schedule x = apply_one("sp-ep", s, fs[0]);
+  expect_same_outputs(s, x);
+  EXPECT_EQ(count_ops(x, CollOp::AllGather), count_ops(s, CollOp::AllGather) - 2 * 8);
+  EXPECT_EQ(count_ops(x, CollOp::ReduceScatter), count_ops(s, CollOp::ReduceScatter) - 8);
+  EXPECT_EQ(count_ops(x, CollOp::AllReduce), count_ops(s, CollOp::AllReduce) + 8);
+  auto res = run_pipeline(s, analysis::CostModel(), {});
+  int applied = 0;
+  for (const Finding& f : res.applied) applied += f.pass == "sp-ep";
+  EXPECT_EQ(applied, 2);
+  expect_same_outputs(s, res.schedule);
+  EXPECT_TRUE(find("sp-ep", res.schedule).empty());
+}
+
+TEST(Presets, SpEpStaysAdviceWhenTheGatheredTokensAreReadElsewhere) {
+  // Another op reads the gathered tokens in full: the block still runs on the rank's shard,
+  // but the all-gather stays for that reader.
+  Schedule s = tiny_preset("sp-ep");
+  for (auto& r : s.ranks) {
+    r.buffers.push_back({"probe", "bfloat16", kM, ""});
+    r.outputs.push_back("probe");
+    Compute c = testing::comp("probe", 10, {{"L0.ln2_full.mb0", 0, kM}}, {{"probe", 0, kM}});
+    auto& ops = r.streams[0].ops;
+    auto it = std::find_if(ops.begin(), ops.end(), [](const Op& o) {
+      return o.compute() && o.compute()->label == "L0.moe.router";
+    });
+    ops.insert(it + 1, Op{s.next_op_id(), c, {}});
+  }
+  auto fs = findings(s, "sp-ep", true);
+  ASSERT_EQ(fs.size(), 2u);
+  const Finding& l0 = fs[0].summary.find("'L0.") != std::string::npos ? fs[0] : fs[1];
+  Schedule x = apply_one("sp-ep", s, l0);
+  expect_same_outputs(s, x);
+  EXPECT_EQ(count_ops(x, CollOp::AllGather), count_ops(s, CollOp::AllGather) - 8);  // bwd only
+  // Expert compute that is not the same function on the TP ranks: advice.
+  Schedule e = edited(tiny_preset("sp-ep"), "L0.moe.experts.fc2",
+                      [](Compute& c) { c.replicated.clear(); });
+  bool advice = false;
+  for (const Finding& f : find("sp-ep", e))
+    if (f.summary.find("'L0.moe.allgather'") != std::string::npos) {
+      EXPECT_FALSE(f.legal);
+      advice = true;
+      EXPECT_THAT(f.assumption, HasSubstr("not declared the same function"));
+    }
+  EXPECT_TRUE(advice);
 }
 
 // TP+EP at the tiny shape (tp 2, ep 4, dp 4; T 8, h 16, ffn 32, 4 experts, top-2): per layer
@@ -651,15 +716,6 @@ TEST(Presets, TpEpAppliesWithTheClosedFormAndKeepsData) {
   EXPECT_EQ(applied, 2);
   expect_same_outputs(s, res.schedule);
   EXPECT_TRUE(find("tp-ep", res.schedule).empty());
-}
-
-// A copy of the schedule in which `label`'s compute on every rank gets `edit`.
-Schedule edited(Schedule s, const std::string& label, const std::function<void(Compute&)>& edit) {
-  for (auto& r : s.ranks)
-    for (auto& st : r.streams)
-      for (Op& o : st.ops)
-        if (o.compute() && o.compute()->label == label) edit(*o.compute());
-  return s;
 }
 
 TEST(Presets, TpEpStaysAdviceWhenDataFlowForbidsIt) {
