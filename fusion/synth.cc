@@ -83,6 +83,15 @@ void check_layout(const ModelShape& m, const ParallelLayout& p) {
       usage("sequence length " + n(m.seq) + " is not divisible by tp=" + n(p.tp) +
             " (SP shards the sequence)");
   }
+  if (p.pp_moe_cut) {
+    if (!m.moe() || p.pp < 2 || p.ep < 2)
+      usage("cutting stages at the MoE dispatch (--pp-moe-cut) needs an MoE model, pp > 1 and "
+            "ep > 1");
+    if (p.tp > 1) usage("--pp-moe-cut is built for tp = 1 (the gate's input is the residual "
+                        "stream, not a TP-gathered one)");
+    if (p.zero == 3) usage("--pp-moe-cut does not support ZeRO-3 (the receiving stage would "
+                           "gather the cut layer's experts)");
+  }
   if (p.pp_send_full && !p.sp_on())
     usage("sending the full stage output (PP+SP baseline) needs sequence parallelism (--sp)");
   if (p.ep > 1 && !m.moe()) usage("ep=" + n(p.ep) + " needs an MoE model (--experts > 0)");
@@ -172,6 +181,7 @@ std::string layout_name(const ParallelLayout& p) {
   if (p.sp == SpMode::AllReduce) s += "+sp(allreduce)";
   s += "-pp" + n(p.pp);
   if (p.pp_send_full) s += "(full)";
+  if (p.pp_moe_cut) s += "(moe-cut)";
   s += "-ep" + n(p.ep) + "-dp" + n(p.dp);
   if (p.zero) s += "-zero" + n(p.zero);
   return s;
@@ -267,10 +277,12 @@ std::vector<Preset> make_presets() {
     p.pp = 4;
     p.ep = 2;
     p.dp = 2;
+    p.pp_moe_cut = true;
     ModelShape m = moe_shape();
     m.micro_batches = 8;
-    add("pp-ep", "Chimera PP+EP: P2P receive of the output gradient feeding the All-to-All "
-                 "(combine backward); mirrored in forward",
+    add("pp-ep", "Chimera PP+EP: stages cut at the MoE dispatch with the gate on the sending "
+                 "stage; the P2P of the routed tokens feeds the dispatch All-to-All (backward: "
+                 "the All-to-All feeds the P2P)",
         m, p);
   }
   {

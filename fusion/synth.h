@@ -60,6 +60,12 @@ struct ParallelLayout {
   // With SP and PP: all-gather the stage's output sequence shards and send the full activation
   // (the unfused Chimera PP+SP baseline) instead of sending each rank's shard.
   bool pp_send_full = false;
+  // MoE with PP: cut every stage boundary at an MoE block's dispatch (Chimera PP+EP after its
+  // gating adjustment): the sending stage runs its last layer's attention and gate (router,
+  // permute) and sends the routed tokens, the residual and the routing probabilities; the
+  // receiving stage runs that block's dispatch, experts, combine, un-permute and residual add
+  // (and holds its experts). Backward mirrored.
+  bool pp_moe_cut = false;
   int zero = 0;  // 0: bucketed All-Reduce; 1, 2, 3: ZeRO stages (distributed optimizer / FSDP)
   int64_t bucket_elems = 40'000'000;  // gradient bucket size (elements), Megatron's default
 

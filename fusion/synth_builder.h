@@ -39,7 +39,10 @@ struct ParamGroup {
   int index = 0;      // this rank's position in it
   int zero = 0;       // ZeRO stage in effect (0 when n == 1)
   int64_t per_layer = 0;
-  int64_t total = 0;  // per_layer * layers per stage
+  int64_t total = 0;  // per_layer * its layers on this rank
+  // The layers whose parameters this rank holds: the stage's, except that with
+  // ParallelLayout::pp_moe_cut the experts of a cut layer live on the receiving stage.
+  int first_layer = 0, end_layer = 0;
   std::vector<Bucket> buckets;  // in the order they become ready (last layers first)
 
   bool sharded() const { return zero >= 1; }
@@ -110,18 +113,29 @@ class RankBuilder {
   Slice row_parallel_output(int l, int mb, std::string_view block, Slice partial);
   Slice column_parallel_input_grad(int l, int mb, std::string_view block, Slice partial);
   Slice sp_gather(int l, int mb, std::string_view what, Slice shard, std::string_view lab);
+  // A layer is a head (attention, the norm before the MLP / MoE block, the MoE gate) and a tail
+  // (the MLP, or the MoE dispatch, experts, combine, un-permute; the residual add); with
+  // pp_moe_cut a stage boundary falls between the two. Backward: tail first, then head.
   void forward_layer(int l, int mb);
+  void forward_layer_head(int l, int mb);
+  void forward_layer_tail(int l, int mb);
   void backward_layer(int l, int mb);
+  void backward_layer_tail(int l, int mb);
+  void backward_layer_head(int l, int mb);
   Slice mlp_forward(int l, int mb, Slice ln2);
-  Slice moe_forward(int l, int mb, Slice ln2);
+  void moe_gate(int l, int mb, Slice ln2);
+  Slice moe_experts(int l, int mb);
+  void moe_backward_experts(int l, int mb, Slice dy);
+  Slice moe_backward_gate(int l, int mb);
   Slice mlp_backward(int l, int mb, Slice dy);
-  Slice moe_backward(int l, int mb, Slice dy);
 
   // --- step (synth_step.cc)
   void setup_groups();
   void forward_microbatch(int mb);
   void backward_microbatch(int mb);
   void gather_weights(int l, int mb, bool backward);  // ZeRO-3
+  std::vector<Slice> cut_forward_values(int l, int mb);   // pp_moe_cut: sent forward
+  std::vector<Slice> cut_backward_values(int l, int mb);  // ... and backward
   void layer_grads_ready(int l);
   void backward_done();
   void optimizer_and_param_gather();
@@ -142,6 +156,8 @@ class RankBuilder {
   int64_t Ms_ = 0;  // M / tp: one sequence shard
   int64_t X_ = 0;   // residual stream held by this rank (Ms with SP, else M)
   int first_layer_ = 0, end_layer_ = 0;
+  // pp_moe_cut: this stage runs the tail of layer first_layer_ - 1 / only the head of its last.
+  bool cut_before_ = false, cut_after_ = false;
 
   // Weights inside a layer's dense / expert block.
   WeightRef w_qkv_, w_o_, w_fc1_, w_fc2_, w_router_, w_efc1_, w_efc2_;

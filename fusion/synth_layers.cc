@@ -18,7 +18,7 @@ Slice RankBuilder::layer_input(int l, int mb) {
 }
 
 Slice RankBuilder::weight(int l, const WeightRef& w, const ParamGroup& g) {
-  int local = l - first_layer_;
+  int local = l - g.first_layer;
   if (g.zero == 3)
     return buffer(gathered_name(l, g, backward_phase_, weight_mb_), g.per_layer)
         .sub(w.offset, w.count);
@@ -26,7 +26,7 @@ Slice RankBuilder::weight(int l, const WeightRef& w, const ParamGroup& g) {
 }
 
 Slice RankBuilder::grad(int l, const WeightRef& w, const ParamGroup& g) {
-  return buffer(g.buf("grads"), g.total).sub((l - first_layer_) * g.per_layer + w.offset, w.count);
+  return buffer(g.buf("grads"), g.total).sub((l - g.first_layer) * g.per_layer + w.offset, w.count);
 }
 
 // The row-parallel GEMM's partial sums reach the residual stream: All-Reduce (no SP),
@@ -84,6 +84,11 @@ Slice RankBuilder::sp_gather(int l, int mb, std::string_view what, Slice shard,
 }
 
 void RankBuilder::forward_layer(int l, int mb) {
+  forward_layer_head(l, mb);
+  forward_layer_tail(l, mb);
+}
+
+void RankBuilder::forward_layer_head(int l, int mb) {
   const int64_t t = p_.tp, h = m_.hidden;
   Slice x = layer_input(l, mb);
   Slice ln1 = buffer(name(l, "ln1", mb), X_);
@@ -104,7 +109,13 @@ void RankBuilder::forward_layer(int l, int mb) {
   Slice ln2 = buffer(name(l, "ln2", mb), X_);
   std::string block = m_.moe() ? "moe" : "mlp";
   residual_op(label(l, block + ".ln"), {hres}, {ln2}, 8);
-  Slice out = m_.moe() ? moe_forward(l, mb, ln2) : mlp_forward(l, mb, ln2);
+  if (m_.moe()) moe_gate(l, mb, ln2);
+}
+
+void RankBuilder::forward_layer_tail(int l, int mb) {
+  Slice hres = buffer(name(l, "h", mb), X_);
+  std::string block = m_.moe() ? "moe" : "mlp";
+  Slice out = m_.moe() ? moe_experts(l, mb) : mlp_forward(l, mb, buffer(name(l, "ln2", mb), X_));
   Slice y = buffer(name(l + 1, "x", mb), X_);
   residual_op(label(l, block + ".residual"), {hres, out}, {y}, 2);
 }
@@ -129,8 +140,8 @@ Slice RankBuilder::mlp_forward(int l, int mb, Slice ln2) {
 // shard cut into ep parts), segment i * ep + e goes to EP rank e, k copies of each token to
 // experts there. The dispatch buffers are destination-major (block e * g + i), so the permute
 // and un-permute transpose the g x ep grid of segments (Compute::transpose).
-Slice RankBuilder::moe_forward(int l, int mb, Slice ln2) {
-  const int64_t h = m_.hidden, E = m_.experts, k = m_.top_k, de = m_.ffn_size();
+void RankBuilder::moe_gate(int l, int mb, Slice ln2) {
+  const int64_t h = m_.hidden, E = m_.experts, k = m_.top_k;
   const int64_t routed = T_ * k * h;  // elements dispatched by this rank (and received by it)
   const int64_t R = T_ * k;           // dispatched rows
   Slice in = p_.sp_on() ? sp_gather(l, mb, "ln2_full", ln2, "moe.allgather") : ln2;
@@ -141,6 +152,14 @@ Slice RankBuilder::moe_forward(int l, int mb, Slice ln2) {
   moe_op(label(l, "moe.permute"), {in, probs}, {T_, T_}, {disp_in}, {R},
          elementwise_ns({in, probs}, {disp_in}, 1));
   route(/*to_destinations=*/true, {0, 1});
+}
+
+Slice RankBuilder::moe_experts(int l, int mb) {
+  const int64_t h = m_.hidden, E = m_.experts, k = m_.top_k, de = m_.ffn_size();
+  const int64_t routed = T_ * k * h;
+  const int64_t R = T_ * k;
+  Slice probs = buffer(name(l, "probs", mb), T_ * E);
+  Slice disp_in = buffer(name(l, "dispatch_in", mb), routed);
   Slice disp_out = disp_in;
   if (p_.ep > 1) {
     disp_out = buffer(name(l, "dispatch_out", mb), routed);
@@ -176,12 +195,21 @@ void RankBuilder::route(bool to_destinations, std::vector<int64_t> transposed_re
 }
 
 void RankBuilder::backward_layer(int l, int mb) {
+  backward_layer_tail(l, mb);
+  backward_layer_head(l, mb);
+}
+
+void RankBuilder::backward_layer_tail(int l, int mb) {
+  if (m_.moe()) moe_backward_experts(l, mb, buffer(name(l + 1, "dx", mb), X_));
+}
+
+void RankBuilder::backward_layer_head(int l, int mb) {
   const int64_t t = p_.tp, h = m_.hidden;
   Slice x = layer_input(l, mb);
   Slice dy = buffer(name(l + 1, "dx", mb), X_);
   Slice hres = buffer(name(l, "h", mb), X_);
   std::string block = m_.moe() ? "moe" : "mlp";
-  Slice d_ln2 = m_.moe() ? moe_backward(l, mb, dy) : mlp_backward(l, mb, dy);
+  Slice d_ln2 = m_.moe() ? moe_backward_gate(l, mb) : mlp_backward(l, mb, dy);
   Slice d_h = buffer(name(l, "d_h", mb), X_);
   residual_op(label(l, block + ".ln.bwd"), {d_ln2, hres, dy}, {d_h}, 10);
 
@@ -231,7 +259,7 @@ Slice RankBuilder::mlp_backward(int l, int mb, Slice dy) {
   return d_ln2;
 }
 
-Slice RankBuilder::moe_backward(int l, int mb, Slice dy) {
+void RankBuilder::moe_backward_experts(int l, int mb, Slice dy) {
   const int64_t h = m_.hidden, E = m_.experts, k = m_.top_k, de = m_.ffn_size();
   const int64_t routed = T_ * k * h;
   const int64_t R = T_ * k;
@@ -277,6 +305,14 @@ Slice RankBuilder::moe_backward(int l, int mb, Slice dy) {
     collective(compute_, CollOp::AllToAll, ep_comm(), routed / p_.ep, d_disp_out, d_disp_in,
                label(l, "moe.dispatch.bwd"));
   }
+}
+
+Slice RankBuilder::moe_backward_gate(int l, int mb) {
+  const int64_t h = m_.hidden, E = m_.experts, k = m_.top_k;
+  const int64_t routed = T_ * k * h;
+  const int64_t R = T_ * k;
+  Slice d_probs = buffer(name(l, "d_probs", mb), T_ * E);
+  Slice d_disp_in = buffer(name(l, p_.ep > 1 ? "d_dispatch_in" : "d_dispatch_out", mb), routed);
   // Un-permute the token gradients and add the router's input gradient (d_probs x W_router^T).
   Slice d_in = buffer(name(l, "d_moe_in", mb), M_);
   Slice w_router = weight(l, w_router_, router_);

@@ -20,6 +20,8 @@ RankBuilder::RankBuilder(Schedule& s, const ModelShape& m, const ParallelLayout&
   int64_t per_stage = m.layers / p.pp;
   first_layer_ = static_cast<int>(c_.pp * per_stage);
   end_layer_ = static_cast<int>(first_layer_ + per_stage);
+  cut_before_ = p.pp_moe_cut && c_.pp > 0;
+  cut_after_ = p.pp_moe_cut && c_.pp + 1 < p.pp;
 
   const int64_t t = p.tp, h = m.hidden, d = m.ffn_size();
   int64_t off = 0;
@@ -178,7 +180,6 @@ std::string RankBuilder::pp_bwd_comm(int from) const {
 // ---------------------------------------------------------------- parameter groups
 
 void RankBuilder::setup_groups() {
-  const int layers = end_layer_ - first_layer_;
   dense_.name = "dense";
   dense_.n = p_.dp;
   dense_.index = c_.dp;
@@ -198,21 +199,27 @@ void RankBuilder::setup_groups() {
                    std::to_string(c_.ep);
   if (p_.tp > 1) router_.replicated = expert_.replicated = tp_comm();
   for (ParamGroup* g : groups()) {
-    g->total = g->per_layer * layers;
+    g->first_layer = first_layer_;
+    g->end_layer = end_layer_;
+  }
+  expert_.first_layer -= cut_before_ ? 1 : 0;
+  expert_.end_layer -= cut_after_ ? 1 : 0;
+  for (ParamGroup* g : groups()) {
+    g->total = g->per_layer * (g->end_layer - g->first_layer);
     g->zero = g->n > 1 ? p_.zero : 0;
     if (g->per_layer == 0) continue;
     // Buckets in backward order: whole layers from the last, closed once they reach
     // bucket_elems (Megatron); one layer each under ZeRO-2/3.
     bool per_layer = g->zero >= 2;
-    int last = end_layer_ - 1;
+    int last = g->end_layer - 1;
     int64_t acc = 0;
-    for (int l = end_layer_ - 1; l >= first_layer_; --l) {
+    for (int l = g->end_layer - 1; l >= g->first_layer; --l) {
       acc += g->per_layer;
-      if (per_layer || acc >= p_.bucket_elems || l == first_layer_) {
+      if (per_layer || acc >= p_.bucket_elems || l == g->first_layer) {
         Bucket b;
         b.first_layer = l;
         b.last_layer = last;
-        b.offset = (l - first_layer_) * g->per_layer;
+        b.offset = (l - g->first_layer) * g->per_layer;
         b.count = acc;
         b.shard_offset = b.offset / g->n;
         g->buckets.push_back(b);
@@ -233,7 +240,7 @@ void RankBuilder::gather_weights(int l, int mb, bool backward) {
     // compute that read it has finished, so each micro-batch gathers into its own name.
     std::string full = gathered_name(l, *g, backward, mb);
     int64_t shard = g->per_layer / g->n;
-    Slice in = buffer(g->buf("params"), g->total / g->n).sub((l - first_layer_) * shard, shard);
+    Slice in = buffer(g->buf("params"), g->total / g->n).sub((l - g->first_layer) * shard, shard);
     Slice out = buffer(full, g->per_layer);
     collective(dp_stream_, CollOp::AllGather, g->comm, shard, in, out,
                label(l, g->name + ".params." + phase + ".allgather"));
@@ -246,15 +253,23 @@ void RankBuilder::forward_microbatch(int mb) {
   const int stage = c_.pp;
   if (stage > 0) {
     bool full = p_.sp_on() && p_.pp_send_full;
-    Slice in = full ? buffer(name(first_layer_, "x_full", mb), M_)
-                    : buffer(name(first_layer_, "x", mb), X_);
     int st = stream("p2p_recv_fwd");
-    p2p(st, CollOp::Recv, pp_fwd_comm(stage - 1), rank_of(p_, c_.tp, c_.dp, stage - 1), in,
-        "pp.fwd.mb" + std::to_string(mb));
+    const int32_t from = rank_of(p_, c_.tp, c_.dp, stage - 1);
+    const std::string lab = "pp.fwd.mb" + std::to_string(mb);
+    if (cut_before_) {
+      for (const Slice& in : cut_forward_values(first_layer_ - 1, mb))
+        p2p(st, CollOp::Recv, pp_fwd_comm(stage - 1), from, in, lab);
+    } else {
+      Slice in = full ? buffer(name(first_layer_, "x_full", mb), M_)
+                      : buffer(name(first_layer_, "x", mb), X_);
+      p2p(st, CollOp::Recv, pp_fwd_comm(stage - 1), from, in, lab);
+    }
     std::string ev = "pp.fwd.mb" + std::to_string(mb) + ".received";
     record(st, ev);
     wait(compute_, ev);
   }
+  // The tail of the layer the previous stage cut (its MoE dispatch onwards).
+  if (cut_before_) forward_layer_tail(first_layer_ - 1, mb);
   for (int l = first_layer_; l < end_layer_; ++l) {
     if (p_.zero == 3) {
       // Prefetch: the next layer's weights are gathered while this one computes.
@@ -266,18 +281,29 @@ void RankBuilder::forward_microbatch(int mb) {
     }
     backward_phase_ = false;
     weight_mb_ = mb;
-    forward_layer(l, mb);
+    if (l + 1 == end_layer_ && cut_after_)
+      forward_layer_head(l, mb);
+    else
+      forward_layer(l, mb);
   }
   std::string out_label = "pp.fwd.mb" + std::to_string(mb);
   if (stage + 1 < p_.pp) {
-    Slice out = buffer(name(end_layer_, "x", mb), X_);
-    if (p_.sp_on() && p_.pp_send_full)
-      out = sp_gather(end_layer_ - 1, mb, "output_full", out, "output.allgather");
+    std::vector<Slice> outs;
+    if (cut_after_) {
+      outs = cut_forward_values(end_layer_ - 1, mb);
+    } else {
+      Slice out = buffer(name(end_layer_, "x", mb), X_);
+      if (p_.sp_on() && p_.pp_send_full)
+        out = sp_gather(end_layer_ - 1, mb, "output_full", out, "output.allgather");
+      outs = {out};
+    }
     std::string ev = "pp.fwd.mb" + std::to_string(mb) + ".ready";
     record(compute_, ev);
     int st = stream("p2p_send_fwd");
     wait(st, ev);
-    p2p(st, CollOp::Send, pp_fwd_comm(stage), rank_of(p_, c_.tp, c_.dp, stage + 1), out, out_label);
+    for (const Slice& out : outs)
+      p2p(st, CollOp::Send, pp_fwd_comm(stage), rank_of(p_, c_.tp, c_.dp, stage + 1), out,
+          out_label);
   } else {
     Slice y = buffer(name(end_layer_, "x", mb), X_);
     Slice loss = buffer("loss.mb" + std::to_string(mb), 1);
@@ -290,8 +316,11 @@ void RankBuilder::backward_microbatch(int mb) {
   Slice dy = buffer(name(end_layer_, "dx", mb), X_);
   if (stage + 1 < p_.pp) {
     int st = stream("p2p_recv_bwd");
-    p2p(st, CollOp::Recv, pp_bwd_comm(stage), rank_of(p_, c_.tp, c_.dp, stage + 1), dy,
-        "pp.bwd.mb" + std::to_string(mb));
+    const std::vector<Slice> ins =
+        cut_after_ ? cut_backward_values(end_layer_ - 1, mb) : std::vector<Slice>{dy};
+    for (const Slice& in : ins)
+      p2p(st, CollOp::Recv, pp_bwd_comm(stage), rank_of(p_, c_.tp, c_.dp, stage + 1), in,
+          "pp.bwd.mb" + std::to_string(mb));
     std::string ev = "pp.bwd.mb" + std::to_string(mb) + ".received";
     record(st, ev);
     wait(compute_, ev);
@@ -309,17 +338,27 @@ void RankBuilder::backward_microbatch(int mb) {
     }
     backward_phase_ = true;
     weight_mb_ = mb;
-    backward_layer(l, mb);
+    if (l + 1 == end_layer_ && cut_after_)
+      backward_layer_head(l, mb);
+    else
+      backward_layer(l, mb);
     if (last_mb) layer_grads_ready(l);
   }
+  if (cut_before_) {
+    backward_layer_tail(first_layer_ - 1, mb);
+    if (last_mb) layer_grads_ready(first_layer_ - 1);
+  }
   if (stage > 0) {
-    Slice dx = buffer(name(first_layer_, "dx", mb), X_);
+    const std::vector<Slice> outs = cut_before_
+                                        ? cut_backward_values(first_layer_ - 1, mb)
+                                        : std::vector<Slice>{buffer(name(first_layer_, "dx", mb), X_)};
     std::string ev = "pp.bwd.mb" + std::to_string(mb) + ".ready";
     record(compute_, ev);
     int st = stream("p2p_send_bwd");
     wait(st, ev);
-    p2p(st, CollOp::Send, pp_bwd_comm(stage - 1), rank_of(p_, c_.tp, c_.dp, stage - 1), dx,
-        "pp.bwd.mb" + std::to_string(mb));
+    for (const Slice& dx : outs)
+      p2p(st, CollOp::Send, pp_bwd_comm(stage - 1), rank_of(p_, c_.tp, c_.dp, stage - 1), dx,
+          "pp.bwd.mb" + std::to_string(mb));
   }
   if (last_mb) backward_done();
 }
@@ -466,6 +505,21 @@ void RankBuilder::build() {
         if (b.name == nm) b.replicated = g->replicated;
     }
   }
+}
+
+// What crosses a stage boundary cut inside layer l's MoE block: the residual stream after the
+// attention, the routing probabilities and the routed tokens (forward); the gradients of the
+// routed tokens and of the probabilities, and the layer output's gradient (backward).
+std::vector<Slice> RankBuilder::cut_forward_values(int l, int mb) {
+  const int64_t routed = T_ * m_.top_k * m_.hidden;
+  return {buffer(name(l, "h", mb), X_), buffer(name(l, "probs", mb), T_ * m_.experts),
+          buffer(name(l, "dispatch_in", mb), routed)};
+}
+
+std::vector<Slice> RankBuilder::cut_backward_values(int l, int mb) {
+  const int64_t routed = T_ * m_.top_k * m_.hidden;
+  return {buffer(name(l, p_.ep > 1 ? "d_dispatch_in" : "d_dispatch_out", mb), routed),
+          buffer(name(l, "d_probs", mb), T_ * m_.experts), buffer(name(l + 1, "dx", mb), X_)};
 }
 
 std::string RankBuilder::gathered_name(int l, const ParamGroup& g, bool backward, int mb) const {

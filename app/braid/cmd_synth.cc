@@ -112,6 +112,7 @@ void register_synth(CLI::App& app, Action& run) {
     std::string preset, profile = "h100-nvlink", out, json;
     bool list = false, quiet = false;
     bool sp = false, sp_allreduce = false, no_sp = false, pp_send_full = false;
+    bool pp_moe_cut = false, no_pp_moe_cut = false;
     bool no_recompute = false;
     int tp = 0, pp = 0, ep = 0, dp = 0, zero = -1, world = 0;
     int64_t bucket = 0;
@@ -142,6 +143,11 @@ void register_synth(CLI::App& app, Action& run) {
   g->add_flag("--no-sp", o->no_sp, "No sequence parallelism (overrides a preset)");
   g->add_flag("--pp-send-full", o->pp_send_full,
               "With SP: all-gather the stage output and send it whole (PP+SP baseline)");
+  g->add_flag("--pp-moe-cut", o->pp_moe_cut,
+              "MoE with PP: cut stages at the MoE dispatch; the sending stage runs the gate and "
+              "sends the routed tokens (Chimera PP+EP)");
+  g->add_flag("--no-pp-moe-cut", o->no_pp_moe_cut,
+              "Cut stages at layer boundaries (overrides a preset)");
   g->add_flag("--no-sp-recompute", o->no_recompute,
               "With SP: keep gathered GEMM inputs instead of re-gathering them in backward");
   g->add_option("--zero", o->zero, "0: bucketed All-Reduce; 1, 2, 3: ZeRO stage");
@@ -204,6 +210,10 @@ void register_synth(CLI::App& app, Action& run) {
         l.pp_send_full = false;
       }
       if (o->pp_send_full) l.pp_send_full = true;
+      if (o->pp_moe_cut && o->no_pp_moe_cut)
+        throw Error(ErrorCode::Usage, "give at most one of --pp-moe-cut, --no-pp-moe-cut");
+      if (o->pp_moe_cut) l.pp_moe_cut = true;
+      if (o->no_pp_moe_cut) l.pp_moe_cut = false;
       if (o->no_recompute) l.sp_recompute_allgather = false;
       if (o->zero >= 0) l.zero = o->zero;
       if (o->bucket != 0) l.bucket_elems = o->bucket;

@@ -9,6 +9,30 @@
 namespace braid::fusion::passes {
 namespace {
 
+// Row length (elements per token row) of `sl` as row-wise compute `c` reads or writes it; 0 when
+// `c` is positional or does not touch it.
+int64_t row_length(const Compute& c, const Slice& sl) {
+  if (!c.row_wise()) return 0;
+  for (size_t k = 0; k < c.reads.size(); ++k)
+    if (c.reads[k].overlaps(sl) && c.read_rows[k] > 0) return c.reads[k].count / c.read_rows[k];
+  for (size_t w = 0; w < c.writes.size(); ++w)
+    if (c.writes[w].overlaps(sl) && c.write_rows[w] > 0) return c.writes[w].count / c.write_rows[w];
+  return 0;
+}
+
+// True when the value reaching the collective at the end of `r` still holds the tokens that
+// `start` held (same row length through row-wise compute), or when row lengths are unknown.
+bool carries_tokens(const Schedule& s, const Reach& r, const Slice& start) {
+  if (r.via.empty()) return true;
+  const Compute& first = *s.op(r.via.front()).compute();
+  const Compute& last = *s.op(r.via.back()).compute();
+  const int64_t in = row_length(first, start);
+  int64_t out = 0;
+  for (size_t w = 0; w < last.writes.size() && last.row_wise(); ++w)
+    if (last.write_rows[w] > 0) out = last.writes[w].count / last.write_rows[w];
+  return in == 0 || out == 0 || in == out;
+}
+
 class PpEp : public Pass {
  public:
   std::string_view name() const override { return "pp-ep"; }
@@ -29,6 +53,7 @@ class PpEp : public Pass {
       if (p.op != CollOp::Send) continue;
       OpRef recv = p.members[1];
       auto r = reach(df, recv, s.op(recv).collective()->out, CollOp::AllToAll, 2);
+      while (!r.empty() && !carries_tokens(s, r[0], s.op(recv).collective()->out)) r.erase(r.begin());
       if (!r.empty()) fed[r[0].group].push_back({&p, r[0].via});  // the nearest all-to-all
     }
     for (const auto& [a, feeds] : fed) {
@@ -56,6 +81,9 @@ class PpEp : public Pass {
       bool all = true;
       for (const OpRef& m : a.members) {
         auto r = reach(df, m, s.op(m).collective()->out, CollOp::Send, 2);
+        // The send must carry the tokens, not a per-token by-product (the routing
+        // probabilities' gradient computed from the combined tokens in backward).
+        while (!r.empty() && !carries_tokens(s, r[0], s.op(m).collective()->out)) r.erase(r.begin());
         all = all && !r.empty();
         if (r.size() > 1) r.resize(1);  // the nearest send
         for (const Reach& x : r) {
@@ -65,7 +93,7 @@ class PpEp : public Pass {
       }
       if (!all || sends.empty()) continue;
       std::string summary = op_name(s.op(a.members[0])) +
-                            " + P2P -> many-to-many gather into the next stage";
+                            " + P2P -> many-to-many gather into the receiving stage";
       emit(df, {a}, copy_groups(sends), a, via, cm, summary, "m2m-gather", out);
     }
     return out;

@@ -40,6 +40,7 @@ class Gen {
       s.comms.push_back({"d", {1, 3}});
       s.comms.push_back({"p", {0, 3}});
       s.comms.push_back({"e", {2, 3}});
+      s.comms.push_back({"q", {1, 2}});  // with "p": the EP groups of TP groups "a" and "b"
     }
     for (int32_t r = 0; r < n_; ++r) {
       for (int b = 0; b < kBuffers; ++b) s.add_buffer(r, buf(b), "float32", kSize);
@@ -87,7 +88,7 @@ class Gen {
   }
 
   void step(Schedule& s, int i) {
-    int kind = pick({0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+    int kind = pick({0, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13});
     auto comms = comm_of_rank();
     const int gsize = comms[0] == "w" ? n_ : 2;
     const bool side = coin(0.25);
@@ -257,6 +258,86 @@ class Gen {
         }
         break;
       }
+      case 13:  // a replicated MoE block over TP x EP (tp-ep, or sp-ep with `sp`), n = 4 only
+        if (n_ == 4) moe_block(s, i);
+        break;
+    }
+  }
+
+  // TP groups "a" = {0, 1}, "b" = {3, 2}; EP groups "p" = {0, 3} and "q" = {1, 2} (the TP
+  // ranks of index 0 and 1). T = 4 tokens of h = 2, E = 2 experts, top-k 1 or 2, t = ep = 2.
+  // Variations that make the rewrite illegal: per-rank expert compute, an extra reader of the
+  // routing probabilities, a TP-rank-specific layer input (tp-ep).
+  void moe_block(Schedule& s, int i) {
+    const bool sp = coin(0.5), wgrad = coin(0.6), per_rank = coin(0.15), probe = coin(0.15);
+    const bool replicated_x = coin(0.85);
+    const int64_t T = 4, h = 2, E = 2, k = pick({1, 2}), R = T * k, M = T * h;
+    const std::string p = "m" + std::to_string(i) + ".";
+    for (int32_t r = 0; r < 4; ++r) {
+      const std::string tp = r < 2 ? "a" : "b", ep = (r == 0 || r == 3) ? "p" : "q";
+      const int idx = s.find_comm(tp)->index_of(r);
+      auto buffer = [&](const std::string& nm, int64_t n, const std::string& repl = {}) {
+        s.add_buffer(r, p + nm, "float32", n);
+        s.ranks[r].buffers.back().replicated = repl;
+        return sl(p + nm, 0, n);
+      };
+      auto op = [&](std::string label, std::vector<Slice> reads, std::vector<int64_t> rr,
+                    std::vector<Slice> writes, std::vector<int64_t> wr, bool repl = true) {
+        Compute c = comp(p + label, 500, std::move(reads), std::move(writes));
+        c.read_rows = std::move(rr);
+        c.write_rows = std::move(wr);
+        if (repl) c.replicated = tp;
+        return c;
+      };
+      Slice wr = buffer("w_router", h * E, tp), we = buffer("w_expert", 2 * h, tp);
+      Slice in;
+      Slice x = buffer("x", sp ? M / 2 : M, replicated_x ? tp : std::string());
+      Slice hres = buffer("h", sp ? M / 2 : M);
+      if (sp) {  // the sequence shard, all-gathered for the block
+        Compute res = comp(p + "residual", 200, {x}, {hres});
+        s.append(r, 0, res);
+        Slice full = buffer("ln2_full", M);
+        s.append(r, 0, coll(CollOp::AllGather, tp, M / 2, hres, full, "moe.ag"));
+        in = full;
+      } else {  // row-parallel output all-reduced, residual and norm replicated
+        Slice partial = buffer("partial", M), attn = buffer("attn_out", M), ln2 = buffer("ln2", M);
+        s.append(r, 0, comp(p + "out_proj", 1000, {x}, {partial}));
+        s.append(r, 0, coll(CollOp::AllReduce, tp, M, partial, attn, "attn.ar"));
+        Compute res = comp(p + "residual", 200, {x, attn}, {hres});
+        res.replicated = tp;
+        s.append(r, 0, res);
+        Compute ln = comp(p + "ln", 200, {hres}, {ln2});
+        ln.replicated = tp;
+        s.append(r, 0, ln);
+        in = ln2;
+      }
+      Slice probs = buffer("probs", T * E), disp_in = buffer("disp_in", R * h),
+            disp_out = buffer("disp_out", R * h), act = buffer("act", R * h),
+            comb = buffer("comb", R * h), out = buffer("out", M), y = buffer("y", sp ? M / 2 : M);
+      s.append(r, 0, op("router", {in, wr}, {T, 0}, {probs}, {T}));
+      Compute perm = op("permute", {in, probs}, {T, T}, {disp_in}, {R});
+      perm.transpose = {2, 2};
+      perm.transposed_reads = {0, 1};
+      s.append(r, 0, perm);
+      s.append(r, 0, coll(CollOp::AllToAll, ep, R * h / 2, disp_in, disp_out, "dispatch"));
+      s.append(r, 0, op("experts", {disp_out, we}, {R, 0}, {act}, {R}, !per_rank));
+      if (probe) s.append(r, 0, comp(p + "probe", 100, {probs}, {sl("b0", 0, T * E)}));
+      s.append(r, 0, coll(CollOp::AllToAll, ep, R * h / 2, act, comb, "combine"));
+      Compute un = op("unpermute", {comb, probs}, {R, T}, {out}, {T});
+      un.transpose = {2, 2};
+      un.transposed_reads = {0};
+      s.append(r, 0, un);
+      Compute res2 = comp(p + "residual2", 200, {hres, sp ? out.sub(idx * M / 2, M / 2) : out}, {y});
+      if (!sp) res2.replicated = tp;
+      s.append(r, 0, res2);
+      s.ranks[r].outputs.push_back(y.buffer);
+      if (wgrad) {
+        Slice g = buffer("grad", 2 * h);
+        Compute w = op("wgrad", {act, disp_out, g}, {R, R, 0}, {g}, {1});
+        w.sum_rows = true;
+        s.append(r, 0, w);
+        s.ranks[r].outputs.push_back(g.buffer);
+      }
     }
   }
 
@@ -330,8 +411,8 @@ TEST(PassPropertyCoverage, EveryApplicablePassFiresLegallyOnSomeSeed) {
         }
   }
   for (const char* p :
-       {"decompose", "reorder", "tp-sp", "pp-ep", "pp-sp", "tp-pp", "coalesce", "dedup", "coc",
-        "coc reduce-scatter", "coc all-gather"})
+       {"decompose", "reorder", "tp-sp", "tp-ep", "sp-ep", "pp-ep", "pp-sp", "tp-pp", "coalesce",
+        "dedup", "coc", "coc reduce-scatter", "coc all-gather"})
     EXPECT_GT(legal[p], 0) << p;
 }
 

@@ -773,12 +773,51 @@ TEST(Presets, TpEpWithoutTheGradientAllReduceFailsTheDataCheck) {
   EXPECT_EQ(a.buffers[0].at("grads"), b.buffers[0].at("grads"));
 }
 
-TEST(Presets, PpEpIsAdviceBecauseTheUnpermuteSitsBetween) {
+TEST(Presets, PpEpAppliesOnTheMoeCutWithTheClosedForm) {
+  // Stages cut at the MoE dispatch (the gate on the sending stage): the P2P of the routed
+  // tokens and the dispatch All-to-All become one many-to-many scatter, and in backward the
+  // dispatch's All-to-All and the P2P one gather. Saving: the All-to-All's (ep-1)/ep of the
+  // routed tokens (Chimera's closed form; the many-to-many carries what the P2P did).
+  Preset p = preset("pp-ep");
+  ASSERT_TRUE(p.layout.pp_moe_cut);
+  const int ep = p.layout.ep;
+  const int64_t R = 8 * p.model.top_k * 16;
+  Schedule s = tiny_preset("pp-ep");
+  auto fs = findings(s, "pp-ep", true);
+  // (pp - 1) boundaries x 2 micro-batches x 2 directions x dp / ep groups of ep ranks
+  ASSERT_EQ(fs.size(), static_cast<size_t>((p.layout.pp - 1) * 2 * 2));
+  for (const Finding& f : fs) {
+    EXPECT_EQ(f.saving_bytes, (ep - 1) * R * kDb / ep);
+    EXPECT_GT(f.saving_ns, 0);
+  }
+  EXPECT_TRUE(findings(s, "pp-ep", false).empty());
+  Schedule x = apply_one("pp-ep", s, fs[0]);
+  EXPECT_EQ(count_ops(x, CollOp::ManyToMany), count_ops(s, CollOp::ManyToMany) + 2 * ep);
+  expect_same_outputs(s, x);
+  auto res = run_pipeline(s, analysis::CostModel(), {{"pp-ep"}});
+  EXPECT_EQ(res.applied.size(), fs.size());
+  expect_same_outputs(s, res.schedule);
+}
+
+TEST(Presets, PpEpIsAdviceWhenStagesAreCutAtLayers) {
+  // Stage boundaries at layer boundaries: the un-permute's backward (and in forward the
+  // attention) sits between the P2P and the All-to-All, reading data of the stage it runs on.
   Preset p = preset("pp-ep");
   const int ep = p.layout.ep;
   const int64_t R = 8 * p.model.top_k * 16;
-  auto fs = findings(tiny_preset("pp-ep"), "pp-ep", false);
+  p.model.layers = p.layout.pp * 2;
+  p.model.hidden = 16;
+  p.model.seq = 8;
+  p.model.heads = 4;
+  p.model.ffn = 32;
+  p.model.micro_batches = 2;
+  p.model.experts = 4;
+  p.layout.pp_moe_cut = false;
+  p.layout.bucket_elems = 1 << 20;
+  Schedule s = synthesize(p.model, p.layout);
+  auto fs = findings(s, "pp-ep", false);
   ASSERT_FALSE(fs.empty());
+  EXPECT_TRUE(findings(s, "pp-ep", true).empty());
   for (const Finding& f : fs) {
     EXPECT_EQ(f.saving_bytes, (ep - 1) * R * kDb / ep);
     EXPECT_NE(f.assumption.find("unpermute"), std::string::npos) << f.assumption;

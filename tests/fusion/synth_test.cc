@@ -122,16 +122,24 @@ std::map<std::string, int64_t> expected_counts(const ModelShape& m, const Parall
     }
     if (p.pp_send_full && c.pp + 1 < p.pp) e["tp allgather"] += Ms * mb;
   }
-  if (m.moe() && p.ep > 1) e["ep alltoall"] = 4 * (m.tokens() * m.top_k * m.hidden / p.ep) * per;
+  // With pp_moe_cut a stage runs the MoE block (and holds the experts) of the layer before its
+  // first and not of its last.
+  const int64_t moe_layers = Ls + (p.pp_moe_cut && c.pp > 0) - (p.pp_moe_cut && c.pp + 1 < p.pp);
+  if (m.moe() && p.ep > 1)
+    e["ep alltoall"] = 4 * (m.tokens() * m.top_k * m.hidden / p.ep) * moe_layers * mb;
   if (p.pp > 1) {
-    const int64_t act = p.pp_send_full ? M : X;
+    int64_t act = p.pp_send_full ? M : X, grad = X;
+    if (p.pp_moe_cut) {  // the residual, the probabilities and the routed tokens (and grads)
+      act = X + m.tokens() * m.experts + m.tokens() * m.top_k * m.hidden;
+      grad = act;
+    }
     if (c.pp + 1 < p.pp) {
       e["pp send"] += act * mb;
-      e["pp recv"] += X * mb;
+      e["pp recv"] += grad * mb;
     }
     if (c.pp > 0) {
       e["pp recv"] += act * mb;
-      e["pp send"] += X * mb;
+      e["pp send"] += grad * mb;
     }
   }
   ParamCounts pc = param_counts(m, p);
@@ -151,7 +159,7 @@ std::map<std::string, int64_t> expected_counts(const ModelShape& m, const Parall
     }
   };
   group("dp", pc.dense() + pc.router(), p.dp);  // the router is its own group, also over DP
-  group("edp", pc.expert(), p.dp / p.ep);
+  group("edp", pc.expert_per_layer * moe_layers, p.dp / p.ep);
   return e;
 }
 
@@ -401,22 +409,39 @@ TEST(SynthPatterns, TpPpAllReduceFeedsTheSend) {
 }
 
 TEST(SynthPatterns, PpEpReceiveFeedsTheAllToAll) {
+  // Stages cut at the MoE dispatch (pp_moe_cut): stage 0 runs L1's attention and gate and sends
+  // the routed tokens, which stage 1 (ranks 2, 3) dispatches straight from the receive buffer.
   auto [m, p] = tiny({"pp-ep", 1, 2, 2, 2});
+  ASSERT_TRUE(p.pp_moe_cut);
   Schedule s = synthesize(m, p);
-  const int64_t M = m.tokens() * m.hidden;
-  // Stage 0 receives the output gradient L2.dx from stage 1; the combine backward's
-  // All-to-All sends what the un-permute made of it.
-  auto prod = producers_of(s, 0, {"L2.dx.mb0", 0, M});
-  ASSERT_EQ(prod.size(), 1u);
-  EXPECT_EQ(s.op(prod[0]).collective()->op, CollOp::Recv);
-  auto users = consumers_of(s, 0, {"L2.dx.mb0", 0, M});
-  bool unpermute = false;
-  for (OpRef u : users)
-    if (const Compute* c = s.op(u).compute(); c && c->label == "L1.moe.unpermute.bwd") unpermute = true;
-  EXPECT_TRUE(unpermute);
-  const Op& a2a = only_op(s, consumers_of(s, 0, {"L1.d_combine_out.mb0", 0, 1}));
+  const int64_t R = m.tokens() * m.top_k * m.hidden;
+  const Op& send = only_op(s, consumers_of(s, 0, {"L1.dispatch_in.mb0", 0, R}));
+  EXPECT_EQ(send.collective()->op, CollOp::Send);
+  EXPECT_EQ(send.collective()->peer, 2);
+  const Op& recv = only_op(s, producers_of(s, 2, {"L1.dispatch_in.mb0", 0, R}));
+  EXPECT_EQ(recv.collective()->op, CollOp::Recv);
+  const Op& a2a = only_op(s, consumers_of(s, 2, {"L1.dispatch_in.mb0", 0, R}));
   EXPECT_EQ(a2a.collective()->op, CollOp::AllToAll);
-  EXPECT_EQ(a2a.collective()->label, "L1.moe.combine.bwd");
+  EXPECT_EQ(a2a.collective()->label, "L1.moe.dispatch");
+  // The cut layer's experts live on stage 1: its expert gradients are reduced there.
+  EXPECT_TRUE(producers_of(s, 0, {"L1.expert_act.mb0", 0, 1}).empty());
+  EXPECT_FALSE(producers_of(s, 2, {"L1.expert_act.mb0", 0, 1}).empty());
+  // Backward: the dispatch's backward All-to-All feeds the send back to stage 0.
+  const Op& bsend = only_op(s, consumers_of(s, 2, {"L1.d_dispatch_in.mb0", 0, R}));
+  EXPECT_EQ(bsend.collective()->op, CollOp::Send);
+  const Op& ba2a = only_op(s, producers_of(s, 2, {"L1.d_dispatch_in.mb0", 0, R}));
+  EXPECT_EQ(ba2a.collective()->label, "L1.moe.dispatch.bwd");
+  // Without the cut, stage boundaries are layer boundaries: stage 0 receives L2.dx and the
+  // un-permute's backward sits between the receive and the combine's backward All-to-All.
+  ParallelLayout plain = p;
+  plain.pp_moe_cut = false;
+  Schedule u = synthesize(m, plain);
+  const int64_t M = m.tokens() * m.hidden;
+  EXPECT_EQ(only_op(u, producers_of(u, 0, {"L2.dx.mb0", 0, M})).collective()->op, CollOp::Recv);
+  bool unpermute = false;
+  for (OpRef c : consumers_of(u, 0, {"L2.dx.mb0", 0, M}))
+    if (const Compute* k = u.op(c).compute(); k && k->label == "L1.moe.unpermute.bwd") unpermute = true;
+  EXPECT_TRUE(unpermute);
 }
 
 TEST(SynthPatterns, PpSpAllGatherFeedsTheSendAndReceiversReadShards) {
