@@ -39,13 +39,47 @@ const Comm* Schedule::find_comm(std::string_view id) const {
 }
 
 std::optional<OpRef> Schedule::find_op(int64_t id) const {
-  for (size_t r = 0; r < ranks.size(); ++r)
-    for (size_t s = 0; s < ranks[r].streams.size(); ++s) {
-      const auto& ops = ranks[r].streams[s].ops;
-      for (size_t i = 0; i < ops.size(); ++i)
-        if (ops[i].id == id)
-          return OpRef{static_cast<int32_t>(r), static_cast<int32_t>(s), static_cast<int32_t>(i)};
+  auto holds = [this](OpRef r, int64_t want) {
+    return r.rank >= 0 && r.rank < static_cast<int32_t>(ranks.size()) && r.stream >= 0 &&
+           r.stream < static_cast<int32_t>(ranks[r.rank].streams.size()) && r.index >= 0 &&
+           r.index < static_cast<int32_t>(ranks[r.rank].streams[r.stream].ops.size()) &&
+           op(r).id == want;
+  };
+  auto scan_stream = [this](int32_t r, int32_t st, int64_t want) -> std::optional<OpRef> {
+    const auto& ops = ranks[r].streams[st].ops;
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].id == want) return OpRef{r, st, static_cast<int32_t>(i)};
+    return std::nullopt;
+  };
+  if (op_index_.empty()) {  // first use: index every op
+    for (size_t r = 0; r < ranks.size(); ++r)
+      for (size_t st = 0; st < ranks[r].streams.size(); ++st) {
+        const auto& ops = ranks[r].streams[st].ops;
+        for (size_t i = 0; i < ops.size(); ++i)
+          op_index_[ops[i].id] = {static_cast<int32_t>(r), static_cast<int32_t>(st),
+                                  static_cast<int32_t>(i)};
+      }
+  }
+  // The cached position is checked before it is trusted: edits move ops without telling. A
+  // moved op is looked for on its stream first (inserts and removals shift it along it).
+  auto it = op_index_.find(id);
+  if (it != op_index_.end()) {
+    if (holds(it->second, id)) return it->second;
+    const OpRef was = it->second;
+    if (was.rank >= 0 && was.rank < static_cast<int32_t>(ranks.size()) && was.stream >= 0 &&
+        was.stream < static_cast<int32_t>(ranks[was.rank].streams.size())) {
+      // Nearby first: an edit shifts the ops after it by a few places.
+      const auto& ops = ranks[was.rank].streams[was.stream].ops;
+      const int32_t n = static_cast<int32_t>(ops.size());
+      for (int32_t d = 1; d <= 16; ++d)
+        for (int32_t i : {was.index + d, was.index - d})
+          if (i >= 0 && i < n && ops[i].id == id) return it->second = OpRef{was.rank, was.stream, i};
+      if (auto at = scan_stream(was.rank, was.stream, id)) return it->second = *at;
     }
+  }
+  for (int32_t r = 0; r < static_cast<int32_t>(ranks.size()); ++r)
+    for (int32_t st = 0; st < static_cast<int32_t>(ranks[r].streams.size()); ++st)
+      if (auto at = scan_stream(r, st, id)) return op_index_[id] = *at;
   return std::nullopt;
 }
 

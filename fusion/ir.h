@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -184,7 +185,7 @@ struct Schedule {
   const Comm* find_comm(std::string_view id) const;
   const Op& op(OpRef r) const { return ranks[r.rank].streams[r.stream].ops[r.index]; }
   Op& op(OpRef r) { return ranks[r.rank].streams[r.stream].ops[r.index]; }
-  std::optional<OpRef> find_op(int64_t id) const;  // linear scan
+  std::optional<OpRef> find_op(int64_t id) const;  // indexed; a stale index is rebuilt
   int64_t next_op_id() const;                       // 1 + the largest id, 0 when empty
   size_t op_count() const;
 
@@ -204,6 +205,9 @@ struct Schedule {
   // op count differs from the one it was computed for (ops added other than by append).
   mutable int64_t cached_next_id_ = 0;
   mutable size_t cached_ops_ = SIZE_MAX;
+  // find_op's index of op positions by id: rebuilt when a looked-up position no longer holds
+  // the id (rewrites insert and remove ops), so passes that look ops up by id stay linear.
+  mutable std::unordered_map<int64_t, OpRef> op_index_;
 };
 
 // The buffer elements an op reads and writes on its rank. `any` marks opaque compute, which may

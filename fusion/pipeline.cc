@@ -102,6 +102,8 @@ bool direct(const Schedule& s, const Dataflow& df, const Finding& f, const Focus
   Focus worth_only = focus;
   worth_only.dataflow = &df;
   worth_only.only_worth = true;
+  // Only whether something would fire matters here, not the rewrite: no probe validation.
+  worth_only.caller_validates = true;
   worth_only.ops = f.ops;
   std::sort(worth_only.ops.begin(), worth_only.ops.end());
   for (const Pass* p : later)
@@ -154,8 +156,42 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
       std::stable_sort(last.begin(), last.end(),
                        [](const Finding& a, const Finding& b) { return a.saving_ns > b.saving_ns; });
       // Findings that save time on their own: every one whose ops no other took this round.
+      // First all of them on one copy, validated once (validating the whole schedule per
+      // finding made a round quadratic: a full-size preset has hundreds); one by one only if
+      // that copy does not validate.
       bool applied = false;
       std::set<int64_t> used;
+      {
+        std::vector<const Finding*> batch;
+        for (const Finding& f : last) {
+          if (!worth(f) || rejected.count(f.ops)) continue;
+          if (std::any_of(f.ops.begin(), f.ops.end(), [&](int64_t id) { return used.count(id); }))
+            continue;
+          used.insert(f.ops.begin(), f.ops.end());
+          batch.push_back(&f);
+        }
+        used.clear();
+        if (batch.size() > 1) {
+          Schedule next = res.schedule;
+          bool ok = true;
+          try {
+            for (const Finding* f : batch) pass.apply(next, *f);
+          } catch (const Error&) {
+            ok = false;
+          }
+          if (ok && passes::valid(next)) {
+            res.schedule = std::move(next);
+            for (const Finding* f : batch) {
+              Finding kept = *f;
+              kept.rewrite = nullptr;
+              res.applied.push_back(std::move(kept));
+              used.insert(f->ops.begin(), f->ops.end());
+            }
+            applied = true;
+          }
+        }
+      }
+      // (After a batch every finding overlaps `used`: nothing more here.)
       for (const Finding& f : last) {
         if (!worth(f) || rejected.count(f.ops)) continue;
         if (std::any_of(f.ops.begin(), f.ops.end(), [&](int64_t id) { return used.count(id); }))

@@ -271,6 +271,9 @@ class Finder {
     std::map<const MatchGroup*, std::vector<size_t>> by_a2a;
     for (const MatchGroup& g : df_.matching().groups) {
       if (g.op != seed_) continue;
+      // A focused search (the pipeline's look-ahead) only from seeds it names: the reach to the
+      // all-to-all is the costly part of the search.
+      if (focus && !focus->hits(s_, g.members)) continue;
       const Comm* tp = s_.find_comm(s_.op(g.members[0]).collective()->comm);
       if (!tp || tp->ranks.size() < 2) continue;
       Cand c{&g, {}, {}, true};

@@ -45,11 +45,22 @@ class PpEp : public Pass {
     std::vector<Finding> out;
     std::optional<Dataflow> own_df;
     const Dataflow& df = dataflow_of(s, focus, own_df);
+    // A focused search (the pipeline's look-ahead after an enabling rewrite) wants patterns
+    // holding one of focus->ops; a pattern's ops are its P2P and All-to-All groups, so when no
+    // All-to-All (no send) is among them, only P2P (All-to-All) groups that are can start one.
+    const bool by_ops = focus && !focus->ops.empty();
+    bool a2a_hit = !by_ops, send_hit = !by_ops;
+    if (by_ops)
+      for (const MatchGroup& g : df.matching().groups) {
+        if (g.op == CollOp::AllToAll && focus->hits(s, g.members)) a2a_hit = true;
+        if (g.op == CollOp::Send && focus->hits(s, g.members)) send_hit = true;
+      }
     // Dispatch: P2P receives whose data reaches an all-to-all (directly, or through compute such
     // as the un-permute in backward).
     std::map<const MatchGroup*, std::vector<std::pair<const MatchGroup*, std::vector<OpRef>>>> fed;
     for (const MatchGroup& p : df.matching().groups) {
       if (focus && !focus->any(p.members)) continue;
+      if (!a2a_hit && !focus->hits(s, p.members)) continue;
       if (p.op != CollOp::Send) continue;
       OpRef recv = p.members[1];
       auto r = reach(df, recv, s.op(recv).collective()->out, CollOp::AllToAll, 2);
@@ -75,6 +86,7 @@ class PpEp : public Pass {
     // Combine: the all-to-all's output reaches a P2P send on every member.
     for (const MatchGroup& a : df.matching().groups) {
       if (focus && !focus->any(a.members)) continue;
+      if (!send_hit && !focus->hits(s, a.members)) continue;
       if (a.op != CollOp::AllToAll) continue;
       std::vector<const MatchGroup*> sends;
       std::vector<OpRef> via;
