@@ -13,7 +13,9 @@ namespace {
 enum class Role : uint8_t { Seed, Positional, Rows, Sum, AllToAll, LocalSum };
 enum class Order : uint8_t { Token, Dest };
 
-bool has(const std::vector<OpRef>& v, OpRef r) { return std::find(v.begin(), v.end(), r) != v.end(); }
+bool has(const std::vector<OpRef>& v, OpRef r) {
+  return std::find(v.begin(), v.end(), r) != v.end();
+}
 
 // The region of one rank (moe_block.h): every op the rewrite shards, found from the seed.
 class Region {
@@ -195,8 +197,7 @@ class Region {
         const bool tr = std::find(c.transposed_reads.begin(), c.transposed_reads.end(),
                                   static_cast<int64_t>(k)) != c.transposed_reads.end();
         auto& slot = tr ? flipped : plain;
-        if (slot && *slot != o)
-          return fail(why, describe(s_, r) + " reads rows in two orders");
+        if (slot && *slot != o) return fail(why, describe(s_, r) + " reads rows in two orders");
         slot = o;
       }
       Order w = Order::Token;
@@ -237,11 +238,12 @@ struct RankPlan {
     int64_t id = -1;
     Role role = Role::Positional;
   };
-  std::vector<Item> ops;                          // stream order
-  std::vector<std::pair<int64_t, Slice>> exits;   // values all-gathered after their writer
-  std::vector<std::pair<Slice, Slice>> redirects;  // a sharded read of a gathered value -> its input
-  std::vector<int64_t> drop;                       // all-gathers no longer read
-  bool keep_seed = false;                          // an all-gather seed still read in full
+  std::vector<Item> ops;                         // stream order
+  std::vector<std::pair<int64_t, Slice>> exits;  // values all-gathered after their writer
+  std::vector<std::pair<Slice, Slice>>
+      redirects;              // a sharded read of a gathered value -> its input
+  std::vector<int64_t> drop;  // all-gathers no longer read
+  bool keep_seed = false;     // an all-gather seed still read in full
 };
 
 struct Plan {
@@ -249,7 +251,7 @@ struct Plan {
   int t = 0;
   std::vector<RankPlan> ranks;
   std::string delta_stem;
-  Ns add_ns = 0;       // one gradient add per accumulated weight
+  Ns add_ns = 0;        // one gradient add per accumulated weight
   Ns local_sum_ns = 0;  // t local additions replacing a reduce-scatter
 };
 
@@ -362,7 +364,8 @@ class Finder {
     for (const Region& r : regions)
       for (const OpRef& o : r.ops()) f.ops.push_back(s_.op(o).id);
     if (plan)
-      for (const RankPlan& rp : plan->ranks) f.ops.insert(f.ops.end(), rp.drop.begin(), rp.drop.end());
+      for (const RankPlan& rp : plan->ranks)
+        f.ops.insert(f.ops.end(), rp.drop.begin(), rp.drop.end());
     sort_unique(f.ops);
     // One finding per block: later candidates reaching into this region (the backward's
     // collective reaching the block's backward) are part of it, applied or advice.
@@ -416,10 +419,10 @@ class Finder {
       wire = std::max(wire, group_wire_bytes(s_, *a));
       const Collective& c = *s_.op(a->members[0]).collective();
       const Comm* comm = s_.find_comm(c.comm);
-      ns = std::max(ns, group_ns(s_, *a, cm_) -
-                            cm_.collective_ns(CollOp::AllToAll, nccl_bytes(s_, c) / t,
-                                              static_cast<int>(comm->ranks.size()), c.comm,
-                                              comm->ranks));
+      ns = std::max(
+          ns, group_ns(s_, *a, cm_) - cm_.collective_ns(CollOp::AllToAll, nccl_bytes(s_, c) / t,
+                                                        static_cast<int>(comm->ranks.size()),
+                                                        c.comm, comm->ranks));
     }
     f.saving_bytes = wire - wire / t;
     f.saving_ns = ns;
@@ -475,8 +478,8 @@ class Finder {
     Plan plan;
     plan.seed = seed_;
     plan.t = t;
-    plan.delta_stem = pass_ + "." + std::to_string(s_.op(cands[comp[0]].seed->members[0]).id) +
-                      ".wgrad";
+    plan.delta_stem =
+        pass_ + "." + std::to_string(s_.op(cands[comp[0]].seed->members[0]).id) + ".wgrad";
     Replicas replicas(df_);
     size_t base = 0;
     for (size_t ck : comp) {
@@ -551,7 +554,8 @@ class Finder {
         for (const OpRef& o : rj.ops()) rp.ops.push_back({s_.op(o).id, rj.role(o)});
         for (const auto& [w, sl] : rj.exits()) {
           if (sl.count != rj.n()) {
-            why = "'" + sl.buffer + "' is read whole after the MoE block but is not a token "
+            why = "'" + sl.buffer +
+                  "' is read whole after the MoE block but is not a token "
                   "activation an all-gather can restore";
             return std::nullopt;
           }
@@ -572,13 +576,14 @@ class Finder {
           const Slice& w = s_.op(o).compute()->writes[0];
           const Buffer* b = s_.ranks[o.rank].find_buffer(w.buffer);
           const int db = b ? static_cast<int>(dtype_bytes_of(b->dtype)) : 2;
-          plan.add_ns = std::max(plan.add_ns, cm_.compute_ns(double(w.count),
-                                                              3.0 * double(w.count) * db, db));
+          plan.add_ns = std::max(plan.add_ns,
+                                 cm_.compute_ns(double(w.count), 3.0 * double(w.count) * db, db));
         } else if (r.role(o) == Role::LocalSum) {
           const Collective& k = *s_.op(o).collective();
           const double n = double(k.count), db = double(dtype_bytes_of(k.dtype));
-          plan.local_sum_ns = std::max(
-              plan.local_sum_ns, cm_.compute_ns(n * (t - 1), n * (t + 1) * db, static_cast<int>(db)));
+          plan.local_sum_ns =
+              std::max(plan.local_sum_ns,
+                       cm_.compute_ns(n * (t - 1), n * (t + 1) * db, static_cast<int>(db)));
         }
       }
     return plan;
@@ -673,7 +678,8 @@ class Finder {
       bool inside = false;
       for (const OpRef& w : r.ops()) {
         if (!(w < o)) break;
-        for (const Slice& x : access_of(s_, w.rank, s_.op(w)).writes) inside = inside || x.overlaps(rd);
+        for (const Slice& x : access_of(s_, w.rank, s_.op(w)).writes)
+          inside = inside || x.overlaps(rd);
       }
       if (!inside) out.push_back(rd);
     }

@@ -68,8 +68,8 @@ TEST(RowCompute, FewerReadRowsRepeatAndMoreReadRowsGather) {
   // Permute-like: 8 output rows, token r / 2 each (two copies of every token).
   Compute copy = rows_op("perm", {sl("x", 0, 8)}, {4}, {sl("d", 0, 16)}, {8});
   const V d = compute_outputs(kEmpty, 0, copy, {x})[0];
-  EXPECT_EQ(part(d, 0, 2), part(d, 2, 4));    // copies of token 0
-  EXPECT_NE(part(d, 0, 2), part(d, 4, 6));    // token 1
+  EXPECT_EQ(part(d, 0, 2), part(d, 2, 4));  // copies of token 0
+  EXPECT_NE(part(d, 0, 2), part(d, 4, 6));  // token 1
   // Un-permute-like: 4 output rows, each reading its 2 copies.
   Compute back = rows_op("unperm", {sl("d", 0, 16)}, {8}, {sl("o", 0, 8)}, {4});
   const V o = compute_outputs(kEmpty, 0, back, {d})[0];
@@ -91,7 +91,8 @@ TEST(RowCompute, TransposeMovesBlocksBetweenTokenAndDestinationOrder) {
     for (int i = 0; i < 2; ++i) {
       const int tok = i * 3 + e, blk = e * 2 + i;
       Compute one = rows_op("perm", {sl("x", 0, 2), sl("p", 0, 1)}, {1, 1}, {sl("d", 0, 2)}, {1});
-      EXPECT_EQ(compute_outputs(kEmpty, 0, one, {part(x, 2 * tok, 2 * tok + 2), part(p, tok, tok + 1)})[0],
+      EXPECT_EQ(compute_outputs(kEmpty, 0, one,
+                                {part(x, 2 * tok, 2 * tok + 2), part(p, tok, tok + 1)})[0],
                 part(d, 2 * blk, 2 * blk + 2))
           << "token " << tok;
     }
