@@ -40,7 +40,7 @@ class Region {
       if (!u.known())
         return fail(why, "the uses of '" + v.slice.buffer + "' after " + describe(s_, v.writer) +
                              " cannot be known");
-      if (!u.live_at_end.empty()) outside_.push_back({vi, std::nullopt, true});
+      if (!u.live_at_end.empty()) outside_.push_back({vi, std::nullopt});
       for (const auto& use : u.readers) {
         const OpRef rd = use.op;
         if (has(ops_, rd)) continue;
@@ -72,7 +72,7 @@ class Region {
             pending.push_back({vi, rd});
           }
         } else {
-          outside_.push_back({vi, use, false});
+          outside_.push_back({vi, use});
         }
       }
     }
@@ -80,7 +80,7 @@ class Region {
       if (!has(ops_, rd)) {
         Uses u = df_.uses_after(values_[vi].writer, values_[vi].slice);
         for (const auto& use : u.readers)
-          if (use.op == rd) outside_.push_back({vi, use, false});
+          if (use.op == rd) outside_.push_back({vi, use});
       }
     std::sort(ops_.begin(), ops_.end());
     for (const OpRef& r : ops_)
@@ -121,7 +121,6 @@ class Region {
   struct Outside {
     size_t value;
     std::optional<Uses::Use> use;  // nullopt: live at the end of the step
-    bool live = false;
   };
 
   // A positional compute whose every slice has the seed's element count: element j of the
@@ -565,7 +564,7 @@ class Finder {
           }
           rp.exits.push_back({s_.op(w).id, sl});
         }
-        if (!gathers(rj, g.members[j], rp, why)) return std::nullopt;
+        gathers(rj, g.members[j], rp);
         plan.ranks.push_back(std::move(rp));
       }
       base += g.members.size();
@@ -592,7 +591,7 @@ class Finder {
   // All-gathers over the rank's TP group whose output a region op reads: the rank's own shard
   // of it is the all-gather's input, which the sharded read takes instead; an all-gather no one
   // else reads (and not a result) goes. The seed all-gather included.
-  bool gathers(const Region& r, OpRef seed, RankPlan& rp, std::string& why) const {
+  void gathers(const Region& r, OpRef seed, RankPlan& rp) const {
     std::map<OpRef, bool> seen;  // all-gather -> read only by the region
     for (const OpRef& o : r.ops()) {
       const Compute* c = s_.op(o).compute();
@@ -622,8 +621,6 @@ class Finder {
       }
       if (only) rp.drop.push_back(s_.op(m).id);
     }
-    (void)why;
-    return true;
   }
 
   // Can compute `c` (role in the region) run on 1/t of its rows?

@@ -1,6 +1,8 @@
-// sp-ep: a sequence-parallel All-Gather followed by the MoE dispatch All-to-All becomes an
-// All-to-All on the sequence shards (each rank dispatches its own tokens); mirrored on the
-// combine side (All-to-All followed by the Reduce-Scatter back to sequence shards).
+// sp-ep: a sequence-parallel All-Gather followed by the MoE dispatch All-to-All. Through the
+// router and permute, the MoE block runs on each rank's own sequence shard (fusion/passes/
+// moe_block.h: the All-Gathers go, All-to-Alls of 1/t); a direct All-Gather -> All-to-All chain
+// becomes one many-to-many from the shards; the combine side's All-to-All followed by the
+// Reduce-Scatter is advice where no rewrite covers it.
 #include <set>
 
 #include "fusion/passes/chimera_util.h"

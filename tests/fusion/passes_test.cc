@@ -588,6 +588,33 @@ TEST(Presets, RecomputingAllGatherRemovedByDedup) {
   }
 }
 
+// A copy of the schedule in which every rank runs a compute reading `read` right after the op
+// labelled `after`, its output a result of the step.
+Schedule with_reader(Schedule s, const Slice& read, const std::string& after) {
+  for (auto& r : s.ranks) {
+    r.buffers.push_back({"probe", "bfloat16", read.count, ""});
+    r.outputs.push_back("probe");
+    Compute c = testing::comp("probe", 10, {read}, {{"probe", 0, read.count}});
+    auto& ops = r.streams[0].ops;
+    auto it = std::find_if(ops.begin(), ops.end(), [&](const Op& o) {
+      return o.compute() && o.compute()->label == after;
+    });
+    ops.insert(it + 1, Op{s.next_op_id(), c, {}});
+  }
+  return s;
+}
+
+// The whole pipeline applies `pass` `n` times, keeps every output, and leaves nothing of it to
+// find again.
+void expect_pipeline_applies(const Schedule& s, const std::string& pass, int n) {
+  auto res = run_pipeline(s, analysis::CostModel(), {});
+  int applied = 0;
+  for (const Finding& f : res.applied) applied += f.pass == pass;
+  EXPECT_EQ(applied, n) << pass;
+  expect_same_outputs(s, res.schedule);
+  EXPECT_TRUE(find(pass, res.schedule).empty()) << pass;
+}
+
 // A copy of the schedule in which `label`'s compute on every rank gets `edit`.
 Schedule edited(Schedule s, const std::string& label, const std::function<void(Compute&)>& edit) {
   for (auto& r : s.ranks)
@@ -623,28 +650,14 @@ TEST(Presets, SpEpAppliesWithTheClosedFormAndKeepsData) {
   EXPECT_EQ(count_ops(x, CollOp::AllGather), count_ops(s, CollOp::AllGather) - 2 * 8);
   EXPECT_EQ(count_ops(x, CollOp::ReduceScatter), count_ops(s, CollOp::ReduceScatter) - 8);
   EXPECT_EQ(count_ops(x, CollOp::AllReduce), count_ops(s, CollOp::AllReduce) + 8);
-  auto res = run_pipeline(s, analysis::CostModel(), {});
-  int applied = 0;
-  for (const Finding& f : res.applied) applied += f.pass == "sp-ep";
-  EXPECT_EQ(applied, 2);
-  expect_same_outputs(s, res.schedule);
-  EXPECT_TRUE(find("sp-ep", res.schedule).empty());
+  expect_pipeline_applies(s, "sp-ep", 2);
 }
 
-TEST(Presets, SpEpStaysAdviceWhenTheGatheredTokensAreReadElsewhere) {
+TEST(Presets, SpEpKeepsTheAllGatherAnotherOpReadsAndPerRankExpertsStayAdvice) {
   // Another op reads the gathered tokens in full: the block still runs on the rank's shard,
   // but the all-gather stays for that reader.
-  Schedule s = tiny_preset("sp-ep");
-  for (auto& r : s.ranks) {
-    r.buffers.push_back({"probe", "bfloat16", kM, ""});
-    r.outputs.push_back("probe");
-    Compute c = testing::comp("probe", 10, {{"L0.ln2_full.mb0", 0, kM}}, {{"probe", 0, kM}});
-    auto& ops = r.streams[0].ops;
-    auto it = std::find_if(ops.begin(), ops.end(), [](const Op& o) {
-      return o.compute() && o.compute()->label == "L0.moe.router";
-    });
-    ops.insert(it + 1, Op{s.next_op_id(), c, {}});
-  }
+  Schedule base = tiny_preset("sp-ep");
+  Schedule s = with_reader(base, {"L0.ln2_full.mb0", 0, kM}, "L0.moe.router");
   auto fs = findings(s, "sp-ep", true);
   ASSERT_EQ(fs.size(), 2u);
   const Finding& l0 = fs[0].summary.find("'L0.") != std::string::npos ? fs[0] : fs[1];
@@ -652,7 +665,7 @@ TEST(Presets, SpEpStaysAdviceWhenTheGatheredTokensAreReadElsewhere) {
   expect_same_outputs(s, x);
   EXPECT_EQ(count_ops(x, CollOp::AllGather), count_ops(s, CollOp::AllGather) - 8);  // bwd only
   // Expert compute that is not the same function on the TP ranks: advice.
-  Schedule e = edited(tiny_preset("sp-ep"), "L0.moe.experts.fc2",
+  Schedule e = edited(base, "L0.moe.experts.fc2",
                       [](Compute& c) { c.replicated.clear(); });
   bool advice = false;
   for (const Finding& f : find("sp-ep", e))
@@ -710,12 +723,7 @@ TEST(Presets, TpEpAppliesWithTheClosedFormAndKeepsData) {
   EXPECT_EQ(after * t, before);
   // The whole pipeline (both layers, then the other passes) keeps the data too; the rewritten
   // block is not found again.
-  auto res = run_pipeline(s, analysis::CostModel(), {});
-  int applied = 0;
-  for (const Finding& f : res.applied) applied += f.pass == "tp-ep";
-  EXPECT_EQ(applied, 2);
-  expect_same_outputs(s, res.schedule);
-  EXPECT_TRUE(find("tp-ep", res.schedule).empty());
+  expect_pipeline_applies(s, "tp-ep", 2);
 }
 
 TEST(Presets, TpEpStaysAdviceWhenDataFlowForbidsIt) {
@@ -737,19 +745,10 @@ TEST(Presets, TpEpStaysAdviceWhenDataFlowForbidsIt) {
     for (Buffer& b : r.buffers)
       if (b.name == "expert_params") b.replicated.clear();
   EXPECT_THAT(reason(w), HasSubstr("not provably the same"));
-  // Something else reads the routing probabilities of the whole block.
-  Schedule extra = s;
-  for (auto& r : extra.ranks) {
-    r.buffers.push_back({"probe", "bfloat16", 8 * 4, ""});
-    r.outputs.push_back("probe");
-    Compute c = testing::comp("probe", 10, {{"L0.probs.mb0", 0, 8 * 4}}, {{"probe", 0, 8 * 4}});
-    auto& ops = r.streams[0].ops;
-    auto it = std::find_if(ops.begin(), ops.end(), [](const Op& o) {
-      return o.compute() && o.compute()->label == "L0.moe.unpermute";
-    });
-    ops.insert(it + 1, Op{extra.next_op_id(), c, {}});
-  }
-  EXPECT_THAT(reason(extra), HasSubstr("not applied"));
+  // Something else reads all the routing probabilities, which an all-gather of token
+  // activations cannot restore.
+  EXPECT_THAT(reason(with_reader(s, {"L0.probs.mb0", 0, 8 * 4}, "L0.moe.unpermute")),
+              HasSubstr("'L0.probs.mb0' is read whole after the MoE block"));
 }
 
 TEST(Presets, TpEpWithoutTheGradientAllReduceFailsTheDataCheck) {
