@@ -9,9 +9,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <set>
+#include <tuple>
+#include <unordered_map>
 
 #include "analysis/cost_model.h"
 #include "replay/ab.h"
+#include "replay/common.h"
 #include "trace/error.h"
 #include "trace/import/input.h"
 
@@ -37,8 +40,8 @@ fusion::Schedule world_schedule(int n, const std::string& name, int64_t elems,
   return s;
 }
 
-fusion::Collective calibration_coll(CollOp op, int64_t count, fusion::Slice in,
-                                    fusion::Slice out, const char* dtype = "float32") {
+fusion::Collective calibration_coll(CollOp op, int64_t count, fusion::Slice in, fusion::Slice out,
+                                    const char* dtype = "float32") {
   fusion::Collective c;
   c.op = op;
   c.comm = "world";
@@ -239,6 +242,13 @@ std::vector<Probe> calibration_probes(int n, const CalibrationOptions& o) {
     p.schedule = std::move(s);
     v.push_back(std::move(p));
   }
+  if (n >= 2 && o.workload && !o.share_cores) {
+    Probe p;
+    p.name = "calibration workload";
+    p.workload = true;
+    p.schedule = calibration_workload(n);
+    v.push_back(std::move(p));
+  }
   for (Ns d : {Ns{10'000}, Ns{40'000}, Ns{100'000}, Ns{500'000}})
     for (int k : {10, 40}) {
       Probe p;
@@ -267,6 +277,191 @@ std::vector<Probe> calibration_probes(int n, const CalibrationOptions& o) {
   return v;
 }
 
+fusion::Schedule calibration_workload(int n) {
+  constexpr int64_t kLargest = 4 << 20;      // bytes
+  constexpr int64_t kRegion = kLargest / 2;  // bfloat16 elements of the largest op
+  constexpr int kRegions = 4;                // rotated, so copies are not cache-hot
+  const std::array<int64_t, 3> sizes{256 << 10, 1 << 20, kLargest};
+  const std::array<CollOp, 4> kinds{CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce,
+                                    CollOp::AllToAll};
+  const std::array<Ns, 4> durations{60'000, 150'000, 400'000, 1'000'000};
+  fusion::Schedule s;
+  s.name = "calibration workload " + std::to_string(n) + " ranks";
+  s.provenance = {"calibration workload (braid replay --calibrate)"};
+  // Layouts: {group size, strided}. Contiguous groups of g ranks are [k*g, (k+1)*g); strided
+  // ones are {k, k + n/g, k + 2n/g, ...}.
+  std::vector<std::pair<int, bool>> layouts;
+  for (int g = 2; g < n; g *= 2)
+    if (n % g == 0) {
+      layouts.push_back({g, false});
+      layouts.push_back({g, true});
+    }
+  layouts.push_back({n, false});
+  auto comm_id = [](int g, bool strided, int k) {
+    return (strided ? "s" : "c") + std::to_string(g) + "." + std::to_string(k);
+  };
+  for (auto [g, strided] : layouts)
+    for (int k = 0; k < n / g; ++k) {
+      fusion::Comm c{comm_id(g, strided, k), {}};
+      for (int j = 0; j < g; ++j) c.ranks.push_back(strided ? k + j * (n / g) : k * g + j);
+      s.comms.push_back(c);
+    }
+  // The overlapping all-reduce's communicator: the strided halves (the world for 2 ranks),
+  // its own copy so its order against the main stream's collectives needs no events.
+  const int side_g = n % 2 == 0 && n >= 4 ? n / 2 : n;
+  for (int k = 0; k < n / side_g; ++k) {
+    fusion::Comm c{"side." + std::to_string(k), {}};
+    for (int j = 0; j < side_g; ++j) c.ranks.push_back(k + j * (n / side_g));
+    s.comms.push_back(c);
+  }
+  s.comms.push_back({"p2p", {}});
+  for (int r = 0; r < n; ++r) s.comms.back().ranks.push_back(r);
+  for (int r = 0; r < n; ++r) {
+    s.add_rank(r);
+    s.add_buffer(r, "a", "bfloat16", kRegion * kRegions);
+    s.add_buffer(r, "b", "bfloat16", kRegion * kRegions);
+    s.add_buffer(r, "c", "bfloat16", 2 * kRegion);
+    const int main = s.add_stream(r, "main");
+    const int side = s.add_stream(r, "side");
+    size_t i = 0;
+    auto compute = [&] {
+      fusion::Compute c;
+      c.label = "workload " + std::to_string(durations[i % durations.size()] / 1000) + " us";
+      c.duration_ns = durations[i % durations.size()];
+      c.opaque = true;
+      s.append(r, main, c);
+    };
+    for (int64_t bytes : sizes) {
+      const int64_t e = bytes / 2;
+      for (CollOp op : kinds)
+        for (auto [g, strided] : layouts) {
+          const int64_t at = static_cast<int64_t>(i % kRegions) * kRegion;
+          compute();
+          ++i;
+          const int64_t per = e / g, all = per * g;  // a whole block per rank
+          fusion::Collective c;
+          switch (op) {
+            case CollOp::AllGather:
+              c = calibration_coll(op, per, slice("a", at, per), slice("b", at, all), "bfloat16");
+              break;
+            case CollOp::ReduceScatter:
+              c = calibration_coll(op, per, slice("a", at, all), slice("b", at, per), "bfloat16");
+              break;
+            case CollOp::AllReduce:
+              c = calibration_coll(op, e, slice("a", at, e), slice("a", at, e), "bfloat16");
+              break;
+            default:
+              c = calibration_coll(op, per, slice("a", at, all), slice("b", at, all), "bfloat16");
+          }
+          c.comm = comm_id(g, strided, strided ? r % (n / g) : r / g);
+          s.append(r, main, c);
+          if (i == 2 * layouts.size()) s.append(r, main, fusion::Record{"side"});
+        }
+      // Pipeline-like transfers between rank r and r + n/2, each way once (an odd world's last
+      // rank has no partner).
+      const int half = n / 2;
+      const int peer = r < half ? r + half : r - half;
+      if (peer >= n || (n % 2 == 1 && r == n - 1)) continue;
+      for (int dir = 0; dir < 2; ++dir) {
+        compute();
+        ++i;
+        const bool send = (r < half) == (dir == 0);
+        fusion::Collective c = calibration_coll(
+            send ? CollOp::Send : CollOp::Recv, e, send ? slice("a", 0, e) : fusion::Slice{},
+            send ? fusion::Slice{} : slice("b", 0, e), "bfloat16");
+        c.comm = "p2p";
+        c.peer = peer;
+        s.append(r, main, c);
+      }
+    }
+    s.append(r, side, fusion::Wait{"side"});
+    fusion::Collective ar =
+        calibration_coll(CollOp::AllReduce, 2 * kRegion, slice("c", 0, 2 * kRegion),
+                         slice("c", 0, 2 * kRegion), "bfloat16");
+    ar.comm = "side." + std::to_string(r % (n / side_g));
+    ar.label = "allreduce (overlapping)";
+    s.append(r, side, ar);
+    s.append(r, side, fusion::Record{"side done"});
+    s.append(r, main, fusion::Wait{"side done"});
+  }
+  return s;
+}
+
+std::map<CollOp, std::map<int, SizedLink>> fit_workload_links(
+    const fusion::Schedule& w, const std::vector<StepRecord>& steps,
+    const analysis::CostModel& model, std::vector<CalibrationSample>* samples) {
+  const fusion::Matching m = checked_matching(w);
+  // Per kind, communicator size and message size: the sum and count of transfer times.
+  std::map<std::tuple<CollOp, int, int64_t>, std::pair<double, int>> acc;
+  for (const StepRecord& step : steps) {
+    if (step.ranks.size() != w.ranks.size()) continue;
+    std::vector<std::unordered_map<int64_t, const OpTime*>> at(step.ranks.size());
+    // Per rank, its collectives' {stream, start, end}: a transfer that overlaps a collective
+    // of another stream on a member times the two together and is left out.
+    std::vector<std::vector<std::array<Ns, 3>>> colls(step.ranks.size());
+    for (size_t r = 0; r < step.ranks.size(); ++r)
+      for (const OpTime& t : step.ranks[r]) {
+        at[r][t.op_id] = &t;
+        if (auto ref = w.find_op(t.op_id); ref && w.op(*ref).collective())
+          colls[r].push_back({t.stream, t.start, t.end});
+      }
+    for (const fusion::MatchGroup& g : m.groups) {
+      const fusion::Collective& c0 = *w.op(g.members[0]).collective();
+      const CollOp op = cost_op(g.op);
+      const int t = op == CollOp::Send ? 2 : static_cast<int>(w.find_comm(g.comm)->ranks.size());
+      Ns last_start = 0, last_end = 0;
+      bool complete = true;
+      for (const fusion::OpRef& mem : g.members) {
+        auto it = at[static_cast<size_t>(mem.rank)].find(w.op(mem).id);
+        if (it == at[static_cast<size_t>(mem.rank)].end()) {
+          complete = false;
+          break;
+        }
+        last_start = std::max(last_start, it->second->start);
+        last_end = std::max(last_end, it->second->end);
+      }
+      if (!complete) continue;
+      bool alone = true;
+      for (const fusion::OpRef& mem : g.members)
+        for (const auto& [stream, start, end] : colls[static_cast<size_t>(mem.rank)])
+          if (stream != mem.stream && start < last_end && end > last_start) alone = false;
+      if (!alone) continue;
+      auto& [sum, count] = acc[{op, t, collective_bytes(c0, t, element_size(c0.dtype))}];
+      sum += static_cast<double>(last_end - last_start);
+      ++count;
+    }
+  }
+  // T = α · steps + β · wire bytes per kind and size, weighted for relative error.
+  std::map<CollOp, std::map<int, SizedLink>> links;
+  std::map<std::pair<CollOp, int>, std::vector<std::pair<int64_t, double>>> points;
+  for (const auto& [key, v] : acc)
+    points[{std::get<0>(key), std::get<1>(key)}].push_back({std::get<2>(key), v.first / v.second});
+  for (const auto& [key, pts] : points) {
+    const auto [op, t] = key;
+    std::vector<std::vector<double>> x;
+    std::vector<double> y, wt;
+    for (const auto& [bytes, mean] : pts) {
+      const analysis::Algorithm algo = model.choose(op, bytes, t);
+      x.push_back({analysis::latency_steps(op, t, algo),
+                   analysis::wire_factor(op, t, algo) * static_cast<double>(bytes)});
+      y.push_back(mean);
+      wt.push_back(mean > 0 ? 1.0 / (mean * mean) : 0);
+    }
+    if (pts.size() < 2) continue;  // one size cannot separate α from β
+    const std::vector<double> f = fit_nonneg(x, y, wt, /*intercept=*/false);
+    const SizedLink sl{{f[0], f[1]}, 0};
+    links[op][t] = sl;
+    if (samples)
+      for (size_t i = 0; i < pts.size(); ++i)
+        samples->push_back({"workload " + std::string(to_string(op)) + " " +
+                                std::to_string(pts[i].first) + " B on " + std::to_string(t) +
+                                " ranks (mean transfer)",
+                            static_cast<Ns>(std::llround(y[i])),
+                            static_cast<Ns>(std::llround(sl.link.time_ns(x[i][0], x[i][1])))});
+  }
+  return links;
+}
+
 Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
   Calibration cal;
   cal.ranks = nranks;
@@ -284,11 +479,17 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
   ro.data = DataMode::Timing;
   ro.compute_scale = 1.0;
   std::vector<double> measured;
+  const Probe* workload = nullptr;
+  std::vector<StepRecord> workload_steps;
   for (const Probe& p : probes) {
     auto prep = ex.prepare(p.schedule, ro);
     for (int i = 0; i < o.warmup; ++i) prep->run_step(false);
     for (int i = 0; i < o.steps; ++i) prep->run_step(true);
     ReplayResult r = prep->collect();
+    if (p.workload) {
+      workload = &p;
+      workload_steps = r.steps;
+    }
     std::vector<double> t;
     for (const StepRecord& s : r.steps) t.push_back(static_cast<double>(s.step_ns()));
     measured.push_back(quantile(t, 0.5));
@@ -396,7 +597,7 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
     std::vector<double> y, w;
     for (size_t i = 0; i < probes.size(); ++i) {
       const Probe& p = probes[i];
-      if (p.op != CollOp::Unknown || measured[i] <= 0) continue;
+      if (p.op != CollOp::Unknown || p.workload || measured[i] <= 0) continue;
       if ((p.compute_ns < kShortestSleepNs) != short_ops) continue;
       x.push_back({static_cast<double>(p.count) * static_cast<double>(p.compute_ns),
                    static_cast<double>(p.count)});
@@ -424,6 +625,7 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
   int nerr = 0;
   for (size_t i = 0; i < probes.size(); ++i) {
     const Probe& p = probes[i];
+    if (p.workload) continue;  // its collectives are samples of their own, below
     double pred;
     if (p.op == CollOp::Barrier) {
       pred = c0;
@@ -446,6 +648,21 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
       err += std::fabs(pred - measured[i]) / measured[i];
       ++nerr;
     }
+  }
+  // The workload's transfer times give each kind its per-size links (the sim prefers them to
+  // op_links): on this host a collective costs what the load around it makes it cost (docs/
+  // replay.md: a 2-rank all-gather in a replayed step took twice what the world probes'
+  // α-β gave it), which the probes, one collective on every rank at a time, do not see.
+  if (workload) {
+    const size_t first = cal.samples.size();
+    cal.sized_links = fit_workload_links(workload->schedule, workload_steps, model, &cal.samples);
+    for (size_t i = first; i < cal.samples.size(); ++i)
+      if (cal.samples[i].measured_ns > 0) {
+        err += std::fabs(
+                   static_cast<double>(cal.samples[i].predicted_ns - cal.samples[i].measured_ns)) /
+               static_cast<double>(cal.samples[i].measured_ns);
+        ++nerr;
+      }
   }
   cal.mean_rel_error = nerr ? err / nerr : 0;
   return cal;
@@ -558,8 +775,7 @@ SimProfile load_sim_profile(const std::string& name_or_path) {
       const std::optional<CollOp> op = coll_op_from_string(key);
       double a = 0, b = 0;
       if (!op || v["alpha_ns"].get_double().get(a) || v["ns_per_byte"].get_double().get(b))
-        throw Error(ErrorCode::BadFormat, name_or_path + ": replay.op_links." +
-                                              std::string(key) +
+        throw Error(ErrorCode::BadFormat, name_or_path + ": replay.op_links." + std::string(key) +
                                               ": expected a collective with alpha_ns and "
                                               "ns_per_byte");
       sp.sim.op_links[*op] = {std::max(a, 0.0), std::max(b, 0.0)};

@@ -8,7 +8,10 @@
 //     per dedicated core, for the sim's processor sharing;
 //   - per-compute-op overheads (what a compute op costs the backend beyond its duration), one
 //     for ops shorter than kShortestSleepNs (which the mpi backend always spins) and one for
-//     longer ops (which it sleeps on an oversubscribed host, paying the scheduler's wake-up).
+//     longer ops (which it sleeps on an oversubscribed host, paying the scheduler's wake-up);
+//   - α and β per collective kind and communicator size (what the sim prefers), from the
+//     calibration workload (calibration_workload): the mean transfer time of its collectives,
+//     timed while the rest of a step runs around them, as in a replay (default model only).
 // The result is a hardware profile (a JSON file usable anywhere as --profile) whose intra-node
 // link is the fitted one, with every rank on one node, plus a "replay" object holding the
 // compute overhead and how the calibration was made.
@@ -26,9 +29,11 @@ namespace braid::replay {
 struct CalibrationOptions {
   std::string base_profile = "cpu-shm";
   std::vector<int64_t> sizes = {64, 4096, 65536, 262144, 1048576};  // bytes per probe collective
-  int repeats = 8;     // collectives per probe step
-  int steps = 15;      // measured steps per probe (median): the probes are short, and fewer
-                       // left the fit at the mercy of a few descheduled steps
+  // Collectives per probe step.
+  int repeats = 8;
+  // Measured steps per probe (median): the probes are short, and fewer left the fit at the
+  // mercy of a few descheduled steps.
+  int steps = 15;
   int warmup = 2;
   // Model the host's cores (an oversubscribed mpi job): probe each communicator size of 2, 4,
   // 8, ... ranks alone as well as the world, fit per dedicated core, and let the sim share the
@@ -36,6 +41,9 @@ struct CalibrationOptions {
   // world probes' times, with every rank busy, stand for every collective (docs/replay.md
   // compares the two on this host).
   bool share_cores = false;
+  // Also replay the calibration workload (calibration_workload) and take each collective
+  // kind's per-size link from its collectives' transfer times (default model only).
+  bool workload = true;
   ReplayOptions replay;
 };
 
@@ -60,15 +68,15 @@ struct Calibration {
   std::map<CollOp, double> reduce_ns_per_element;
   // Per kind and probed communicator size (SimOptions::sized_links).
   std::map<CollOp, std::map<int, SizedLink>> sized_links;
-  Ns step_overhead_ns = 0;     // the empty step: SimOptions::step_start_ns
-  Ns start_skew_ns = 0;        // SimOptions::start_skew_ns, fitted on the collective probes
+  Ns step_overhead_ns = 0;  // the empty step: SimOptions::step_start_ns
+  Ns start_skew_ns = 0;     // SimOptions::start_skew_ns, fitted on the collective probes
   // The executor's host_cores(): with more ranks than cores, the links above are per dedicated
   // core (the probes' times divided by the ranks per core) and the sim shares the cores
   // (SimOptions::host_cores).
   int host_cores = 0;
   // With host_cores: how long a rank that waits for its peers spins (SimOptions::wait_spin_ns).
   Ns wait_spin_ns = 0;
-  double mean_rel_error = 0;   // of the fitted model on the probes
+  double mean_rel_error = 0;  // of the fitted model on the probes and the workload
   int ranks = 0;
   std::string backend;
   std::vector<CalibrationSample> samples;
@@ -87,12 +95,31 @@ struct Probe {
   fusion::Schedule schedule;
   CollOp op = CollOp::Unknown;  // Unknown: a compute probe; Barrier: the empty step
   int64_t bytes = 0;
-  int esize = 4;       // element size of the collective's dtype (float32, or bfloat16)
-  int group = 0;       // the collective runs on ranks 0..group-1 (the world: every rank)
-  int count = 0;       // collectives or compute ops per step
-  Ns compute_ns = 0;   // duration of each compute op
+  int esize = 4;          // element size of the collective's dtype (float32, or bfloat16)
+  int group = 0;          // the collective runs on ranks 0..group-1 (the world: every rank)
+  int count = 0;          // collectives or compute ops per step
+  Ns compute_ns = 0;      // duration of each compute op
+  bool workload = false;  // the calibration workload (op Unknown, count 0)
 };
 std::vector<Probe> calibration_probes(int nranks, const CalibrationOptions& o);
+
+// The calibration workload for `nranks` ranks: a training step in miniature, so that each
+// collective is timed under the load a replayed step puts on the host, not alone and back to
+// back as in the probes. Each of allgather, reducescatter, allreduce and alltoall of 256 KiB,
+// 1 MiB and 4 MiB (bfloat16) runs on every communicator layout a step has: contiguous groups of
+// 2, 4, ... ranks (tensor parallel), strided ones (data / expert parallel) and the world, each
+// after a compute op of 60 us to 1 ms; point-to-point transfers between the two halves of the
+// ranks (pipeline stages); and an 8 MiB all-reduce on a second stream that overlaps the rest
+// (a gradient bucket).
+fusion::Schedule calibration_workload(int nranks);
+
+// Per collective kind and communicator size, the α-β that reproduces the mean transfer time
+// (end minus the last member's arrival) of the workload's collectives of each size in the
+// measured `steps` (all ranks), with the algorithms `model` picks. Appends one sample per kind,
+// size and message size to `samples` when given.
+std::map<CollOp, std::map<int, SizedLink>> fit_workload_links(
+    const fusion::Schedule& workload, const std::vector<StepRecord>& steps,
+    const analysis::CostModel& model, std::vector<CalibrationSample>* samples = nullptr);
 
 // Runs the probes on `ex` (collective on every process) and fits; complete on the reporting
 // process.

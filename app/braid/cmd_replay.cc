@@ -73,8 +73,8 @@ int run_calibration(const ReplayOpts& o) {
     w.flush();
     out.commit();
     std::printf("calibrated %s on %d ranks: α %.0f ns per step, %.3f GB/s; a compute op of d costs "
-                "%.2f·d + %lld ns (%.2f·d + %lld ns below %lld us); mean error on the probes "
-                "%.1f%%\n",
+                "%.2f·d + %lld ns (%.2f·d + %lld ns below %lld us); mean error on the probes and "
+                "the workload %.1f%%\n",
                 o.backend.c_str(), n, cal.profile.intra_node.latency_ns,
                 cal.profile.intra_node.bandwidth_gbps, cal.compute_slowdown,
                 static_cast<long long>(cal.compute_overhead_ns), cal.short_compute_slowdown,
@@ -206,7 +206,8 @@ void register_replay(CLI::App& app, Action& run) {
       "file. Backends: sim (discrete-event simulation with the cost model), mpi (one process per\n"
       "rank on CPUs: mpirun -np N braid replay ... --backend mpi), nccl (one process per GPU).\n"
       "This build has: " + backends + ".\n"
-      "--calibrate fits the sim's link and compute overhead to the backend on this host:\n"
+      "--calibrate fits the sim's links (per collective kind, and per communicator size from a\n"
+      "calibration workload) and compute overheads to the backend on this host:\n"
       "  mpirun -np 4 braid replay --calibrate --backend mpi -o cal.json; then --profile cal.json.");
   cmd->add_option("input", o->input, ".braid file (a stored schedule) or a schedule JSON file");
   cmd->add_option("--schedule", o->schedule, "Stored schedule id (default: the newest)");

@@ -125,8 +125,9 @@ TEST(ReplayCliMpi, ARankThatDiesEndsEveryRankQuickly) {
 }
 
 // A calibration on 4 real ranks: the file carries the per-kind links with the bfloat16 probes'
-// per-element cost, and --share-cores the per-size links and, when 4 ranks are more than the
-// host's cores, the cores the ranks were pinned to; the sim replays with it.
+// per-element cost and the calibration workload's per-size links, and --share-cores the
+// per-size links of the lone probes and, when 4 ranks are more than the host's cores, the
+// cores the ranks were pinned to; the sim replays with it.
 TEST(ReplayCliMpi, CalibrationWritesTheLinksAndSharesTheCoresWhenAsked) {
   test::TempDir dir;
   const std::string plain = dir.file("plain.json"), shared = dir.file("shared.json");
@@ -138,7 +139,9 @@ TEST(ReplayCliMpi, CalibrationWritesTheLinksAndSharesTheCoresWhenAsked) {
   const std::string pj((std::istreambuf_iterator<char>(pf)), std::istreambuf_iterator<char>());
   EXPECT_THAT(pj, HasSubstr("\"host_cores\": 0"));
   EXPECT_THAT(pj, HasSubstr("\"ns_per_element\""));
-  EXPECT_THAT(pj, ::testing::Not(HasSubstr("\"2\": {")));  // no 2-rank probes
+  // The calibration workload gives per-size links: 2- and 4-rank ones for every kind.
+  EXPECT_THAT(r.out, HasSubstr("workload allgather 1048576 B on 2 ranks"));
+  EXPECT_THAT(pj, HasSubstr("\"by_ranks\": {\"2\": {\"alpha_ns\""));
 
   r = sh("timeout 120 " + mpirun(4) + kCli + " replay --calibrate --share-cores --backend mpi -o " +
          shared);

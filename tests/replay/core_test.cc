@@ -11,16 +11,16 @@
 
 #include "analysis/cost_model.h"
 #include "fusion/schedule_store.h"
+#include "fusion/schedules.h"
 #include "fusion/synth.h"
 #include "replay/ab.h"
 #include "replay/calibrate.h"
 #include "replay/common.h"
 #include "replay/fidelity.h"
 #include "replay/inputs.h"
+#include "replay/replay_schedules.h"
 #include "replay/sim.h"
 #include "replay/store_run.h"
-#include "fusion/schedules.h"
-#include "replay/replay_schedules.h"
 #include "trace/error.h"
 #include "trace/reader.h"
 #include "trace/test_util.h"
@@ -103,9 +103,9 @@ TEST(Sim, ACollectiveKindsOwnLinkReplacesTheProfiles) {
   o.op_links[CollOp::AllReduce] = {10'000, 2.0};
   const int64_t bytes = 32;  // 8 float32
   const analysis::Algorithm algo = cm.choose(CollOp::AllReduce, bytes, 2, "world", {0, 1});
-  const Ns ar = static_cast<Ns>(std::llround(
-      10'000 * analysis::latency_steps(CollOp::AllReduce, 2, algo) +
-      2.0 * analysis::wire_factor(CollOp::AllReduce, 2, algo) * bytes));
+  const Ns ar = static_cast<Ns>(
+      std::llround(10'000 * analysis::latency_steps(CollOp::AllReduce, 2, algo) +
+                   2.0 * analysis::wire_factor(CollOp::AllReduce, 2, algo) * bytes));
   EXPECT_EQ(simulate(s, cm, o).step_ns(), 200'000 + ar + 100'000);
   EXPECT_NE(ar, cm.collective_ns(CollOp::AllReduce, bytes, 2, "world", {0, 1}));
   // A per-element reduction cost adds per element on the wire (8 float32: wire factor · 8).
@@ -125,9 +125,9 @@ TEST(Sim, ACollectiveKindsOwnLinkReplacesTheProfiles) {
   };
   auto expect_alpha = [&](double alpha) {
     return 200'000 + 100'000 +
-           static_cast<Ns>(std::llround(
-               alpha * analysis::latency_steps(CollOp::AllReduce, 2, algo) +
-               2.0 * analysis::wire_factor(CollOp::AllReduce, 2, algo) * bytes));
+           static_cast<Ns>(
+               std::llround(alpha * analysis::latency_steps(CollOp::AllReduce, 2, algo) +
+                            2.0 * analysis::wire_factor(CollOp::AllReduce, 2, algo) * bytes));
   };
   EXPECT_EQ(with_size_link(2, 30'000), expect_alpha(30'000));
   EXPECT_EQ(with_size_link(4, 40'000), expect_alpha(40'000));
@@ -161,8 +161,9 @@ fusion::Schedule two_groups(std::vector<int32_t> a, std::vector<int32_t> b, Ns b
     const bool in_b = std::count(b.begin(), b.end(), r) > 0;
     s.add_buffer(r, "x", "float32", 1024);
     const int st = s.add_stream(r, "main");
-    s.append(r, st, compute_op("fwd", 100'000 + (in_b ? b_late : 0), {sl("x", 0, 1024)},
-                                    {sl("x", 0, 1024)}));
+    s.append(
+        r, st,
+        compute_op("fwd", 100'000 + (in_b ? b_late : 0), {sl("x", 0, 1024)}, {sl("x", 0, 1024)}));
     fusion::Collective k;
     k.op = CollOp::AllReduce;
     k.comm = in_b ? "b" : "a";
@@ -192,7 +193,8 @@ TEST(Sim, CollectivesShareTheCoresTheirMembersRunOn) {
   // Two cores: ranks 0 and 2 on core 0, 1 and 3 on core 1; both groups run at half rate.
   o.host_cores = 2;
   SimResult r = simulate(s, cm, o);
-  for (int32_t rank = 0; rank < 4; ++rank) EXPECT_EQ(end_of_allreduce(r, s, rank), 100'000 + 2 * ar);
+  for (int32_t rank = 0; rank < 4; ++rank)
+    EXPECT_EQ(end_of_allreduce(r, s, rank), 100'000 + 2 * ar);
   // One core: four member streams on it.
   o.host_cores = 1;
   EXPECT_EQ(end_of_allreduce(simulate(s, cm, o), s, 3), 100'000 + 4 * ar);
@@ -344,7 +346,7 @@ TEST(Store, ReplayBecomesARunWithKernelsCollectivesStreamsAndSteps) {
     }
     return true;
   });
-  EXPECT_EQ(compute, 4);  // fwd on 2 ranks x 2 steps
+  EXPECT_EQ(compute, 4);      // fwd on 2 ranks x 2 steps
   EXPECT_EQ(kernels, 4 + 8);  // + all-reduce and send/recv kernels
   std::multiset<std::pair<std::string, int64_t>> seqs;
   int colls = 0;
@@ -393,7 +395,8 @@ TEST(DataCheck, ReportsMismatchesByRankBufferAndIndex) {
 }
 
 TEST(DataCheck, FloatReductionsWithinToleranceCopiesBitwise) {
-  FloatBuffers e{{"sum", {1.0, 2.0}}, {"idx", {7, 8}}}, a{{"sum", {1.0 + 1e-9, 2.0}}, {"idx", {7, 8}}};
+  FloatBuffers e{{"sum", {1.0, 2.0}}, {"idx", {7, 8}}},
+      a{{"sum", {1.0 + 1e-9, 2.0}}, {"idx", {7, 8}}};
   std::map<std::string, std::string> dt{{"sum", "float32"}, {"idx", "int32"}};
   EXPECT_TRUE(compare_float(0, e, a, {"sum", "idx"}, dt, {}).ok());
   a["sum"][1] = 2.1;
@@ -500,19 +503,22 @@ TEST(Calibrate, ProbesAreValidAndCoverTheOps) {
   CalibrationOptions o;
   std::set<CollOp> ops;
   int compute = 0;
+  int workloads = 0;
   for (const Probe& p : calibration_probes(4, o)) {
     EXPECT_TRUE(fusion::validate(p.schedule).empty()) << p.name;
     ops.insert(p.op);
-    compute += p.op == CollOp::Unknown;
+    workloads += p.workload;
+    compute += p.op == CollOp::Unknown && !p.workload;
     if (p.op == CollOp::Unknown || p.op == CollOp::Barrier) continue;
     EXPECT_EQ(simulate(p.schedule, model()).step_ns(),
-                p.count * model().collective_ns(p.op, p.bytes, p.op == CollOp::Send ? 2 : p.group))
-          << p.name;
+              p.count * model().collective_ns(p.op, p.bytes, p.op == CollOp::Send ? 2 : p.group))
+        << p.name;
   }
-  EXPECT_EQ(ops, (std::set<CollOp>{CollOp::Unknown, CollOp::Barrier, CollOp::AllReduce,
-                                   CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllToAll,
-                                   CollOp::Send}));
+  EXPECT_EQ(
+      ops, (std::set<CollOp>{CollOp::Unknown, CollOp::Barrier, CollOp::AllReduce, CollOp::AllGather,
+                             CollOp::ReduceScatter, CollOp::AllToAll, CollOp::Send}));
   EXPECT_EQ(compute, 8);  // two durations on each side of kShortestSleepNs, two chain lengths
+  EXPECT_EQ(workloads, 1);
   // Reducing kinds are probed in bfloat16 too, at every size; nothing else is.
   std::map<CollOp, int> bf16;
   for (const Probe& p : calibration_probes(4, o))
@@ -526,29 +532,144 @@ TEST(Calibrate, ProbesAreValidAndCoverTheOps) {
   for (const Probe& p : calibration_probes(16, o)) EXPECT_TRUE(p.group == 16 || p.group == 0);
   // Sharing the cores, every kind but send is probed on the world and on each power of two
   // below it.
+  // (The workload measures in-situ costs; with shared cores the sim models the sharing itself.)
   o.share_cores = true;
   std::map<CollOp, std::set<int>> groups;
-  for (const Probe& p : calibration_probes(16, o))
+  for (const Probe& p : calibration_probes(16, o)) {
+    EXPECT_FALSE(p.workload);
     if (p.op != CollOp::Unknown && p.op != CollOp::Barrier) groups[p.op].insert(p.group);
+  }
   EXPECT_EQ(groups[CollOp::AllToAll], (std::set<int>{2, 4, 8, 16}));
   EXPECT_EQ(groups[CollOp::Send], (std::set<int>{16}));
+}
+
+// The calibration workload: every kind at three sizes on contiguous and strided groups of each
+// size and the world, each after a compute op, point-to-point transfers between the halves, and
+// an all-reduce on a second stream; it validates for any world size.
+TEST(Calibrate, WorkloadHasEveryKindOnEveryLayout) {
+  for (int n : {2, 3, 6, 8, 16}) {
+    const fusion::Schedule w = calibration_workload(n);
+    ASSERT_TRUE(fusion::validate(w).empty()) << n << ": " << fusion::validate(w)[0];
+    const fusion::Matching m = fusion::match_collectives(w);
+    std::map<CollOp, std::set<int>> sizes;
+    std::map<std::pair<CollOp, int>, std::set<int64_t>> bytes;
+    for (const fusion::MatchGroup& g : m.groups) {
+      const fusion::Collective& c = *w.op(g.members[0]).collective();
+      const int t = g.op == CollOp::Send ? 2 : static_cast<int>(w.find_comm(g.comm)->ranks.size());
+      sizes[g.op].insert(t);
+      bytes[{g.op, t}].insert(collective_bytes(c, t, 2));
+    }
+    std::set<int> expect{n};
+    for (int g = 2; g < n; g *= 2)
+      if (n % g == 0) expect.insert(g);
+    for (CollOp op : {CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllToAll}) {
+      EXPECT_EQ(sizes[op], expect) << n << " " << to_string(op);
+      for (int t : expect)
+        EXPECT_EQ(bytes[std::make_pair(op, t)],
+                  (std::set<int64_t>{(128 << 10) / t * t * 2, (512 << 10) / t * t * 2,
+                                     (2 << 20) / t * t * 2}))
+            << n << " " << to_string(op) << " " << t;
+    }
+    EXPECT_TRUE(sizes[CollOp::AllReduce].count(n)) << n;
+    EXPECT_EQ(sizes.count(CollOp::Send), n >= 2 ? 1u : 0u) << n;
+    // Every rank has the main stream and the overlapping all-reduce's stream.
+    for (const auto& rs : w.ranks) EXPECT_EQ(rs.streams.size(), 2u);
+  }
+}
+
+// Calibrated against the sim with a known link, the workload's fit gives back the sim's α and β
+// for every kind and communicator size (its transfers cost exactly the α-β time), and the sim
+// then prefers these per-size links.
+TEST(Calibrate, WorkloadFitRecoversTheLinkPerKindAndSize) {
+  analysis::HardwareProfile p = *analysis::find_profile("cpu-shm");
+  p.gpus_per_node = 8;
+  p.intra_node.latency_ns = 3000;
+  p.intra_node.bandwidth_gbps = 4.0;  // 0.25 ns per byte
+  SimExecutor sim{analysis::CostModel(p), SimOptions{}};
+  CalibrationOptions co;
+  co.steps = 1;
+  co.warmup = 0;
+  const Calibration c = calibrate(sim, 8, co);
+  for (CollOp op : {CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce, CollOp::AllToAll,
+                    CollOp::Send}) {
+    ASSERT_TRUE(c.sized_links.count(op)) << to_string(op);
+    for (const auto& [t, l] : c.sized_links.at(op)) {
+      EXPECT_NEAR(l.link.alpha_ns, 3000, 30) << to_string(op) << " " << t;
+      EXPECT_NEAR(l.link.ns_per_byte, 0.25, 0.0025) << to_string(op) << " " << t;
+    }
+  }
+  EXPECT_EQ(c.sized_links.at(CollOp::AllGather).size(), 3u);  // 2, 4 and 8 ranks
+  EXPECT_EQ(c.sized_links.at(CollOp::Send).size(), 1u);
+  EXPECT_LT(c.mean_rel_error, 0.01);
+  int workload_samples = 0;
+  for (const CalibrationSample& s : c.samples)
+    if (s.probe.rfind("workload ", 0) == 0) {
+      ++workload_samples;
+      EXPECT_NEAR(static_cast<double>(s.predicted_ns), static_cast<double>(s.measured_ns),
+                  0.01 * static_cast<double>(s.measured_ns) + 2)
+          << s.probe;
+    }
+  EXPECT_GE(workload_samples, 4 * 3 * 3);
+  EXPECT_EQ(c.sim_options().sized_links.size(), c.sized_links.size());
+}
+
+// The workload fit on hand-made timings: transfers are timed from the last member's arrival;
+// one that overlaps a collective of another stream on a member is left out.
+TEST(Calibrate, WorkloadFitTimesFromTheLastArrivalAndSkipsOverlaps) {
+  fusion::Schedule w = calibration_workload(2);
+  const fusion::Matching m = fusion::match_collectives(w);
+  analysis::HardwareProfile p = *analysis::find_profile("cpu-shm");
+  const analysis::CostModel model(p);
+  // Every 2-rank collective: rank 1 arrives 1 ms late; the transfer is 2 ns per byte after it.
+  StepRecord step;
+  step.ranks.resize(2);
+  Ns t = 0;
+  for (const fusion::MatchGroup& g : m.groups) {
+    const fusion::Collective& c = *w.op(g.members[0]).collective();
+    const double wire =
+        analysis::wire_factor(cost_op(g.op), 2,
+                              model.choose(cost_op(g.op), collective_bytes(c, 2, 2), 2)) *
+        static_cast<double>(collective_bytes(c, 2, 2));
+    const Ns transfer = static_cast<Ns>(2.0 * wire);
+    for (size_t k = 0; k < g.members.size(); ++k) {
+      const fusion::OpRef mem = g.members[k];
+      const Ns arrive = t + (mem.rank == 1 ? 1'000'000 : 0);
+      step.ranks[static_cast<size_t>(mem.rank)].push_back(
+          {w.op(mem).id, mem.stream, arrive, t + 1'000'000 + transfer});
+    }
+    t += 10'000'000;
+  }
+  std::vector<CalibrationSample> samples;
+  auto links = fit_workload_links(w, {step}, model, &samples);
+  ASSERT_TRUE(links.count(CollOp::AllGather));
+  EXPECT_NEAR(links.at(CollOp::AllGather).at(2).link.ns_per_byte, 2.0, 0.01);
+  EXPECT_NEAR(links.at(CollOp::AllGather).at(2).link.alpha_ns, 0, 50);
+  // Now the overlapping all-reduce (stream 1) spans every main-stream collective: nothing is
+  // left to fit.
+  for (auto& rank : step.ranks)
+    for (OpTime& o : rank)
+      if (o.stream == 1) {
+        o.start = 0;
+        o.end = t;
+      }
+  EXPECT_TRUE(fit_workload_links(w, {step}, model).empty());
 }
 
 // The sim as a calibration target that shares 2 cores among its ranks, as an oversubscribed
 // mpi job does, and reports `reported` as its host's cores.
 class SharingSim : public SimExecutor {
  public:
-  SharingSim(const analysis::HardwareProfile& p, int reported,
-             double allreduce_ns_per_element = 0)
-      : SimExecutor(analysis::CostModel(p), [&] {
-          SimOptions o;
-          o.host_cores = 2;
-          if (allreduce_ns_per_element > 0) {
-            o.op_links[CollOp::AllReduce] = analysis::LinkCost::of(p.intra_node);
-            o.reduce_ns_per_element[CollOp::AllReduce] = allreduce_ns_per_element;
-          }
-          return o;
-        }()),
+  SharingSim(const analysis::HardwareProfile& p, int reported, double allreduce_ns_per_element = 0)
+      : SimExecutor(analysis::CostModel(p),
+                    [&] {
+                      SimOptions o;
+                      o.host_cores = 2;
+                      if (allreduce_ns_per_element > 0) {
+                        o.op_links[CollOp::AllReduce] = analysis::LinkCost::of(p.intra_node);
+                        o.reduce_ns_per_element[CollOp::AllReduce] = allreduce_ns_per_element;
+                      }
+                      return o;
+                    }()),
         reported_(reported) {}
   int host_cores() const override { return reported_; }
 
@@ -594,6 +715,7 @@ TEST(Calibrate, OnASharedHostTheFitIsPerDedicatedCore) {
   // Without sharing the cores (or had the host's cores not been known) the world probes' times
   // stand for every collective: a link 4 times slower, on all ranks busy.
   co.share_cores = false;
+  co.workload = false;  // the world probes alone (the workload's links: tests below)
   const Calibration u = calibrate(shared, 8, co);
   EXPECT_EQ(u.host_cores, 0);
   EXPECT_EQ(u.sim_options().host_cores, 0);
