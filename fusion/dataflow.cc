@@ -154,6 +154,21 @@ bool HappensBefore::before(OpRef a, OpRef b) const {
 Dataflow::Dataflow(const Schedule& s)
     : s_(s), hb_(s), m_(match_collectives(s)), index_(s.ranks.size()) {}
 
+const std::vector<OpRef>& Dataflow::collectives_on(int32_t rank, const std::string& comm) const {
+  static const std::vector<OpRef> none;
+  RankIndex& ix = index_[rank];
+  if (!ix.comms_built) {
+    ix.comms_built = true;
+    const auto& streams = s_.ranks[rank].streams;
+    for (int32_t st = 0; st < static_cast<int32_t>(streams.size()); ++st)
+      for (int32_t i = 0; i < static_cast<int32_t>(streams[st].ops.size()); ++i)
+        if (const Collective* c = streams[st].ops[i].collective())
+          ix.by_comm[c->comm].push_back({rank, st, i});
+  }
+  auto it = ix.by_comm.find(comm);
+  return it == ix.by_comm.end() ? none : it->second;
+}
+
 const std::vector<OpRef>& Dataflow::touching(int32_t rank, const std::string& buffer) const {
   RankIndex& ix = index_[rank];
   if (!ix.built) {
@@ -213,20 +228,20 @@ Uses Dataflow::uses_after(OpRef at, const Slice& slice) const {
   };
   std::vector<Touch> after;
   for (const OpRef& o : touching(at.rank, slice.buffer)) {
-      if (o == at) continue;
-      Access acc = access_of(s_, at.rank, s_.op(o));
-      if (!acc.any && !touches(acc.reads, slice) && !touches(acc.writes, slice)) continue;
-      if (hb_.before(o, at)) continue;
-      if (!hb_.before(at, o)) {
-        u.unordered.push_back(o);
-        continue;
-      }
-      if (acc.any) {
-        u.opaque.push_back(o);
-        continue;
-      }
-      after.push_back({o, std::move(acc)});
+    if (o == at) continue;
+    Access acc = access_of(s_, at.rank, s_.op(o));
+    if (!acc.any && !touches(acc.reads, slice) && !touches(acc.writes, slice)) continue;
+    if (hb_.before(o, at)) continue;
+    if (!hb_.before(at, o)) {
+      u.unordered.push_back(o);
+      continue;
     }
+    if (acc.any) {
+      u.opaque.push_back(o);
+      continue;
+    }
+    after.push_back({o, std::move(acc)});
+  }
   for (const Touch& r : after) {
     ElemSet e;
     for (const Slice& x : r.acc.reads)
@@ -261,12 +276,12 @@ Uses Dataflow::uses_after(OpRef at, const Slice& slice) const {
 std::vector<OpRef> Dataflow::writers_between(OpRef a, OpRef b, const Slice& slice) const {
   std::vector<OpRef> out;
   for (const OpRef& o : touching(a.rank, slice.buffer)) {
-      if (o == a || o == b) continue;
-      Access acc = access_of(s_, a.rank, s_.op(o));
-      if (!acc.any && !touches(acc.writes, slice)) continue;
-      if (hb_.before(o, a) || hb_.before(b, o)) continue;
-      out.push_back(o);
-    }
+    if (o == a || o == b) continue;
+    Access acc = access_of(s_, a.rank, s_.op(o));
+    if (!acc.any && !touches(acc.writes, slice)) continue;
+    if (hb_.before(o, a) || hb_.before(b, o)) continue;
+    out.push_back(o);
+  }
   return out;
 }
 
@@ -285,11 +300,14 @@ int64_t nccl_bytes(const Schedule& s, const Collective& c) {
   switch (c.op) {
     case CollOp::AllGather:
     case CollOp::ReduceScatter:
-    case CollOp::AllToAll: elems = n * c.count; break;
+    case CollOp::AllToAll:
+      elems = n * c.count;
+      break;
     case CollOp::ManyToMany:
       for (const PeerChunk& p : c.sends) elems += p.count;
       break;
-    default: elems = c.count;
+    default:
+      elems = c.count;
   }
   return elems * dtype_bytes_of(c.dtype);
 }
@@ -300,8 +318,10 @@ analysis::Algorithm wire_algo(CollOp op) {
     case CollOp::Send:
     case CollOp::Recv:
     case CollOp::AllToAll:
-    case CollOp::ManyToMany: return analysis::Algorithm::Direct;
-    default: return analysis::Algorithm::Ring;
+    case CollOp::ManyToMany:
+      return analysis::Algorithm::Direct;
+    default:
+      return analysis::Algorithm::Ring;
   }
 }
 }  // namespace

@@ -49,9 +49,9 @@ struct Uses {
     OpRef op;
     ElemSet elems;  // the elements of the value it reads (offsets in the buffer)
   };
-  std::vector<Use> readers;  // ops after `at` reading part of the value before it is overwritten
-  ElemSet live_at_end;       // elements still holding the value at the end, in an output buffer
-  std::vector<OpRef> opaque; // opaque compute after `at` (may read anything)
+  std::vector<Use> readers;   // ops after `at` reading part of the value before it is overwritten
+  ElemSet live_at_end;        // elements still holding the value at the end, in an output buffer
+  std::vector<OpRef> opaque;  // opaque compute after `at` (may read anything)
   // Ops touching the slice that are not ordered with `at` (or a reader unordered with a writer
   // of the same elements): the uses cannot be known.
   std::vector<OpRef> unordered;
@@ -72,6 +72,9 @@ class Dataflow {
   // Ops of the rank strictly between a and b (a before op before b) that write an element of
   // `slice`, plus ops unordered with a or b that touch it; opaque compute counts as a writer.
   std::vector<OpRef> writers_between(OpRef a, OpRef b, const Slice& slice) const;
+  // The collectives (send/recv included) of a rank on a communicator, in (stream, position)
+  // order. Built per rank on first use.
+  const std::vector<OpRef>& collectives_on(int32_t rank, const std::string& comm) const;
 
  private:
   // Ops of a rank that may touch a buffer: those whose access names it, plus opaque compute,
@@ -86,6 +89,8 @@ class Dataflow {
     bool built = false;
     std::unordered_map<std::string, std::vector<OpRef>> by_buffer;  // opaque ops merged in
     std::vector<OpRef> opaque;
+    bool comms_built = false;
+    std::unordered_map<std::string, std::vector<OpRef>> by_comm;
   };
   mutable std::vector<RankIndex> index_;
 };

@@ -7,11 +7,16 @@ namespace braid::fusion {
 
 std::string_view to_string(OpKind k) {
   switch (k) {
-    case OpKind::Compute: return "compute";
-    case OpKind::Collective: return "collective";
-    case OpKind::Delay: return "delay";
-    case OpKind::Record: return "record";
-    case OpKind::Wait: return "wait";
+    case OpKind::Compute:
+      return "compute";
+    case OpKind::Collective:
+      return "collective";
+    case OpKind::Delay:
+      return "delay";
+    case OpKind::Record:
+      return "record";
+    case OpKind::Wait:
+      return "wait";
   }
   return "unknown";
 }
@@ -51,7 +56,8 @@ std::optional<OpRef> Schedule::find_op(int64_t id) const {
       if (ops[i].id == want) return OpRef{r, st, static_cast<int32_t>(i)};
     return std::nullopt;
   };
-  if (op_index_.empty()) {  // first use: index every op
+  auto index_all = [this] {
+    op_index_.clear();
     for (size_t r = 0; r < ranks.size(); ++r)
       for (size_t st = 0; st < ranks[r].streams.size(); ++st) {
         const auto& ops = ranks[r].streams[st].ops;
@@ -59,7 +65,8 @@ std::optional<OpRef> Schedule::find_op(int64_t id) const {
           op_index_[ops[i].id] = {static_cast<int32_t>(r), static_cast<int32_t>(st),
                                   static_cast<int32_t>(i)};
       }
-  }
+  };
+  if (op_index_.empty()) index_all();  // first use
   // The cached position is checked before it is trusted: edits move ops without telling. A
   // moved op is looked for on its stream first (inserts and removals shift it along it).
   auto it = op_index_.find(id);
@@ -73,13 +80,16 @@ std::optional<OpRef> Schedule::find_op(int64_t id) const {
       const int32_t n = static_cast<int32_t>(ops.size());
       for (int32_t d = 1; d <= 16; ++d)
         for (int32_t i : {was.index + d, was.index - d})
-          if (i >= 0 && i < n && ops[i].id == id) return it->second = OpRef{was.rank, was.stream, i};
+          if (i >= 0 && i < n && ops[i].id == id)
+            return it->second = OpRef{was.rank, was.stream, i};
       if (auto at = scan_stream(was.rank, was.stream, id)) return it->second = *at;
     }
   }
-  for (int32_t r = 0; r < static_cast<int32_t>(ranks.size()); ++r)
-    for (int32_t st = 0; st < static_cast<int32_t>(ranks[r].streams.size()); ++st)
-      if (auto at = scan_stream(r, st, id)) return op_index_[id] = *at;
+  // Not indexed (an op added since) or gone: index every op again, so the ops a rewrite added
+  // cost one pass together rather than one each.
+  index_all();
+  it = op_index_.find(id);
+  if (it != op_index_.end()) return it->second;
   return std::nullopt;
 }
 
@@ -117,15 +127,19 @@ size_t Schedule::op_count() const {
   return n;
 }
 
+int64_t& Schedule::op_id_counter() {
+  const size_t n = op_count();
+  const auto handed_out = static_cast<size_t>(id_counter_ - id_counter_checked_);
+  if (id_counter_ops_ == SIZE_MAX || n > id_counter_ops_ + handed_out)
+    id_counter_ = std::max(id_counter_, next_op_id());
+  id_counter_checked_ = id_counter_;
+  id_counter_ops_ = n;
+  return id_counter_;
+}
+
 int64_t Schedule::append(int32_t rank, int stream, decltype(Op::body) body) {
-  if (op_count() != cached_ops_) {
-    cached_next_id_ = next_op_id();
-    cached_ops_ = op_count();
-  }
-  int64_t id = cached_next_id_;
+  const int64_t id = op_id_counter()++;
   add_rank(rank).streams.at(stream).ops.push_back(Op{id, std::move(body), {}});
-  ++cached_next_id_;
-  ++cached_ops_;
   return id;
 }
 
@@ -175,8 +189,7 @@ std::vector<OpRef> touching(const Schedule& s, int32_t rank, const Slice& slice,
       Access a = access_of(s, rank, streams[st].ops[i]);
       bool hit = a.any;
       for (const Slice& x : reads ? a.reads : a.writes) hit = hit || x.overlaps(slice);
-      if (hit)
-        out.push_back({rank, static_cast<int32_t>(st), static_cast<int32_t>(i)});
+      if (hit) out.push_back({rank, static_cast<int32_t>(st), static_cast<int32_t>(i)});
     }
   return out;
 }

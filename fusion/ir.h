@@ -186,7 +186,12 @@ struct Schedule {
   const Op& op(OpRef r) const { return ranks[r.rank].streams[r.stream].ops[r.index]; }
   Op& op(OpRef r) { return ranks[r.rank].streams[r.stream].ops[r.index]; }
   std::optional<OpRef> find_op(int64_t id) const;  // indexed; a stale index is rebuilt
-  int64_t next_op_id() const;                       // 1 + the largest id, 0 when empty
+  int64_t next_op_id() const;                      // 1 + the largest id, 0 when empty
+  // The id for the next new op, to be incremented by whoever takes it (make_op(next, ...) does):
+  // above every id in the schedule and every id it handed out before, without a scan per
+  // rewrite. It rescans when the schedule has more ops than the ids it handed out explain (ops
+  // added with ids of their own).
+  int64_t& op_id_counter();
   size_t op_count() const;
 
   // Building helpers. add_rank appends ranks up to `rank`; add_stream returns the stream index;
@@ -201,10 +206,11 @@ struct Schedule {
   }
 
  private:
-  // append's id counter, so building a schedule op by op stays linear. Rescanned whenever the
-  // op count differs from the one it was computed for (ops added other than by append).
-  mutable int64_t cached_next_id_ = 0;
-  mutable size_t cached_ops_ = SIZE_MAX;
+  // op_id_counter's state: the counter, its value and the op count when last checked (SIZE_MAX:
+  // never), so a check knows how many ids were handed out since.
+  int64_t id_counter_ = 0;
+  int64_t id_counter_checked_ = 0;
+  size_t id_counter_ops_ = SIZE_MAX;
   // find_op's index of op positions by id: rebuilt when a looked-up position no longer holds
   // the id (rewrites insert and remove ops), so passes that look ops up by id stay linear.
   mutable std::unordered_map<int64_t, OpRef> op_index_;

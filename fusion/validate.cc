@@ -6,6 +6,7 @@
 #include <queue>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 namespace braid::fusion {
 
@@ -20,77 +21,82 @@ bool is_p2p(CollOp op) { return op == CollOp::Send || op == CollOp::Recv; }
 // ---------------------------------------------------------------------------------------------
 // Structure, slices, per-op shapes
 
-void check_slice(const Schedule& s, const RankSchedule& r, OpRef ref, const Slice& sl,
-                 const std::string& what, const std::string& dtype, Problems& out) {
-  const Buffer* b = r.find_buffer(sl.buffer);
-  std::string where = describe(s, ref) + ": " + what + " ";
+// A rank's buffers by name (the first of a name, as RankSchedule::find_buffer).
+using BufferIndex = std::unordered_map<std::string_view, const Buffer*>;
+
+void check_slice(const Schedule& s, const RankSchedule& r, const BufferIndex& bufs, OpRef ref,
+                 const Slice& sl, const char* what, const std::string& dtype, Problems& out) {
+  auto found = bufs.find(sl.buffer);
+  const Buffer* b = found == bufs.end() ? nullptr : found->second;
+  // Built only for a problem: describing every op made validation allocation-bound.
+  auto where = [&] { return describe(s, ref) + ": " + what + " "; };
   if (!b) {
-    out.push_back(where + "names buffer " + q(sl.buffer) + ", which rank " +
+    out.push_back(where() + "names buffer " + q(sl.buffer) + ", which rank " +
                   std::to_string(r.rank) + " does not have");
     return;
   }
   if (sl.offset < 0 || sl.count < 0 || sl.offset > b->size || sl.count > b->size - sl.offset)
-    out.push_back(where + "slice [" + std::to_string(sl.offset) + ", " +
+    out.push_back(where() + "slice [" + std::to_string(sl.offset) + ", " +
                   std::to_string(sl.offset + sl.count) + ") is out of bounds of buffer " +
                   q(b->name) + " (size " + std::to_string(b->size) + ")");
   if (!dtype.empty() && b->dtype != dtype)
-    out.push_back(where + "buffer " + q(b->name) + " has dtype " + q(b->dtype) +
+    out.push_back(where() + "buffer " + q(b->name) + " has dtype " + q(b->dtype) +
                   ", the collective " + q(dtype));
 }
 
 // `want`: the slice's required count, or -1 when the slice must be absent.
 void expect_slice(const Schedule& s, OpRef ref, const Slice& sl, const char* name, int64_t want,
                   Problems& out) {
-  std::string where = describe(s, ref) + ": ";
+  auto where = [&] { return describe(s, ref) + ": "; };
   if (want < 0) {
-    if (!sl.empty()) out.push_back(where + "'" + name + "' must be absent on this rank");
+    if (!sl.empty()) out.push_back(where() + "'" + name + "' must be absent on this rank");
     return;
   }
   if (sl.empty()) {
-    out.push_back(where + "missing '" + name + "' slice");
+    out.push_back(where() + "missing '" + name + "' slice");
   } else if (sl.count != want) {
-    out.push_back(where + "'" + name + "' has " + std::to_string(sl.count) +
+    out.push_back(where() + "'" + name + "' has " + std::to_string(sl.count) +
                   " elements, expected " + std::to_string(want));
   }
 }
 
-void check_collective(const Schedule& s, const RankSchedule& r, OpRef ref, const Collective& c,
-                      Problems& out) {
-  std::string where = describe(s, ref) + ": ";
+void check_collective(const Schedule& s, const RankSchedule& r, const BufferIndex& bufs, OpRef ref,
+                      const Collective& c, Problems& out) {
+  auto where = [&] { return describe(s, ref) + ": "; };
   const Comm* comm = s.find_comm(c.comm);
   if (!comm) {
-    out.push_back(where + "unknown communicator " + q(c.comm));
+    out.push_back(where() + "unknown communicator " + q(c.comm));
     return;
   }
   if (comm->index_of(r.rank) < 0) {
-    out.push_back(where + "rank " + std::to_string(r.rank) + " is not a member of " + q(c.comm));
+    out.push_back(where() + "rank " + std::to_string(r.rank) + " is not a member of " + q(c.comm));
     return;
   }
-  if (c.dtype.empty()) out.push_back(where + "empty dtype");
-  if (c.count < 0) out.push_back(where + "negative count");
-  if (!c.in.empty()) check_slice(s, r, ref, c.in, "'in'", c.dtype, out);
-  if (!c.out.empty()) check_slice(s, r, ref, c.out, "'out'", c.dtype, out);
+  if (c.dtype.empty()) out.push_back(where() + "empty dtype");
+  if (c.count < 0) out.push_back(where() + "negative count");
+  if (!c.in.empty()) check_slice(s, r, bufs, ref, c.in, "'in'", c.dtype, out);
+  if (!c.out.empty()) check_slice(s, r, bufs, ref, c.out, "'out'", c.dtype, out);
 
   const int64_t n = static_cast<int64_t>(comm->ranks.size()), k = c.count;
   const bool uses_root = c.op == CollOp::Broadcast || c.op == CollOp::Reduce;
   if (uses_root) {
     if (comm->index_of(c.root) < 0)
-      out.push_back(where + "root " + std::to_string(c.root) + " is not a member of " +
+      out.push_back(where() + "root " + std::to_string(c.root) + " is not a member of " +
                     q(c.comm));
   } else if (c.root != -1) {
-    out.push_back(where + "'root' does not apply to " + std::string(to_string(c.op)));
+    out.push_back(where() + "'root' does not apply to " + std::string(to_string(c.op)));
   }
   if (is_p2p(c.op)) {
     if (c.peer == r.rank)
-      out.push_back(where + "peer is the rank itself");
+      out.push_back(where() + "peer is the rank itself");
     else if (comm->index_of(c.peer) < 0)
-      out.push_back(where + "peer " + std::to_string(c.peer) + " is not a member of " +
+      out.push_back(where() + "peer " + std::to_string(c.peer) + " is not a member of " +
                     q(c.comm));
   } else if (c.peer != -1) {
-    out.push_back(where + "'peer' does not apply to " + std::string(to_string(c.op)));
+    out.push_back(where() + "'peer' does not apply to " + std::string(to_string(c.op)));
   }
   if (c.op != CollOp::ManyToMany && (!c.sends.empty() || !c.recvs.empty()))
-    out.push_back(where + "'sends'/'recvs' apply only to manytomany");
+    out.push_back(where() + "'sends'/'recvs' apply only to manytomany");
 
   const bool root = r.rank == c.root;
   switch (c.op) {
@@ -127,13 +133,13 @@ void check_collective(const Schedule& s, const RankSchedule& r, OpRef ref, const
       expect_slice(s, ref, c.out, "out", k, out);
       break;
     case CollOp::ManyToMany: {
-      if (k != 0) out.push_back(where + "count must be 0 for manytomany (counts are per peer)");
+      if (k != 0) out.push_back(where() + "count must be 0 for manytomany (counts are per peer)");
       auto chunks = [&](const std::vector<PeerChunk>& v, const Slice& sl, const char* what) {
         if (!v.empty() && sl.empty())
-          out.push_back(where + "has " + what + " but no '" +
+          out.push_back(where() + "has " + what + " but no '" +
                         (what == std::string("sends") ? "in" : "out") + "' slice");
         for (const PeerChunk& p : v) {
-          std::string pw = where + what + " chunk for peer " + std::to_string(p.peer) + " ";
+          std::string pw = where() + what + " chunk for peer " + std::to_string(p.peer) + " ";
           if (p.peer == r.rank)
             out.push_back(pw + "is the rank itself (copy locally with compute instead)");
           else if (comm->index_of(p.peer) < 0)
@@ -149,7 +155,7 @@ void check_collective(const Schedule& s, const RankSchedule& r, OpRef ref, const
       break;
     }
     default:
-      out.push_back(where + "unsupported collective op " + q(to_string(c.op)));
+      out.push_back(where() + "unsupported collective op " + q(to_string(c.op)));
   }
 }
 
@@ -213,11 +219,13 @@ std::string row_problem(const Compute& c) {
     if (std::string why = rows_of(c.writes[w], c.write_rows[w], false); !why.empty())
       return "write " + std::to_string(w) + ": " + why;
     const int64_t rw = c.write_rows[w];
-    if (rw % blocks) return "write " + std::to_string(w) + ": rows not divisible into the transpose's blocks";
+    if (rw % blocks)
+      return "write " + std::to_string(w) + ": rows not divisible into the transpose's blocks";
     for (size_t k = 0; k < c.reads.size(); ++k) {
       const int64_t rk = c.read_rows[k];
       if (rk == 0) continue;
-      if (rk % blocks) return "read " + std::to_string(k) + ": rows not divisible into the transpose's blocks";
+      if (rk % blocks)
+        return "read " + std::to_string(k) + ": rows not divisible into the transpose's blocks";
       if (rk % rw && rw % rk)
         return "read " + std::to_string(k) + " (" + std::to_string(rk) + " rows) and write " +
                std::to_string(w) + " (" + std::to_string(rw) + " rows): neither divides the other";
@@ -240,7 +248,8 @@ void check_structure(const Schedule& s, Problems& out) {
   std::set<std::string> comm_ids;
   for (const Comm& c : s.comms) {
     if (c.id.empty()) out.push_back("communicator with an empty id");
-    if (!comm_ids.insert(c.id).second) out.push_back("communicator " + q(c.id) + " is defined twice");
+    if (!comm_ids.insert(c.id).second)
+      out.push_back("communicator " + q(c.id) + " is defined twice");
     if (c.ranks.empty()) out.push_back("communicator " + q(c.id) + " has no ranks");
     std::set<int32_t> seen;
     for (int32_t r : c.ranks) {
@@ -268,6 +277,8 @@ void check_structure(const Schedule& s, Problems& out) {
     for (const std::string& o : r.outputs)
       if (!names.count(o)) out.push_back(rn + ": output " + q(o) + " is not a declared buffer");
     names.clear();
+    BufferIndex bufs;
+    for (const Buffer& b : r.buffers) bufs.emplace(b.name, &b);
     std::set<std::string> records;
     for (int32_t si = 0; si < static_cast<int32_t>(r.streams.size()); ++si) {
       const Stream& st = r.streams[si];
@@ -276,32 +287,32 @@ void check_structure(const Schedule& s, Problems& out) {
       for (int32_t i = 0; i < static_cast<int32_t>(st.ops.size()); ++i) {
         const Op& op = st.ops[i];
         OpRef ref{ri, si, i};
-        std::string where = describe(s, ref) + ": ";
-        if (op.id < 0) out.push_back(where + "negative id");
+        auto where = [&] { return describe(s, ref) + ": "; };
+        if (op.id < 0) out.push_back(where() + "negative id");
         auto [it, fresh] = ids.emplace(op.id, ref);
         if (!fresh)
-          out.push_back(where + "id " + std::to_string(op.id) + " is also used by " +
+          out.push_back(where() + "id " + std::to_string(op.id) + " is also used by " +
                         describe(s, it->second));
         if (const Compute* c = op.compute()) {
-          if (c->duration_ns < 0) out.push_back(where + "negative duration");
+          if (c->duration_ns < 0) out.push_back(where() + "negative duration");
           if (std::string why = replicated_problem(s, ri, c->replicated); !why.empty())
-            out.push_back(where + why);
+            out.push_back(where() + why);
           if (c->opaque && !c->replicated.empty())
-            out.push_back(where + "opaque compute cannot be replicated");
-          if (std::string why = row_problem(*c); !why.empty()) out.push_back(where + why);
-          for (const Slice& sl : c->reads) check_slice(s, r, ref, sl, "read", "", out);
-          for (const Slice& sl : c->writes) check_slice(s, r, ref, sl, "write", "", out);
+            out.push_back(where() + "opaque compute cannot be replicated");
+          if (std::string why = row_problem(*c); !why.empty()) out.push_back(where() + why);
+          for (const Slice& sl : c->reads) check_slice(s, r, bufs, ref, sl, "read", "", out);
+          for (const Slice& sl : c->writes) check_slice(s, r, bufs, ref, sl, "write", "", out);
         } else if (const Collective* c = op.collective()) {
-          check_collective(s, r, ref, *c, out);
+          check_collective(s, r, bufs, ref, *c, out);
         } else if (const Delay* d = op.delay()) {
-          if (d->duration_ns < 0) out.push_back(where + "negative duration");
+          if (d->duration_ns < 0) out.push_back(where() + "negative duration");
         } else if (const Record* e = op.record()) {
-          if (e->event.empty()) out.push_back(where + "empty event name");
+          if (e->event.empty()) out.push_back(where() + "empty event name");
           if (!records.insert(e->event).second)
-            out.push_back(where + "event " + q(e->event) + " is recorded twice on " + rn +
+            out.push_back(where() + "event " + q(e->event) + " is recorded twice on " + rn +
                           " (events are single-assignment)");
         } else if (const Wait* w = op.wait()) {
-          if (w->event.empty()) out.push_back(where + "empty event name");
+          if (w->event.empty()) out.push_back(where() + "empty event name");
         }
       }
     }
@@ -312,10 +323,10 @@ void check_structure(const Schedule& s, Problems& out) {
 // Local order per rank: stream order + record -> wait edges.
 
 struct RankOrder {
-  std::vector<int> base;           // flat index of each stream's first op
-  std::vector<OpRef> refs;         // flat index -> op
-  std::vector<int> record_of;      // flat index of a wait -> flat index of its record, or -1
-  std::vector<int> topo;           // flat indices in a deterministic topological order
+  std::vector<int> base;       // flat index of each stream's first op
+  std::vector<OpRef> refs;     // flat index -> op
+  std::vector<int> record_of;  // flat index of a wait -> flat index of its record, or -1
+  std::vector<int> topo;       // flat indices in a deterministic topological order
   std::vector<std::vector<int32_t>> clock;  // vector clock per flat index
   bool cyclic = false;
 
@@ -330,7 +341,8 @@ RankOrder order_rank(const Schedule& s, int32_t ri, Problems* out) {
   const int nstreams = static_cast<int>(r.streams.size());
   for (int si = 0; si < nstreams; ++si) {
     o.base.push_back(static_cast<int>(o.refs.size()));
-    for (int i = 0; i < static_cast<int>(r.streams[si].ops.size()); ++i) o.refs.push_back({ri, si, i});
+    for (int i = 0; i < static_cast<int>(r.streams[si].ops.size()); ++i)
+      o.refs.push_back({ri, si, i});
   }
   const int n = static_cast<int>(o.refs.size());
   std::map<std::string, int> records;
@@ -377,8 +389,10 @@ RankOrder order_rank(const Schedule& s, int32_t ri, Problems* out) {
       int rec = o.record_of[v];
       if (out && rec >= 0 && !done[rec])
         out->push_back(describe(s, o.refs[v]) + ": waits for event " +
-                       q(s.op(o.refs[v]).wait()->event) + ", which is recorded only after the "
-                       "wait can complete (by " + describe(s, o.refs[rec]) + ")");
+                       q(s.op(o.refs[v]).wait()->event) +
+                       ", which is recorded only after the "
+                       "wait can complete (by " +
+                       describe(s, o.refs[rec]) + ")");
     }
   }
   o.clock.assign(n, std::vector<int32_t>(nstreams, 0));
@@ -405,8 +419,8 @@ struct Analysis {
 };
 
 std::string shape(const Collective& c) {
-  std::string t = std::string(to_string(c.op)) + " count " + std::to_string(c.count) +
-                  " dtype " + q(c.dtype);
+  std::string t =
+      std::string(to_string(c.op)) + " count " + std::to_string(c.count) + " dtype " + q(c.dtype);
   if (c.op == CollOp::Broadcast || c.op == CollOp::Reduce) t += " root " + std::to_string(c.root);
   return t;
 }
@@ -424,7 +438,8 @@ Analysis analyze(const Schedule& s, Problems* out) {
   // Per (comm, rank): every op on the communicator, and its collectives, in local order.
   std::map<std::pair<std::string, int32_t>, std::vector<OpRef>> all_ops, colls;
   // Per (comm, src, dst): sends at src and recvs at dst.
-  std::map<std::tuple<std::string, int32_t, int32_t>, std::pair<std::vector<OpRef>, std::vector<OpRef>>>
+  std::map<std::tuple<std::string, int32_t, int32_t>,
+           std::pair<std::vector<OpRef>, std::vector<OpRef>>>
       channels;
   for (int32_t ri = 0; ri < nranks; ++ri) {
     const RankOrder& o = a.orders[ri];
@@ -455,8 +470,9 @@ Analysis analyze(const Schedule& s, Problems* out) {
     if (o.cyclic) continue;
     for (size_t i = 1; i < refs.size(); ++i)
       if (!o.before(refs[i - 1], refs[i]))
-        problem(describe(s, refs[i - 1]) + " and " + describe(s, refs[i]) +
-                " use communicator " + q(key.first) + " but are not ordered by stream order or "
+        problem(describe(s, refs[i - 1]) + " and " + describe(s, refs[i]) + " use communicator " +
+                q(key.first) +
+                " but are not ordered by stream order or "
                 "events, so their order on the communicator is ambiguous");
   }
   auto add_group = [&](MatchGroup g) {
@@ -574,7 +590,8 @@ void check_deadlock(const Schedule& s, const Analysis& a, Problems& out) {
       node[gid(r)] = g >= 0 ? n + g : gid(r);
       rep[gid(r)] = r;
     }
-  for (size_t g = 0; g < a.matching.groups.size(); ++g) rep[n + g] = a.matching.groups[g].members[0];
+  for (size_t g = 0; g < a.matching.groups.size(); ++g)
+    rep[n + g] = a.matching.groups[g].members[0];
   const int total = n + static_cast<int>(a.matching.groups.size());
   std::vector<std::vector<int>> succ(total), pred(total);
   std::vector<int> indeg(total, 0);
@@ -637,8 +654,9 @@ void check_deadlock(const Schedule& s, const Analysis& a, Problems& out) {
     }
     return t;
   };
-  std::string msg = "deadlock: these ops wait for each other in a cycle (each must complete "
-                    "before the next can): ";
+  std::string msg =
+      "deadlock: these ops wait for each other in a cycle (each must complete "
+      "before the next can): ";
   for (size_t i = 0; i < cycle.size(); ++i) msg += (i ? " -> " : "") + name(cycle[i]);
   msg += " -> back to the first";
   out.push_back(msg);

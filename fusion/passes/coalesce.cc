@@ -90,7 +90,7 @@ class Coalesce : public Pass {
         for (size_t m = 0; m < a.members.size(); ++m)
           pairs.push_back({s.op(a.members[m]).id, s.op(b.members[m]).id});
         f.rewrite = [pairs](Schedule& x) {
-          int64_t next = x.next_op_id();
+          int64_t& next = x.op_id_counter();
           for (auto [ia, ib] : pairs) {
             OpRef ra = must_find(x, ia);
             Collective c = *x.op(ra).collective();

@@ -309,7 +309,7 @@ class Coc : public Pass {
   }
 
   static void rewrite(Schedule& x, int64_t gemm_id, int64_t coll_id, int k) {
-    int64_t next = x.next_op_id();
+    int64_t& next = x.op_id_counter();
     OpRef g = must_find(x, gemm_id);
     OpRef a = must_find(x, coll_id);
     const int32_t rank = g.rank;

@@ -41,7 +41,7 @@ class Decompose : public Pass {
       f.summary = op_name(s.op(g.members[0])) + " -> reduce-scatter + all-gather";
       std::vector<int64_t> ids = f.ops;
       f.rewrite = [ids, shard, t](Schedule& x) {
-        int64_t next = x.next_op_id();
+        int64_t& next = x.op_id_counter();
         for (int64_t id : ids) {
           OpRef r = must_find(x, id);
           Collective ar = *x.op(r).collective();

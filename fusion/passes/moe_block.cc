@@ -759,7 +759,7 @@ class Finder {
   }
 
   static void apply_plan(Schedule& x, const Plan& p) {
-    int64_t next = x.next_op_id();
+    int64_t& next = x.op_id_counter();
     const int t = p.t;
     for (const RankPlan& rp : p.ranks) {
       const int i = rp.index;

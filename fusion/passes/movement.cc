@@ -389,7 +389,7 @@ void apply_movement(Schedule& s, const MovementPlan& p) {
   Comm comm = p.comm;
   comm.id = fresh_comm(s, p.comm.id);
   s.comms.push_back(comm);
-  int64_t next = s.next_op_id();
+  int64_t& next = s.op_id_counter();
   for (const MovementPlan::Put& put : p.puts) {
     OpRef at = must_find(s, put.at);
     Collective c = put.op;

@@ -211,7 +211,7 @@ class TpPp : public Pass {
   }
 
   static void apply_plan(Schedule& x, const Plan& p) {
-    int64_t next = x.next_op_id();
+    int64_t& next = x.op_id_counter();
     for (const MemberPlan& m : p.members) {
       Collective& ar = *x.op(must_find(x, m.ar)).collective();
       const int64_t shard = ar.count / p.t, at = m.index * shard;

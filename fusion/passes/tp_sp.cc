@@ -82,17 +82,18 @@ std::optional<Placement> place(const Dataflow& df, const MemberUse& m, const std
   }
   // The communicator's order on this rank must stay total, and the new op's place in it known.
   const bool append = p.before_id < 0;
-  const auto& streams = s.ranks[m.ref.rank].streams;
-  for (int32_t st = 0; st < static_cast<int32_t>(streams.size()); ++st)
-    for (int32_t i = 0; i < static_cast<int32_t>(streams[st].ops.size()); ++i) {
-      OpRef z{m.ref.rank, st, i};
-      const Collective* c = s.op(z).collective();
-      if (!c || c->comm != comm || c->op == CollOp::Send || c->op == CollOp::Recv) continue;
-      bool before = z == m.ref || hb.before(z, at) || (append && z == at);
-      bool after = !append && (z == at || hb.before(at, z));
-      if (!before && !after) return std::nullopt;
-      if (before) ++p.seq;
-    }
+  for (OpRef z : df.collectives_on(m.ref.rank, comm)) {
+    const Collective* c = s.op(z).collective();
+    if (c->op == CollOp::Send || c->op == CollOp::Recv) continue;
+    // On at's own stream the order is the position (no happens-before lookup: a rank's TP
+    // communicator carries thousands of collectives, checked for every finding).
+    const bool same = z.stream == at.stream;
+    bool before =
+        z == m.ref || (same ? z.index < at.index : hb.before(z, at)) || (append && z == at);
+    bool after = !append && (z == at || (same ? z.index > at.index : hb.before(at, z)));
+    if (!before && !after) return std::nullopt;
+    if (before) ++p.seq;
+  }
   return p;
 }
 
@@ -144,12 +145,14 @@ class TpSp : public Pass {
     if (unordered) return;
     const int64_t bytes = c0.count * dtype_bytes_of(c0.dtype);
     Ns ar = group_ns(s, g, cm);
-    Ns rs = cm.collective_ns(CollOp::ReduceScatter, bytes, static_cast<int>(t), c0.comm, comm->ranks);
+    Ns rs =
+        cm.collective_ns(CollOp::ReduceScatter, bytes, static_cast<int>(t), c0.comm, comm->ranks);
     Ns ag = cm.collective_ns(CollOp::AllGather, bytes, static_cast<int>(t), c0.comm, comm->ranks);
     const int64_t ar_wire = group_wire_bytes(s, g);
-    const int64_t rs_wire = static_cast<int64_t>(std::llround(
-        analysis::wire_factor(CollOp::ReduceScatter, static_cast<int>(t), analysis::Algorithm::Ring) *
-        static_cast<double>(bytes)));
+    const int64_t rs_wire = static_cast<int64_t>(
+        std::llround(analysis::wire_factor(CollOp::ReduceScatter, static_cast<int>(t),
+                                           analysis::Algorithm::Ring) *
+                     static_cast<double>(bytes)));
     Finding f;
     f.pass = std::string(name());
     f.ranks = member_ranks(g);
@@ -158,8 +161,9 @@ class TpSp : public Pass {
     if (unknown || !any_full) {
       f.saving_ns = ar - rs;
       f.saving_bytes = ar_wire - rs_wire;
-      f.summary = what + " -> reduce-scatter; the all-gather disappears (every reader uses only "
-                         "its own shard)";
+      f.summary = what +
+                  " -> reduce-scatter; the all-gather disappears (every reader uses only "
+                  "its own shard)";
       if (unknown) {
         f.legal = false;
         f.assumption = "assumes " + name_ops(s, opaque) + " read only the rank's own 1/" +
@@ -171,7 +175,7 @@ class TpSp : public Pass {
       f.legal = true;
       std::vector<int64_t> ids = f.ops;
       f.rewrite = [ids, shard](Schedule& x) {
-        int64_t next = x.next_op_id();
+        int64_t& next = x.op_id_counter();
         for (int64_t id : ids) {
           OpRef r = must_find(x, id);
           Collective c = *x.op(r).collective();
@@ -198,11 +202,12 @@ class TpSp : public Pass {
     f.saving_bytes = 0;
     f.legal = true;
     f.enabling = true;  // the bytes are the all-reduce's; only a later fusion gains
-    f.summary = what + " -> reduce-scatter; the all-gather moves to the first op that reads the "
-                       "full tensor";
+    f.summary = what +
+                " -> reduce-scatter; the all-gather moves to the first op that reads the "
+                "full tensor";
     std::vector<int64_t> ids = f.ops;
     f.rewrite = [ids, shard, places](Schedule& x) {
-      int64_t next = x.next_op_id();
+      int64_t& next = x.op_id_counter();
       for (size_t k = 0; k < ids.size(); ++k) {
         OpRef r = must_find(x, ids[k]);
         Collective c = *x.op(r).collective();

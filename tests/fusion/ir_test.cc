@@ -1,4 +1,6 @@
 // Schedule IR: JSON round trip against golden files, parser errors, validation, helpers.
+#include "fusion/ir.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "fusion/ir.h"
-#include "fusion/validate.h"
+#include "fusion/dataflow.h"
 #include "fusion/schedules.h"
+#include "fusion/validate.h"
 #include "trace/error.h"
 
 namespace braid::fusion {
@@ -102,8 +104,10 @@ TEST(ScheduleJson, ReplicatedComputeAndBufferRoundTripAndValidate) {
   s.ranks[1].buffers[0].replicated = "nope";
   s.comms.push_back({"solo", {0}});
   s.ranks[1].streams[0].ops[0].compute()->replicated = "solo";
-  EXPECT_THAT(joined(validate(s)), HasSubstr("buffer 'act' is replicated over 'nope', an unknown communicator"));
-  EXPECT_THAT(joined(validate(s)), HasSubstr("replicated over 'solo', which this rank is not a member of"));
+  EXPECT_THAT(joined(validate(s)),
+              HasSubstr("buffer 'act' is replicated over 'nope', an unknown communicator"));
+  EXPECT_THAT(joined(validate(s)),
+              HasSubstr("replicated over 'solo', which this rank is not a member of"));
 }
 
 TEST(ScheduleJson, FourRankRoundTripIsExact) {
@@ -194,9 +198,9 @@ TEST(ScheduleJson, ParserErrorsNameThePath) {
   EXPECT_THAT(error_of(parse(edited("braid-schedule/1", "chrome-trace"))),
               AllOf(HasSubstr("in.json: $.format: unsupported format \"chrome-trace\""),
                     HasSubstr("expected \"braid-schedule/1\"")));
-  EXPECT_THAT(error_of(parse(edited("braid-schedule/1", "braid-schedule/2")),
-                       ErrorCode::Unsupported),
-              HasSubstr("$.format: unsupported format \"braid-schedule/2\""));
+  EXPECT_THAT(
+      error_of(parse(edited("braid-schedule/1", "braid-schedule/2")), ErrorCode::Unsupported),
+      HasSubstr("$.format: unsupported format \"braid-schedule/2\""));
   EXPECT_THAT(error_of(parse(edited("\"format\": \"braid-schedule/1\",", ""))),
               HasSubstr("in.json: $: missing field \"format\""));
   // The all-reduce is op 1 of rank 0's second stream.
@@ -402,8 +406,8 @@ TEST(ScheduleValidate, CrossRankDeadlock) {
   ev.append(1, 0, a);
   p = validate(ev);
   ASSERT_EQ(p.size(), 1u) << joined(p);
-  EXPECT_THAT(p[0], AllOf(HasSubstr("deadlock"), HasSubstr("allreduce 'A'"),
-                          HasSubstr("allreduce 'B'")));
+  EXPECT_THAT(p[0],
+              AllOf(HasSubstr("deadlock"), HasSubstr("allreduce 'A'"), HasSubstr("allreduce 'B'")));
 }
 
 TEST(ScheduleValidate, OutOfBoundsSlice) {
@@ -489,8 +493,9 @@ TEST(ScheduleHelpers, IdsAccessAndDataFlow) {
   EXPECT_EQ(*ref, (OpRef{0, 1, 1}));
   EXPECT_EQ(s.op(*ref).collective()->label, "grad sync");
   EXPECT_FALSE(s.find_op(99).has_value());
-  EXPECT_EQ(describe(s, *ref), "rank 0 stream 'comm' op 1 (id 3: allreduce 'grad sync' on "
-                               "'world')");
+  EXPECT_EQ(describe(s, *ref),
+            "rank 0 stream 'comm' op 1 (id 3: allreduce 'grad sync' on "
+            "'world')");
 
   // Who reads grad[2:3] on rank 0: the all-reduce. Who writes it: fwd and the all-reduce.
   EXPECT_EQ(consumers_of(s, 0, sl("grad", 2, 1)), (std::vector<OpRef>{{0, 1, 1}}));
@@ -514,6 +519,36 @@ TEST(ScheduleHelpers, IdsAccessAndDataFlow) {
   // Opaque compute may touch anything.
   EXPECT_TRUE(access_of(f, 0, f.op({0, 0, 0})).any);
   EXPECT_EQ(consumers_of(f, 0, sl("shard", 0, 1)).front(), (OpRef{0, 0, 0}));
+}
+
+// Ids for new ops come from a counter that rewrites advance (make_op) without a scan per
+// rewrite; it stays above every id in the schedule, including ops added with ids of their own.
+TEST(ScheduleHelpers, OpIdCounterStaysAboveEveryId) {
+  Schedule s = two_rank_schedule();
+  int64_t& next = s.op_id_counter();
+  EXPECT_EQ(next, 12);
+  // A rewrite: one op replaced in place by a new id, one inserted.
+  s.op({0, 1, 1}) = make_op(next, *s.op({0, 1, 1}).collective(), {3});
+  auto& ops = s.ranks[0].streams[0].ops;
+  ops.insert(ops.begin(), make_op(next, Record{"e"}, {}));
+  EXPECT_EQ(s.op_id_counter(), 14);
+  EXPECT_EQ(s.append(1, 0, Record{"f"}), 14);
+  // An op added with an id of its own, above the counter: the counter rescans.
+  s.ranks[1].streams[0].ops.push_back(Op{100, Record{"g"}, {}});
+  EXPECT_EQ(s.op_id_counter(), 101);
+  // Removing ops never hands an id out twice.
+  s.ranks[1].streams[0].ops.pop_back();
+  EXPECT_EQ(s.op_id_counter(), 101);
+  EXPECT_EQ(s.next_op_id(), 15);  // the exact scan
+  EXPECT_TRUE(validate(s).empty());
+  // find_op sees the new and moved ops, and not the gone ones.
+  EXPECT_EQ(s.find_op(13), (OpRef{0, 0, 0}));
+  EXPECT_EQ(s.find_op(12), (OpRef{0, 1, 1}));
+  EXPECT_FALSE(s.find_op(3).has_value());
+  EXPECT_FALSE(s.find_op(100).has_value());
+  ops.erase(ops.begin());
+  EXPECT_FALSE(s.find_op(13).has_value());
+  EXPECT_EQ(s.find_op(12), (OpRef{0, 1, 1}));
 }
 
 }  // namespace
