@@ -281,7 +281,7 @@ fusion::Schedule calibration_workload(int n) {
   constexpr int64_t kLargest = 4 << 20;      // bytes
   constexpr int64_t kRegion = kLargest / 2;  // bfloat16 elements of the largest op
   constexpr int kRegions = 4;                // rotated, so copies are not cache-hot
-  const std::array<int64_t, 3> sizes{256 << 10, 1 << 20, kLargest};
+  const std::array<int64_t, 5> sizes{4 << 10, 64 << 10, 256 << 10, 1 << 20, kLargest};
   const std::array<CollOp, 4> kinds{CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce,
                                     CollOp::AllToAll};
   const std::array<Ns, 4> durations{60'000, 150'000, 400'000, 1'000'000};
@@ -449,15 +449,19 @@ std::map<CollOp, std::map<int, SizedLink>> fit_workload_links(
     }
     if (pts.size() < 2) continue;  // one size cannot separate α from β
     const std::vector<double> f = fit_nonneg(x, y, wt, /*intercept=*/false);
-    const SizedLink sl{{f[0], f[1]}, 0};
+    SizedLink sl{{f[0], f[1]}, 0, {}};
+    // The line, then what each measured size differs from it by (points are by bytes).
+    for (size_t i = 0; i < pts.size(); ++i)
+      sl.corrections.push_back({pts[i].first, y[i] - sl.link.time_ns(x[i][0], x[i][1])});
     links[op][t] = sl;
     if (samples)
       for (size_t i = 0; i < pts.size(); ++i)
-        samples->push_back({"workload " + std::string(to_string(op)) + " " +
-                                std::to_string(pts[i].first) + " B on " + std::to_string(t) +
-                                " ranks (mean transfer)",
-                            static_cast<Ns>(std::llround(y[i])),
-                            static_cast<Ns>(std::llround(sl.link.time_ns(x[i][0], x[i][1])))});
+        samples->push_back(
+            {"workload " + std::string(to_string(op)) + " " + std::to_string(pts[i].first) +
+                 " B on " + std::to_string(t) + " ranks (mean transfer)",
+             static_cast<Ns>(std::llround(y[i])),
+             static_cast<Ns>(std::llround(std::max(
+                 0.0, sl.link.time_ns(x[i][0], x[i][1]) + sl.correction_ns(pts[i].first))))});
   }
   return links;
 }
@@ -572,7 +576,7 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
         w.push_back(1.0 / (measured[i] * measured[i]));
       }
       const std::vector<double> f = fit_nonneg(x, y, w, /*intercept=*/false);
-      const SizedLink sl{{f[0] / share, f[1] / share}, per_element ? f[2] / share : 0};
+      const SizedLink sl{{f[0] / share, f[1] / share}, per_element ? f[2] / share : 0, {}};
       fits[op][t] = sl;
       if (key.second == nranks) {  // the world's fit is the kind's link for other sizes too
         cal.op_links[op] = sl.link;
@@ -719,10 +723,21 @@ std::string Calibration::to_json() const {
       for (const auto& [ranks, sl] : k->second) {
         std::snprintf(one, sizeof one,
                       "%s\"%d\": {\"alpha_ns\": %.1f, \"ns_per_byte\": %.6g, "
-                      "\"ns_per_element\": %.6g}",
+                      "\"ns_per_element\": %.6g",
                       first ? "" : ", ", ranks, sl.link.alpha_ns, sl.link.ns_per_byte,
                       sl.ns_per_element);
         links += one;
+        if (!sl.corrections.empty()) {
+          links += ", \"corrections\": [";
+          for (size_t i = 0; i < sl.corrections.size(); ++i) {
+            std::snprintf(one, sizeof one, "%s[%lld, %.1f]", i ? ", " : "",
+                          static_cast<long long>(sl.corrections[i].first),
+                          sl.corrections[i].second);
+            links += one;
+          }
+          links += "]";
+        }
+        links += "}";
         first = false;
       }
       links += "}";
@@ -796,8 +811,23 @@ SimProfile load_sim_profile(const std::string& name_or_path) {
                             std::string(sz) +
                             ": expected a rank count with alpha_ns and ns_per_byte");
           if (l["ns_per_element"].get_double().get(lg)) lg = 0;  // optional
-          sp.sim.sized_links[*op][ranks] = {{std::max(la, 0.0), std::max(lb, 0.0)},
-                                            std::max(lg, 0.0)};
+          SizedLink sl{{std::max(la, 0.0), std::max(lb, 0.0)}, std::max(lg, 0.0), {}};
+          simdjson::dom::array pts;
+          if (l["corrections"].get_array().get(pts) == simdjson::SUCCESS)
+            for (simdjson::dom::element pt : pts) {
+              simdjson::dom::array pair;
+              int64_t b = 0;
+              double c = 0;
+              if (pt.get_array().get(pair) || pair.size() != 2 || pair.at(0).get_int64().get(b) ||
+                  pair.at(1).get_double().get(c) || b < 1 ||
+                  (!sl.corrections.empty() && b <= sl.corrections.back().first))
+                throw Error(ErrorCode::BadFormat,
+                            name_or_path + ": replay.op_links." + std::string(key) + ".by_ranks." +
+                                std::string(sz) +
+                                ".corrections: expected [bytes, ns] pairs by increasing bytes");
+              sl.corrections.push_back({b, c});
+            }
+          sp.sim.sized_links[*op][ranks] = sl;
         }
     }
   return sp;

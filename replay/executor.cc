@@ -6,6 +6,18 @@
 
 namespace braid::replay {
 
+double SizedLink::correction_ns(int64_t bytes) const {
+  if (corrections.empty()) return 0;
+  if (bytes <= corrections.front().first) return corrections.front().second;
+  if (bytes >= corrections.back().first) return corrections.back().second;
+  auto hi = std::lower_bound(corrections.begin(), corrections.end(), bytes,
+                             [](const auto& p, int64_t b) { return p.first < b; });
+  auto lo = hi - 1;
+  const double f =
+      static_cast<double>(bytes - lo->first) / static_cast<double>(hi->first - lo->first);
+  return lo->second + f * (hi->second - lo->second);
+}
+
 Ns StepRecord::rank_ns(int32_t rank) const {
   Ns end = 0;
   if (rank < 0 || rank >= static_cast<int32_t>(ranks.size())) return 0;

@@ -58,6 +58,12 @@ struct ReplayOptions {
 struct SizedLink {
   analysis::LinkCost link;
   double ns_per_element = 0;  // reducing kinds: per element moved (wire factor · count)
+  // Measured corrections to the α-β line: {message bytes, measured - fitted ns}, by bytes. A
+  // collective of b bytes costs the line plus the correction interpolated linearly between
+  // the two nearest sizes (the nearest one's outside them), never below 0: one straight line
+  // cannot follow both the 4 KiB and the 4 MiB collectives of a CPU transport.
+  std::vector<std::pair<int64_t, double>> corrections;
+  double correction_ns(int64_t bytes) const;
 };
 
 // The sim backend's options (replay/sim.h), here so make_executor can take them.
@@ -103,7 +109,8 @@ struct SimOptions {
   Ns wait_spin_ns = 0;
   Ns compute_cost(Ns d) const {
     const bool s = d < short_compute_below_ns;
-    return static_cast<Ns>(static_cast<double>(d) * (s ? short_compute_slowdown : compute_slowdown)) +
+    return static_cast<Ns>(static_cast<double>(d) *
+                           (s ? short_compute_slowdown : compute_slowdown)) +
            (s ? short_compute_overhead_ns : compute_overhead_ns);
   }
 };
@@ -127,9 +134,9 @@ struct StepRecord {
 struct ReplayResult {
   std::string backend;
   RunKind kind = RunKind::Replayed;
-  std::vector<StepRecord> steps;  // measured steps (after warm-up), all ranks on process 0
-  std::vector<RankInfo> ranks;    // per rank: host, pid, device
-  std::vector<std::string> notes; // how the replay was done (compute mode, scale, ...)
+  std::vector<StepRecord> steps;   // measured steps (after warm-up), all ranks on process 0
+  std::vector<RankInfo> ranks;     // per rank: host, pid, device
+  std::vector<std::string> notes;  // how the replay was done (compute mode, scale, ...)
 };
 
 // A schedule ready to run: communicators created, buffers allocated, stream threads started.

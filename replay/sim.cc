@@ -26,8 +26,8 @@ struct OpInfo {
 
 class Simulation {
  public:
-  Simulation(const fusion::Schedule& s, const fusion::Matching& m,
-             const analysis::CostModel& model, const SimOptions& o)
+  Simulation(const fusion::Schedule& s, const fusion::Matching& m, const analysis::CostModel& model,
+             const SimOptions& o)
       : s_(s), m_(m) {
     const size_t n = s.ranks.size();
     info_.resize(n);
@@ -57,16 +57,15 @@ class Simulation {
           if (const auto* c = op.compute()) {
             const Ns d = static_cast<Ns>(static_cast<double>(c->duration_ns) * o.compute_scale);
             oi.duration = o.compute_scale > 0 ? o.compute_cost(d) : d;
-          }
-          else if (const auto* d = op.delay())
+          } else if (const auto* d = op.delay())
             oi.duration = static_cast<Ns>(static_cast<double>(d->duration_ns) * o.compute_scale);
           else if (const auto* e = op.record())
             oi.event = event_index(e->event);
           else if (const auto* w = op.wait())
             oi.event = event_index(w->event);
           else if (op.collective())
-            oi.group = m.group_of({static_cast<int32_t>(r), static_cast<int32_t>(st),
-                                   static_cast<int32_t>(i)});
+            oi.group = m.group_of(
+                {static_cast<int32_t>(r), static_cast<int32_t>(st), static_cast<int32_t>(i)});
         }
       }
       clock_[r].assign(rs.streams.size(), o.step_start_ns);
@@ -107,14 +106,14 @@ class Simulation {
         link = it != k->second.end() ? it->second : k->second.rbegin()->second;
       } else if (auto it = o.op_links.find(op); it != o.op_links.end()) {
         auto e = o.reduce_ns_per_element.find(op);
-        link = SizedLink{it->second, e != o.reduce_ns_per_element.end() ? e->second : 0};
+        link = SizedLink{it->second, e != o.reduce_ns_per_element.end() ? e->second : 0, {}};
       }
       if (link) {
         const analysis::Algorithm algo = model.choose(op, bytes, nranks, grp.comm, members);
         const double wire = analysis::wire_factor(op, nranks, algo) * static_cast<double>(bytes);
-        group_cost_[g] = static_cast<Ns>(
-            std::llround(link->link.time_ns(analysis::latency_steps(op, nranks, algo), wire) +
-                         link->ns_per_element * wire / esize));
+        group_cost_[g] = static_cast<Ns>(std::llround(
+            std::max(0.0, link->link.time_ns(analysis::latency_steps(op, nranks, algo), wire) +
+                              link->ns_per_element * wire / esize + link->correction_ns(bytes))));
       } else {
         group_cost_[g] = model.collective_ns(op, bytes, nranks, grp.comm, members);
       }
@@ -151,9 +150,9 @@ class Simulation {
     for (int32_t r = 0; r < static_cast<int32_t>(s_.ranks.size()); ++r)
       for (int32_t st = 0; st < static_cast<int32_t>(s_.ranks[r].streams.size()); ++st)
         if (pc_[r][st] < static_cast<int32_t>(s_.ranks[r].streams[st].ops.size()))
-          throw Error(ErrorCode::BadFormat,
-                      "schedule '" + s_.name + "' deadlocks in simulation at " +
-                          fusion::describe(s_, {r, st, pc_[r][st]}));
+          throw Error(ErrorCode::BadFormat, "schedule '" + s_.name +
+                                                "' deadlocks in simulation at " +
+                                                fusion::describe(s_, {r, st, pc_[r][st]}));
     return std::move(result_);
   }
 
@@ -354,7 +353,7 @@ class Simulation {
   std::vector<int> wait_core_;                 // per wait id (group member): its core
   std::vector<char> wait_state_;               // per wait id: kNotYet, kSpinning, kOver
   std::priority_queue<WaitEvent, std::vector<WaitEvent>, std::greater<>> waits_;
-  std::vector<int> load_;                      // per core: member streams of running groups
+  std::vector<int> load_;  // per core: member streams of running groups
   std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending_;
   std::vector<Active> active_;
   double now_ = 0;

@@ -120,7 +120,7 @@ TEST(Sim, ACollectiveKindsOwnLinkReplacesTheProfiles) {
   // smallest probed size above it, else the largest.
   auto with_size_link = [&](int size, double alpha) {
     SimOptions so = o;
-    so.sized_links[CollOp::AllReduce][size] = {{alpha, 2.0}, 0};
+    so.sized_links[CollOp::AllReduce][size] = {{alpha, 2.0}, 0, {}};
     return simulate(s, cm, so).step_ns();
   };
   auto expect_alpha = [&](double alpha) {
@@ -543,7 +543,7 @@ TEST(Calibrate, ProbesAreValidAndCoverTheOps) {
   EXPECT_EQ(groups[CollOp::Send], (std::set<int>{16}));
 }
 
-// The calibration workload: every kind at three sizes on contiguous and strided groups of each
+// The calibration workload: every kind at five sizes on contiguous and strided groups of each
 // size and the world, each after a compute op, point-to-point transfers between the halves, and
 // an all-reduce on a second stream; it validates for any world size.
 TEST(Calibrate, WorkloadHasEveryKindOnEveryLayout) {
@@ -566,7 +566,8 @@ TEST(Calibrate, WorkloadHasEveryKindOnEveryLayout) {
       EXPECT_EQ(sizes[op], expect) << n << " " << to_string(op);
       for (int t : expect)
         EXPECT_EQ(bytes[std::make_pair(op, t)],
-                  (std::set<int64_t>{(128 << 10) / t * t * 2, (512 << 10) / t * t * 2,
+                  (std::set<int64_t>{(2 << 10) / t * t * 2, (32 << 10) / t * t * 2,
+                                     (128 << 10) / t * t * 2, (512 << 10) / t * t * 2,
                                      (2 << 20) / t * t * 2}))
             << n << " " << to_string(op) << " " << t;
     }
@@ -609,7 +610,7 @@ TEST(Calibrate, WorkloadFitRecoversTheLinkPerKindAndSize) {
                   0.01 * static_cast<double>(s.measured_ns) + 2)
           << s.probe;
     }
-  EXPECT_GE(workload_samples, 4 * 3 * 3);
+  EXPECT_GE(workload_samples, 4 * 3 * 5);
   EXPECT_EQ(c.sim_options().sized_links.size(), c.sized_links.size());
 }
 
@@ -644,6 +645,9 @@ TEST(Calibrate, WorkloadFitTimesFromTheLastArrivalAndSkipsOverlaps) {
   ASSERT_TRUE(links.count(CollOp::AllGather));
   EXPECT_NEAR(links.at(CollOp::AllGather).at(2).link.ns_per_byte, 2.0, 0.01);
   EXPECT_NEAR(links.at(CollOp::AllGather).at(2).link.alpha_ns, 0, 50);
+  // A straight line fits exactly: no corrections left.
+  for (const auto& [b, c] : links.at(CollOp::AllGather).at(2).corrections)
+    EXPECT_NEAR(c, 0, 2) << b;
   // Now the overlapping all-reduce (stream 1) spans every main-stream collective: nothing is
   // left to fit.
   for (auto& rank : step.ranks)
@@ -724,6 +728,40 @@ TEST(Calibrate, OnASharedHostTheFitIsPerDedicatedCore) {
   EXPECT_NEAR(u.op_links.at(CollOp::AllReduce).ns_per_byte, 4 * 0.5, 0.02);
 }
 
+// Measured points correct a per-size link: linear between two sizes, the nearest one's outside,
+// and the sim adds them to the line (never below 0).
+TEST(Calibrate, LinkCorrectionsInterpolateBetweenMeasuredSizes) {
+  SizedLink l{{1000, 0.5}, 0, {{4096, 3000}, {65536, -1000}, {1 << 20, 0}}};
+  EXPECT_DOUBLE_EQ(l.correction_ns(1), 3000);
+  EXPECT_DOUBLE_EQ(l.correction_ns(4096), 3000);
+  EXPECT_DOUBLE_EQ(l.correction_ns((4096 + 65536) / 2), 1000);
+  EXPECT_DOUBLE_EQ(l.correction_ns(65536), -1000);
+  EXPECT_DOUBLE_EQ(l.correction_ns(4 << 20), 0);
+  EXPECT_DOUBLE_EQ(SizedLink{}.correction_ns(4096), 0);
+  // A 2-rank all-gather of 4096 B: α 1000 + 0.5 ns/B · 2048 wire bytes + 3000.
+  SimOptions so;
+  so.sized_links[CollOp::AllGather][2] = l;
+  analysis::HardwareProfile p = *analysis::find_profile("cpu-shm");
+  fusion::Schedule s;
+  s.comms.push_back({"w", {0, 1}});
+  for (int r = 0; r < 2; ++r) {
+    s.add_buffer(r, "a", "float32", 1024);
+    s.add_stream(r, "main");
+    fusion::Collective c;
+    c.op = CollOp::AllGather;
+    c.comm = "w";
+    c.dtype = "float32";
+    c.count = 512;
+    c.in = {"a", 0, 512};
+    c.out = {"a", 0, 1024};
+    s.append(r, 0, c);
+  }
+  EXPECT_EQ(simulate(s, analysis::CostModel(p), so).step.step_ns(), 1000 + 1024 + 3000);
+  // A correction below the line's cost gives 0, not a negative time.
+  so.sized_links[CollOp::AllGather][2].corrections = {{4096, -1e9}};
+  EXPECT_EQ(simulate(s, analysis::CostModel(p), so).step.step_ns(), 0);
+}
+
 TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   test::TempDir dir;
   Calibration c;
@@ -734,6 +772,7 @@ TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   c.short_compute_overhead_ns = 55;
   c.short_compute_slowdown = 2.5;
   c.op_links[CollOp::AllReduce] = {1234.5, 0.25};
+  c.sized_links[CollOp::AllReduce][2] = {{500, 0.125}, 0.5, {{4096, -20.5}, {1 << 20, 300}}};
   c.reduce_ns_per_element[CollOp::AllReduce] = 0.75;
   c.step_overhead_ns = 4'000;
   c.start_skew_ns = 9'000;
@@ -764,6 +803,11 @@ TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   ASSERT_EQ(sp.sim.reduce_ns_per_element.size(), 1u);
   EXPECT_DOUBLE_EQ(sp.sim.reduce_ns_per_element.at(CollOp::AllReduce), 0.75);
   EXPECT_EQ(sp.profile.intra_node.latency_ns, 4321);
+  const SizedLink& l2 = sp.sim.sized_links.at(CollOp::AllReduce).at(2);
+  EXPECT_DOUBLE_EQ(l2.link.alpha_ns, 500);
+  EXPECT_DOUBLE_EQ(l2.ns_per_element, 0.5);
+  EXPECT_EQ(l2.corrections,
+            (std::vector<std::pair<int64_t, double>>{{4096, -20.5}, {1 << 20, 300}}));
   EXPECT_FALSE(load_sim_profile("h100-nvlink").calibrated);
 }
 
