@@ -105,18 +105,20 @@ std::vector<Probe> calibration_probes(int nranks, const CalibrationOptions& o);
 
 // The calibration workload for `nranks` ranks: a training step in miniature, so that each
 // collective is timed under the load a replayed step puts on the host, not alone and back to
-// back as in the probes. Each of allgather, reducescatter, allreduce and alltoall of 256 KiB,
-// 1 MiB and 4 MiB (bfloat16) runs on every communicator layout a step has: contiguous groups of
+// back as in the probes. Each of allgather, reducescatter, allreduce and alltoall of 4 KiB to
+// 4 MiB (five sizes, bfloat16) runs on every communicator layout a step has: contiguous groups of
 // 2, 4, ... ranks (tensor parallel), strided ones (data / expert parallel) and the world, each
 // after a compute op of 60 us to 1 ms; point-to-point transfers between the two halves of the
 // ranks (pipeline stages); and an 8 MiB all-reduce on a second stream that overlaps the rest
 // (a gradient bucket).
 fusion::Schedule calibration_workload(int nranks);
 
-// Per collective kind and communicator size, the α-β that reproduces the mean transfer time
-// (end minus the last member's arrival) of the workload's collectives of each size in the
-// measured `steps` (all ranks), with the algorithms `model` picks. Appends one sample per kind,
-// size and message size to `samples` when given.
+// Per collective kind and communicator size, the α-β line through the mean transfer times (end
+// minus the last member's arrival) of the workload's collectives of each message size in the
+// measured `steps` (all ranks), with the algorithms `model` picks, and each size's difference
+// from the line (SizedLink::corrections). A transfer that overlaps a collective of another
+// stream on a member is left out. Appends one sample per kind, size and message size to
+// `samples` when given.
 std::map<CollOp, std::map<int, SizedLink>> fit_workload_links(
     const fusion::Schedule& workload, const std::vector<StepRecord>& steps,
     const analysis::CostModel& model, std::vector<CalibrationSample>* samples = nullptr);
