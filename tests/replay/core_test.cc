@@ -762,6 +762,47 @@ TEST(Calibrate, LinkCorrectionsInterpolateBetweenMeasuredSizes) {
   EXPECT_EQ(simulate(s, analysis::CostModel(p), so).step.step_ns(), 0);
 }
 
+// A calibration file with a malformed link is refused with the path of the bad entry, not
+// half-loaded.
+TEST(Calibrate, MalformedLinksInACalibrationFileAreRefused) {
+  test::TempDir dir;
+  Calibration c;
+  c.profile = *analysis::find_profile("cpu-shm");
+  c.compute_overhead_ns = 1;
+  const std::string good = c.to_json();
+  const std::string path = dir.file("cal.json");
+  auto load_with = [&](const std::string& links) -> std::string {
+    std::string j = good;
+    const size_t at = j.find("\"op_links\": {}");
+    EXPECT_NE(at, std::string::npos);
+    j.replace(at, std::string("\"op_links\": {}").size(), "\"op_links\": {" + links + "}");
+    FILE* f = fopen(path.c_str(), "w");
+    fwrite(j.data(), 1, j.size(), f);
+    fclose(f);
+    try {
+      load_sim_profile(path);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::BadFormat);
+      return e.what();
+    }
+    return "loaded";
+  };
+  const std::string link = "\"alpha_ns\": 1, \"ns_per_byte\": 0.5";
+  EXPECT_EQ(load_with("\"allgather\": {" + link + ", \"by_ranks\": {\"2\": {" + link +
+                      ", \"corrections\": [[4096, 10], [65536, -5]]}}}"),
+            "loaded");
+  EXPECT_THAT(load_with("\"allgather\": {\"alpha_ns\": 1}"),
+              HasSubstr("replay.op_links.allgather: expected a collective with alpha_ns"));
+  EXPECT_THAT(load_with("\"allgather\": {" + link + ", \"by_ranks\": {\"two\": {" + link + "}}}"),
+              HasSubstr("replay.op_links.allgather.by_ranks.two: expected a rank count"));
+  EXPECT_THAT(load_with("\"allgather\": {" + link + ", \"by_ranks\": {\"2\": {" + link +
+                        ", \"corrections\": [[4096]]}}}"),
+              HasSubstr("by_ranks.2.corrections: expected [bytes, ns] pairs"));
+  EXPECT_THAT(load_with("\"allgather\": {" + link + ", \"by_ranks\": {\"2\": {" + link +
+                        ", \"corrections\": [[65536, 1], [4096, 2]]}}}"),
+              HasSubstr("by increasing bytes"));
+}
+
 TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   test::TempDir dir;
   Calibration c;
