@@ -389,11 +389,14 @@ fusion::Schedule calibration_workload(int n) {
 
 std::map<CollOp, std::map<int, SizedLink>> fit_workload_links(
     const fusion::Schedule& w, const std::vector<StepRecord>& steps,
-    const analysis::CostModel& model, std::vector<CalibrationSample>* samples) {
+    const analysis::CostModel& model, std::vector<CalibrationSample>* samples,
+    double* sibling_stagger) {
   const fusion::Matching m = checked_matching(w);
   // Per kind, communicator size and message size: the sum and count of transfer times.
   std::map<std::tuple<CollOp, int, int64_t>, std::pair<double, int>> acc;
+  std::vector<double> spreads;  // per step and sibling family: (max - min) / (2 · mean)
   for (const StepRecord& step : steps) {
+    std::map<std::string, std::vector<double>> families;
     if (step.ranks.size() != w.ranks.size()) continue;
     std::vector<std::unordered_map<int64_t, const OpTime*>> at(step.ranks.size());
     // Per rank, its collectives' {stream, start, end}: a transfer that overlaps a collective
@@ -429,8 +432,18 @@ std::map<CollOp, std::map<int, SizedLink>> fit_workload_links(
       auto& [sum, count] = acc[{op, t, collective_bytes(c0, t, element_size(c0.dtype))}];
       sum += static_cast<double>(last_end - last_start);
       ++count;
+      if (std::string k = sibling_key(g); !k.empty())
+        families[k].push_back(static_cast<double>(last_end - last_start));
+    }
+    for (const auto& [k, v] : families) {
+      if (v.size() < 2) continue;
+      const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+      double mean = 0;
+      for (double x : v) mean += x / static_cast<double>(v.size());
+      if (mean > 0) spreads.push_back((*hi - *lo) / (2 * mean));
     }
   }
+  if (sibling_stagger) *sibling_stagger = spreads.empty() ? 0 : quantile(spreads, 0.5);
   // T = α · steps + β · wire bytes per kind and size, weighted for relative error.
   std::map<CollOp, std::map<int, SizedLink>> links;
   std::map<std::pair<CollOp, int>, std::vector<std::pair<int64_t, double>>> points;
@@ -659,7 +672,8 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
   // α-β gave it), which the probes, one collective on every rank at a time, do not see.
   if (workload) {
     const size_t first = cal.samples.size();
-    cal.sized_links = fit_workload_links(workload->schedule, workload_steps, model, &cal.samples);
+    cal.sized_links = fit_workload_links(workload->schedule, workload_steps, model, &cal.samples,
+                                         &cal.sibling_stagger);
     for (size_t i = first; i < cal.samples.size(); ++i)
       if (cal.samples[i].measured_ns > 0) {
         err += std::fabs(
@@ -686,6 +700,7 @@ SimOptions Calibration::sim_options() const {
   so.start_skew_ns = start_skew_ns;
   so.host_cores = host_cores;
   so.wait_spin_ns = wait_spin_ns;
+  so.sibling_stagger = sibling_stagger;
   return so;
 }
 
@@ -700,12 +715,13 @@ std::string Calibration::to_json() const {
                 "%lld, \"compute_slowdown\": %.4f, \"short_compute_overhead_ns\": %lld, "
                 "\"short_compute_slowdown\": %.4f, \"short_compute_below_ns\": %lld, "
                 "\"step_overhead_ns\": %lld, \"start_skew_ns\": %lld, \"host_cores\": %d, "
-                "\"wait_spin_ns\": %lld, \"mean_rel_error\": %.4f, \"op_links\": {",
+                "\"wait_spin_ns\": %lld, \"sibling_stagger\": %.4f, \"mean_rel_error\": %.4f, "
+                "\"op_links\": {",
                 backend.c_str(), ranks, static_cast<long long>(compute_overhead_ns),
                 compute_slowdown, static_cast<long long>(short_compute_overhead_ns),
                 short_compute_slowdown, static_cast<long long>(kShortestSleepNs),
                 static_cast<long long>(step_overhead_ns), static_cast<long long>(start_skew_ns),
-                host_cores, static_cast<long long>(wait_spin_ns), mean_rel_error);
+                host_cores, static_cast<long long>(wait_spin_ns), sibling_stagger, mean_rel_error);
   std::string links;
   for (const auto& [op, l] : op_links) {
     char one[200];
@@ -779,6 +795,7 @@ SimProfile load_sim_profile(const std::string& name_or_path) {
   integer("step_overhead_ns", sp.sim.step_start_ns);
   integer("start_skew_ns", sp.sim.start_skew_ns);
   integer("wait_spin_ns", sp.sim.wait_spin_ns);
+  number("sibling_stagger", sp.sim.sibling_stagger);
   {
     Ns cores = 0;
     integer("host_cores", cores);

@@ -76,6 +76,8 @@ struct Calibration {
   int host_cores = 0;
   // With host_cores: how long a rank that waits for its peers spins (SimOptions::wait_spin_ns).
   Ns wait_spin_ns = 0;
+  // How staggered sibling groups end, from the workload (SimOptions::sibling_stagger).
+  double sibling_stagger = 0;
   double mean_rel_error = 0;  // of the fitted model on the probes and the workload
   int ranks = 0;
   std::string backend;
@@ -118,10 +120,12 @@ fusion::Schedule calibration_workload(int nranks);
 // measured `steps` (all ranks), with the algorithms `model` picks, and each size's difference
 // from the line (SizedLink::corrections). A transfer that overlaps a collective of another
 // stream on a member is left out. Appends one sample per kind, size and message size to
-// `samples` when given.
+// `samples` when given; sets `sibling_stagger` to the median over the steps' sibling families
+// (sibling_key) of their transfers' (max - min) / (2 · mean) (SimOptions::sibling_stagger).
 std::map<CollOp, std::map<int, SizedLink>> fit_workload_links(
     const fusion::Schedule& workload, const std::vector<StepRecord>& steps,
-    const analysis::CostModel& model, std::vector<CalibrationSample>* samples = nullptr);
+    const analysis::CostModel& model, std::vector<CalibrationSample>* samples = nullptr,
+    double* sibling_stagger = nullptr);
 
 // Runs the probes on `ex` (collective on every process) and fits; complete on the reporting
 // process.

@@ -33,6 +33,18 @@ int64_t collective_bytes(const fusion::Collective& c, int comm_size, int esize) 
 
 CollOp cost_op(CollOp op) { return op == CollOp::Recv ? CollOp::Send : op; }
 
+std::string sibling_key(const fusion::MatchGroup& g) {
+  if (g.op == CollOp::Send || g.op == CollOp::Recv) return {};
+  std::string k;
+  for (char c : g.comm)
+    if (c < '0' || c > '9')
+      k += c;
+    else if (k.empty() || k.back() != '#')
+      k += '#';
+  return k + "|" + std::to_string(g.members.size()) + "|" + std::string(to_string(g.op)) + "|" +
+         std::to_string(g.seq);
+}
+
 fusion::Matching checked_matching(const fusion::Schedule& s) {
   std::vector<std::string> problems = fusion::validate(s);
   if (!problems.empty()) {

@@ -22,6 +22,12 @@ int64_t collective_bytes(const fusion::Collective& c, int comm_size, int esize);
 // The cost-model op of a collective (a recv is costed as its send).
 CollOp cost_op(CollOp op);
 
+// Sibling groups are the same collective of a parallel dimension on each of its communicators:
+// the k-th collective of one kind on communicators of one size whose ids differ only in their
+// numbers (the synthesizer's tp.pp0.dp0 ... tp.pp0.dp3, the calibration workload's c2.0 ...
+// c2.3). This is their common key; point-to-point groups have none (empty).
+std::string sibling_key(const fusion::MatchGroup& g);
+
 // Validates `s` and returns its matching; throws braid::Error(BadFormat) naming the first
 // problem (and how many more) when the schedule is not valid or not deadlock-free.
 fusion::Matching checked_matching(const fusion::Schedule& s);

@@ -107,6 +107,13 @@ struct SimOptions {
   // up to this long (the mpi backend's yield window) before it naps, loading the core as a
   // running member does. 0: waiting members cost nothing.
   Ns wait_spin_ns = 0;
+  // Sibling groups (sibling_key in replay/common.h) that cost the same do not end together on
+  // an oversubscribed host: they share the cores and finish staggered, and a collective whose
+  // members come from several of them waits for the last. The k-th of K siblings (by
+  // communicator id) costs (1 + sibling_stagger · (2k / (K - 1) - 1)) times its cost, so their
+  // mean is unchanged and their ends spread over ±sibling_stagger of it (default model only;
+  // a calibration measures it on its workload). 0: siblings end together.
+  double sibling_stagger = 0;
   Ns compute_cost(Ns d) const {
     const bool s = d < short_compute_below_ns;
     return static_cast<Ns>(static_cast<double>(d) *

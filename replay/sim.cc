@@ -4,8 +4,10 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <map>
 #include <optional>
 #include <queue>
+#include <string>
 #include <unordered_map>
 
 #include "replay/common.h"
@@ -116,6 +118,24 @@ class Simulation {
                               link->ns_per_element * wire / esize + link->correction_ns(bytes))));
       } else {
         group_cost_[g] = model.collective_ns(op, bytes, nranks, grp.comm, members);
+      }
+    }
+    // Siblings that cost the same end staggered around their cost (SimOptions::sibling_stagger).
+    if (o.sibling_stagger > 0 && o.host_cores <= 0) {
+      std::map<std::string, std::vector<int>> families;
+      for (size_t g = 0; g < m.groups.size(); ++g)
+        if (std::string k = sibling_key(m.groups[g]); !k.empty())
+          families[k + "|" + std::to_string(group_cost_[g])].push_back(static_cast<int>(g));
+      for (auto& [key, v] : families) {
+        if (v.size() < 2) continue;
+        std::sort(v.begin(), v.end(),
+                  [&](int a, int b) { return m.groups[a].comm < m.groups[b].comm; });
+        const double last = static_cast<double>(v.size() - 1);
+        for (size_t k = 0; k < v.size(); ++k) {
+          const double f = 1.0 + o.sibling_stagger * (2.0 * static_cast<double>(k) / last - 1.0);
+          group_cost_[v[k]] = static_cast<Ns>(
+              std::llround(std::max(0.0, f) * static_cast<double>(group_cost_[v[k]])));
+        }
       }
     }
     // Processor sharing: the cores each group's member streams run on.

@@ -50,17 +50,20 @@ double ms(double ns) { return ns * 1e-6; }
 
 int run_calibration(const ReplayOpts& o) {
   if (o.backend == "sim")
-    throw Error(ErrorCode::Usage, "--calibrate measures a real backend: use --backend mpi or nccl "
-                                  "(under mpirun)");
+    throw Error(ErrorCode::Usage,
+                "--calibrate measures a real backend: use --backend mpi or nccl "
+                "(under mpirun)");
   if (o.output.empty()) throw Error(ErrorCode::Usage, "--calibrate needs -o FILE.json");
   auto ex = replay::make_executor(o.backend);
   return replay::run_guarded(*ex, [&] {
     const int n = ex->process_count();
     if (n < 2)
-      throw Error(ErrorCode::Usage, "--calibrate needs at least 2 processes: mpirun -np N braid "
-                                    "replay --calibrate ...");
+      throw Error(ErrorCode::Usage,
+                  "--calibrate needs at least 2 processes: mpirun -np N braid "
+                  "replay --calibrate ...");
     replay::CalibrationOptions co;
-    co.base_profile = o.profile.empty() ? (o.backend == "mpi" ? "cpu-shm" : "h100-nvlink") : o.profile;
+    co.base_profile =
+        o.profile.empty() ? (o.backend == "mpi" ? "cpu-shm" : "h100-nvlink") : o.profile;
     co.replay.compute = compute_mode(o.compute);
     co.replay.timeout_ns = static_cast<Ns>(o.timeout_s * 1e9);
     co.share_cores = o.share_cores;
@@ -72,21 +75,29 @@ int run_calibration(const ReplayOpts& o) {
     w.put(json);
     w.flush();
     out.commit();
-    std::printf("calibrated %s on %d ranks: α %.0f ns per step, %.3f GB/s; a compute op of d costs "
-                "%.2f·d + %lld ns (%.2f·d + %lld ns below %lld us); mean error on the probes and "
-                "the workload %.1f%%\n",
-                o.backend.c_str(), n, cal.profile.intra_node.latency_ns,
-                cal.profile.intra_node.bandwidth_gbps, cal.compute_slowdown,
-                static_cast<long long>(cal.compute_overhead_ns), cal.short_compute_slowdown,
-                static_cast<long long>(cal.short_compute_overhead_ns),
-                static_cast<long long>(replay::kShortestSleepNs / 1000), 100 * cal.mean_rel_error);
+    std::printf(
+        "calibrated %s on %d ranks: α %.0f ns per step, %.3f GB/s; a compute op of d costs "
+        "%.2f·d + %lld ns (%.2f·d + %lld ns below %lld us); mean error on the probes and "
+        "the workload %.1f%%\n",
+        o.backend.c_str(), n, cal.profile.intra_node.latency_ns,
+        cal.profile.intra_node.bandwidth_gbps, cal.compute_slowdown,
+        static_cast<long long>(cal.compute_overhead_ns), cal.short_compute_slowdown,
+        static_cast<long long>(cal.short_compute_overhead_ns),
+        static_cast<long long>(replay::kShortestSleepNs / 1000), 100 * cal.mean_rel_error);
+    if (cal.sibling_stagger > 0)
+      std::printf(
+          "sibling groups (one collective on each of a dimension's communicators) end "
+          "staggered by ±%.0f%% of their cost\n",
+          100 * cal.sibling_stagger);
     if (o.share_cores && cal.host_cores > 0)
-      std::printf("sharing the cores: %d ranks pinned round-robin on %d cores; the links are per "
-                  "dedicated core and the sim shares the cores between collectives\n",
-                  n, cal.host_cores);
+      std::printf(
+          "sharing the cores: %d ranks pinned round-robin on %d cores; the links are per "
+          "dedicated core and the sim shares the cores between collectives\n",
+          n, cal.host_cores);
     else if (o.share_cores)
-      std::printf("sharing the cores: nothing to share (not more ranks than cores on one host); "
-                  "the links are per communicator size\n");
+      std::printf(
+          "sharing the cores: nothing to share (not more ranks than cores on one host); "
+          "the links are per communicator size\n");
     for (const auto& s : cal.samples)
       std::printf("  %-36s measured %9.3f ms  fitted %9.3f ms\n", s.probe.c_str(),
                   ms(static_cast<double>(s.measured_ns)), ms(static_cast<double>(s.predicted_ns)));
@@ -107,7 +118,8 @@ int run_replay(const ReplayOpts& o) {
   const std::string profile_name =
       o.profile.empty() ? (o.backend == "mpi" ? "cpu-shm" : "h100-nvlink") : o.profile;
   if (o.calibrate_first && o.backend == "sim")
-    throw Error(ErrorCode::Usage, "--calibrate-first measures a real backend: use --backend mpi or nccl");
+    throw Error(ErrorCode::Usage,
+                "--calibrate-first measures a real backend: use --backend mpi or nccl");
   replay::SimProfile sp = replay::load_sim_profile(profile_name);
   auto ex = replay::make_executor(o.backend, analysis::CostModel(sp.profile), sp.sim_options());
   return replay::run_guarded(*ex, [&] {
@@ -143,8 +155,9 @@ int run_replay(const ReplayOpts& o) {
     if (o.check) dc = replay::check_against_interpreter(*ex, s, ro);
     if (!ex->reporting()) return dc.ok() ? 0 : 1;
 
-    std::string what = in.stored.id >= 0 ? "schedule " + std::to_string(in.stored.id) + " '" + s.name + "'"
-                                         : "'" + s.name + "' (" + o.input + ")";
+    std::string what = in.stored.id >= 0
+                           ? "schedule " + std::to_string(in.stored.id) + " '" + s.name + "'"
+                           : "'" + s.name + "' (" + o.input + ")";
     std::printf("braid replay: %s, %d ranks, on %s: %d measured steps after %d warm-up\n",
                 what.c_str(), nranks, o.backend.c_str(), o.steps, o.warmup);
     std::vector<double> steps;
@@ -189,7 +202,8 @@ int run_replay(const ReplayOpts& o) {
       std::printf("stored as run %lld (%s) in %s\n", static_cast<long long>(ids[0]),
                   std::string(to_string(res.kind)).c_str(), o.input.c_str());
     }
-    if (!dc.ok()) throw Error(ErrorCode::Internal, "the replay's data differs from the reference interpreter");
+    if (!dc.ok())
+      throw Error(ErrorCode::Internal, "the replay's data differs from the reference interpreter");
     return 0;
   });
 }
@@ -199,26 +213,35 @@ int run_replay(const ReplayOpts& o) {
 void register_replay(CLI::App& app, Action& run) {
   auto o = std::make_shared<ReplayOpts>();
   std::string backends;
-  for (const std::string& b : replay::available_backends()) backends += (backends.empty() ? "" : ", ") + b;
+  for (const std::string& b : replay::available_backends())
+    backends += (backends.empty() ? "" : ", ") + b;
   auto* cmd = app.add_subcommand(
       "replay",
-      "Replay a schedule on a backend and store the run (kind replayed or simulated) in the .braid\n"
+      "Replay a schedule on a backend and store the run (kind replayed or simulated) in the "
+      ".braid\n"
       "file. Backends: sim (discrete-event simulation with the cost model), mpi (one process per\n"
       "rank on CPUs: mpirun -np N braid replay ... --backend mpi), nccl (one process per GPU).\n"
-      "This build has: " + backends + ".\n"
-      "--calibrate fits the sim's links (per collective kind, and per communicator size from a\n"
-      "calibration workload) and compute overheads to the backend on this host:\n"
-      "  mpirun -np 4 braid replay --calibrate --backend mpi -o cal.json; then --profile cal.json.");
+      "This build has: " +
+          backends +
+          ".\n"
+          "--calibrate fits the sim's links (per collective kind, and per communicator size from "
+          "a\n"
+          "calibration workload) and compute overheads to the backend on this host:\n"
+          "  mpirun -np 4 braid replay --calibrate --backend mpi -o cal.json; then --profile "
+          "cal.json.");
   cmd->add_option("input", o->input, ".braid file (a stored schedule) or a schedule JSON file");
   cmd->add_option("--schedule", o->schedule, "Stored schedule id (default: the newest)");
   cmd->add_option("--backend", o->backend, "sim, mpi or nccl")->capture_default_str();
   cmd->add_option("--steps", o->steps, "Measured steps")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "Unmeasured steps first")->capture_default_str();
   cmd->add_option("--compute-scale", o->compute_scale,
-                  "Multiply compute and delay durations by this")->capture_default_str();
+                  "Multiply compute and delay durations by this")
+      ->capture_default_str();
   cmd->add_option("--compute", o->compute,
                   "mpi: spend compute time spinning, sleeping, or auto (spin unless the host is "
-                  "oversubscribed)")->check(CLI::IsMember({"auto", "spin", "sleep"}))->capture_default_str();
+                  "oversubscribed)")
+      ->check(CLI::IsMember({"auto", "spin", "sleep"}))
+      ->capture_default_str();
   cmd->add_option("--profile", o->profile,
                   "Cost model profile for the sim and predictions: built-in name or JSON (a "
                   "--calibrate output); default cpu-shm for mpi, else h100-nvlink");
@@ -230,9 +253,11 @@ void register_replay(CLI::App& app, Action& run) {
                   "replayed vs original step time per rank");
   cmd->add_flag("--no-store", o->no_store, "Do not store the run in the .braid file");
   cmd->add_option("--timeout", o->timeout_s,
-                  "mpi/nccl: end the job when one op waits longer than this (seconds)")->capture_default_str();
+                  "mpi/nccl: end the job when one op waits longer than this (seconds)")
+      ->capture_default_str();
   cmd->add_option("--max-buffer-mb", o->max_buffer_mb,
-                  "mpi/nccl: refuse schedules needing more buffer memory per rank")->capture_default_str();
+                  "mpi/nccl: refuse schedules needing more buffer memory per rank")
+      ->capture_default_str();
   cmd->add_flag("--calibrate", o->calibrate, "Calibrate the sim against --backend (see above)");
   cmd->add_flag("--calibrate-first", o->calibrate_first,
                 "mpi/nccl: calibrate in this job before the replay and predict with that (instead "

@@ -612,6 +612,14 @@ TEST(Calibrate, WorkloadFitRecoversTheLinkPerKindAndSize) {
     }
   EXPECT_GE(workload_samples, 4 * 3 * 5);
   EXPECT_EQ(c.sim_options().sized_links.size(), c.sized_links.size());
+  EXPECT_NEAR(c.sibling_stagger, 0, 1e-3);  // this sim's siblings end together
+  // A sim whose siblings end staggered by ±30%: the workload measures it.
+  SimOptions staggered;
+  staggered.sibling_stagger = 0.3;
+  SimExecutor sim2{analysis::CostModel(p), staggered};
+  const Calibration c2 = calibrate(sim2, 8, co);
+  EXPECT_NEAR(c2.sibling_stagger, 0.3, 0.01);
+  EXPECT_DOUBLE_EQ(c2.sim_options().sibling_stagger, c2.sibling_stagger);
 }
 
 // The workload fit on hand-made timings: transfers are timed from the last member's arrival;
@@ -803,6 +811,62 @@ TEST(Calibrate, MalformedLinksInACalibrationFileAreRefused) {
               HasSubstr("by increasing bytes"));
 }
 
+// Sibling groups: the same collective on each communicator of a dimension.
+TEST(Sim, SiblingGroupsEndStaggeredAroundTheirCost) {
+  fusion::MatchGroup a{CollOp::AllGather, "tp.pp0.dp0", 3, {{0, 0, 1}, {1, 0, 1}}};
+  fusion::MatchGroup b = a;
+  b.comm = "tp.pp0.dp3";
+  EXPECT_EQ(sibling_key(a), sibling_key(b));
+  b.seq = 4;
+  EXPECT_NE(sibling_key(a), sibling_key(b));  // another position on the communicator
+  b = a;
+  b.members.push_back({2, 0, 1});
+  EXPECT_NE(sibling_key(a), sibling_key(b));  // another size
+  b = a;
+  b.op = CollOp::Send;
+  EXPECT_EQ(sibling_key(b), "");
+  // Four 2-rank all-gathers on g0..g3, then one all-reduce of all 8 ranks: with a stagger of
+  // 0.5 the siblings cost 0.5, 0.83, 1.17 and 1.5 times their cost, and the all-reduce waits
+  // for the last.
+  fusion::Schedule s;
+  for (int k = 0; k < 4; ++k) s.comms.push_back({"g" + std::to_string(k), {2 * k, 2 * k + 1}});
+  s.comms.push_back({"world", {0, 1, 2, 3, 4, 5, 6, 7}});
+  for (int r = 0; r < 8; ++r) {
+    s.add_buffer(r, "a", "float32", 1 << 16);
+    s.add_stream(r, "main");
+    fusion::Collective ag;
+    ag.op = CollOp::AllGather;
+    ag.comm = "g" + std::to_string(r / 2);
+    ag.dtype = "float32";
+    ag.count = 1 << 15;
+    ag.in = {"a", 0, 1 << 15};
+    ag.out = {"a", 0, 1 << 16};
+    s.append(r, 0, ag);
+    fusion::Collective ar = ag;
+    ar.op = CollOp::AllReduce;
+    ar.comm = "world";
+    ar.count = 16;
+    ar.in = ar.out = {"a", 0, 16};
+    s.append(r, 0, ar);
+  }
+  analysis::HardwareProfile p = *analysis::find_profile("cpu-shm");
+  p.gpus_per_node = 8;
+  const analysis::CostModel cm(p);
+  SimOptions so;
+  const Ns ag = cm.collective_ns(CollOp::AllGather, 1 << 18, 2);
+  const Ns ar = cm.collective_ns(CollOp::AllReduce, 64, 8);
+  EXPECT_EQ(simulate(s, cm, so).step.step_ns(), ag + ar);
+  so.sibling_stagger = 0.5;
+  const SimResult r = simulate(s, cm, so);
+  EXPECT_NEAR(static_cast<double>(r.step.step_ns()), 1.5 * static_cast<double>(ag) + ar, 2);
+  // Ranks 0-1 (g0) end their all-gather first, ranks 6-7 (g3) last.
+  EXPECT_NEAR(static_cast<double>(r.step.ranks[0][0].end), 0.5 * static_cast<double>(ag), 1);
+  EXPECT_NEAR(static_cast<double>(r.step.ranks[6][0].end), 1.5 * static_cast<double>(ag), 1);
+  // Processor sharing models the cores itself: no stagger on top.
+  so.host_cores = 2;
+  EXPECT_NE(simulate(s, cm, so).step.step_ns(), r.step.step_ns());
+}
+
 TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   test::TempDir dir;
   Calibration c;
@@ -816,6 +880,7 @@ TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   c.sized_links[CollOp::AllReduce][2] = {{500, 0.125}, 0.5, {{4096, -20.5}, {1 << 20, 300}}};
   c.reduce_ns_per_element[CollOp::AllReduce] = 0.75;
   c.step_overhead_ns = 4'000;
+  c.sibling_stagger = 0.25;
   c.start_skew_ns = 9'000;
   c.host_cores = 2;
   c.backend = "mpi";
@@ -837,6 +902,7 @@ TEST(Calibrate, CalibrationFileLoadsAsAProfileWithItsComputeOverhead) {
   EXPECT_EQ(sp.sim.compute_cost(100'000), 125'000 + 777);
   EXPECT_EQ(sp.sim.step_start_ns, 4'000);
   EXPECT_EQ(sp.sim.start_skew_ns, 9'000);
+  EXPECT_DOUBLE_EQ(sp.sim.sibling_stagger, 0.25);
   EXPECT_EQ(sp.sim.host_cores, 2);
   ASSERT_EQ(sp.sim.op_links.size(), 1u);
   EXPECT_DOUBLE_EQ(sp.sim.op_links.at(CollOp::AllReduce).alpha_ns, 1234.5);
