@@ -2,8 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 
 namespace braid::capture {
+
+int64_t host_now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 ClockFit::Sample ClockFit::sample(const std::function<int64_t()>& device_now,
                                   const std::function<int64_t()>& host_now, int tries) {

@@ -11,6 +11,9 @@
 
 namespace braid::capture {
 
+// The host clock of every capture row and of the window edges: CLOCK_REALTIME in ns.
+int64_t host_now_ns();
+
 class ClockFit {
  public:
   struct Sample {

@@ -3,6 +3,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 
 #include "capture/config.h"
@@ -43,7 +44,33 @@ void Collector::note_stream(int64_t stream) {
     sink_.add_stream({rank_, stream, true, "stream " + std::to_string(stream)});
 }
 
+void Collector::window_edge(bool open, int64_t device_ts, const std::string& opener) {
+  windowed_ = true;
+  if (open) {
+    if (windows_.empty() || windows_.back().close != INT64_MAX)
+      windows_.push_back({device_ts, INT64_MAX, opener});
+  } else if (!windows_.empty() && windows_.back().close == INT64_MAX) {
+    windows_.back().close = device_ts;
+  }
+}
+
+bool Collector::in_window(int64_t ts) const {
+  if (!windowed_) return true;
+  for (auto it = windows_.rbegin(); it != windows_.rend(); ++it)
+    if (ts >= it->open && ts <= it->close) return true;
+  return false;
+}
+
+bool Collector::incomplete(int64_t start, int64_t end) {
+  if (start > 0 && end >= start) return false;
+  count("capture.incomplete_records", 1, Severity::Warning,
+        "activity records without a start, or ending before it (incomplete when CUPTI was made "
+        "to hand them over): not stored");
+  return true;
+}
+
 void Collector::on_kernel(const KernelActivity& a) {
+  if (incomplete(a.start, a.end)) return;
   KernelSpan k;
   k.start = host(a.start);
   k.end = host(a.end);
@@ -115,6 +142,7 @@ void Collector::on_external_correlation(const ExternalCorrelationActivity& e) {
 }
 
 void Collector::on_mem(const MemActivity& a) {
+  if (incomplete(a.start, a.end)) return;
   Memcpy m;
   m.rank = rank_;
   m.stream = a.stream;
@@ -133,6 +161,8 @@ void Collector::on_mem(const MemActivity& a) {
 }
 
 void Collector::on_api(const ApiActivity& a) {
+  if (!in_window(a.start)) return;  // API records stay on for the run; rows are the window's
+  if (incomplete(a.start, a.end)) return;
   ApiCall c;
   c.rank = rank_;
   c.tid = a.tid;
@@ -149,6 +179,7 @@ void Collector::on_api(const ApiActivity& a) {
 }
 
 void Collector::on_sync(const SyncActivity& s) {
+  if (incomplete(s.start, s.end)) return;
   ApiCall c;
   c.rank = rank_;
   auto it = api_tid_.find(s.correlation);
@@ -163,9 +194,17 @@ void Collector::on_sync(const SyncActivity& s) {
 
 void Collector::on_marker(const MarkerActivity& m) {
   if (m.phase == MarkerActivity::Start || m.phase == MarkerActivity::Instant) {
+    bool inside = in_window(m.timestamp);
+    if (m.phase == MarkerActivity::Instant && !inside) return;
     std::string text = m.name ? m.name : "";
-    OpenMarker o{host(m.timestamp), sink_.intern(text), sink_.intern(m.domain ? m.domain : ""),
-                 m.tid, text};
+    OpenMarker o{m.timestamp, host(m.timestamp), 0, 0, m.tid, text, m.domain ? m.domain : ""};
+    if (!inside) {  // kept aside: it may be the range that opened the window
+      bound(outside_markers_);
+      outside_markers_[m.id] = std::move(o);
+      return;
+    }
+    o.name = sink_.intern(text);
+    o.domain = sink_.intern(o.domain_text);
     if (m.phase == MarkerActivity::Instant) {
       sink_.add(Range{rank_, static_cast<int64_t>(o.tid), false, o.start, o.start, o.name,
                       o.domain, 0});
@@ -177,9 +216,24 @@ void Collector::on_marker(const MarkerActivity& m) {
   }
   auto it = markers_.find(m.id);
   if (it == markers_.end()) {
-    count("capture.unmatched_marker_end", 1, Severity::Info,
-          "an NVTX range ended whose start was before the capture window");
-    return;
+    auto out = outside_markers_.find(m.id);
+    if (out != outside_markers_.end()) {
+      // The range whose start opened a window spans its opening; any other began outside.
+      OpenMarker o = std::move(out->second);
+      outside_markers_.erase(out);
+      bool opener = std::any_of(windows_.begin(), windows_.end(), [&](const Window& w) {
+        return !w.opener.empty() && w.opener == o.text && o.device_start <= w.open &&
+               m.timestamp >= w.open;
+      });
+      if (!opener) return;
+      o.name = sink_.intern(o.text);
+      o.domain = sink_.intern(o.domain_text);
+      it = markers_.emplace(m.id, std::move(o)).first;
+    } else {
+      count("capture.unmatched_marker_end", 1, Severity::Info,
+            "an NVTX range ended whose start was before CUPTI started");
+      return;
+    }
   }
   const OpenMarker& o = it->second;
   Ns end = host(m.timestamp);
@@ -354,13 +408,29 @@ void Collector::emit(const Pending& p, const KernelSpan* k) {
   ++collectives_;
 }
 
+namespace {
+// NCCL does no GPU work for a collective that moves nothing: in place on a one-rank communicator
+// (NCCL 2.28 copies out-of-place ones inside the call), or of zero elements.
+bool no_gpu_work(const NcclCall& c) {
+  if (c.count == 0) return true;
+  return c.comm && c.comm->nranks == 1 && c.sendbuff != 0 && c.sendbuff == c.recvbuff;
+}
+}  // namespace
+
 void Collector::end_cycle(bool final) {
-  int64_t without_kernel = 0;
+  int64_t without_kernel = 0, without_work = 0;
   for (auto it = pending_.begin(); it != pending_.end();) {
     Pending& p = it->second;
+    // The call's own id (pushed around the call: a one-rank collective copies inside it, grouped
+    // or not), else its group's (the group's kernels launch at ncclGroupEnd).
     auto k = ext_kernels_.find(p.call.external_id);
+    if (k == ext_kernels_.end() && p.call.group_id != 0)
+      k = ext_kernels_.find(static_cast<uint64_t>(p.call.group_id));
     if (k != ext_kernels_.end() && (final || k->second.age > 0 || p.age > 0)) {
       emit(p, &k->second);
+    } else if (k == ext_kernels_.end() && no_gpu_work(p.call)) {
+      emit(p, nullptr);
+      ++without_work;
     } else if (final || ++p.age > kMaxPendingCycles) {
       emit(p, nullptr);
       ++without_kernel;
@@ -370,10 +440,14 @@ void Collector::end_cycle(bool final) {
     }
     it = pending_.erase(it);
   }
+  if (without_work)
+    count("capture.collective_no_gpu_work", without_work, Severity::Info,
+          "NCCL calls that do no GPU work (in place on a one-rank communicator, or zero "
+          "elements): times are the host call's");
   if (without_kernel)
     count("capture.collective_without_kernel", without_kernel, Severity::Warning,
-          "NCCL calls whose GPU kernel was not seen (outside the window, CUPTI off, or dropped "
-          "records): times are the host call's");
+          "NCCL calls whose GPU kernel or copy was not seen (outside the window, CUPTI off, or "
+          "dropped records): times are the host call's");
   for (auto it = ext_kernels_.begin(); it != ext_kernels_.end();) {
     if (final || ++it->second.age > kMaxPendingCycles * 2) it = ext_kernels_.erase(it);
     else ++it;

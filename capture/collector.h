@@ -38,6 +38,13 @@ class Collector final : public ActivityHandler {
   void on_device(const DeviceActivity& d) override;
   void on_unhandled(uint32_t cupti_kind) override;
 
+  // Capture-window edges, in CUPTI's (device) clock, as the agent switches the window; `opener`
+  // names the NVTX range whose start opened it ("" for other openings). Once any edge is known,
+  // API records and NVTX ranges (whose CUPTI kinds stay on for the run) are kept only inside the
+  // window: a range when its start is, or when it is the opener spanning the opening (its start
+  // record precedes the opening callback). Before the first edge everything is kept.
+  void window_edge(bool open, int64_t device_ts, const std::string& opener);
+
   void on_nccl_call(const NcclCall& c);
   void on_nccl_detail(const NcclCallDetail& d);
   void on_nccl_proxy_op(const NcclProxyOp& p);
@@ -81,6 +88,9 @@ class Collector final : public ActivityHandler {
   void emit(const Pending& p, const KernelSpan* k);
   void write_proxy_op(const NcclProxyOp& p);
   void note_stream(int64_t stream);
+  bool in_window(int64_t device_ts) const;
+  // A record with no start or ending before it (an incomplete one from a forced flush): counted.
+  bool incomplete(int64_t start, int64_t end);
   Ns host(int64_t device_ts) const { return clock_.to_host(device_ts); }
 
   Sink& sink_;
@@ -99,13 +109,21 @@ class Collector final : public ActivityHandler {
   std::unordered_map<int64_t, std::vector<NcclProxyOp>> early_proxies_;  // by call id
   std::unordered_map<int64_t, std::pair<StrId, int64_t>> call_keys_;  // call id -> (comm, seq)
   std::unordered_map<uint32_t, uint32_t> api_tid_;                    // correlation -> thread
+  struct Window {
+    int64_t open, close;  // device clock; close INT64_MAX while open
+    std::string opener;
+  };
+  bool windowed_ = false;
+  std::vector<Window> windows_;
   struct OpenMarker {
+    int64_t device_start;
     int64_t start;
     StrId name, domain;
     uint64_t tid;
-    std::string text;
+    std::string text, domain_text;
   };
   std::unordered_map<uint32_t, OpenMarker> markers_;
+  std::unordered_map<uint32_t, OpenMarker> outside_markers_;  // started outside the window
   std::unordered_map<const char*, KernelName> kernel_names_;
   std::set<int64_t> streams_;
   std::map<uint32_t, std::string> device_names_;

@@ -2,8 +2,8 @@
 
 #include <cupti.h>
 
-#include <mutex>
-#include <unordered_map>
+#include <atomic>
+#include <type_traits>
 
 namespace braid::capture {
 namespace {
@@ -34,18 +34,28 @@ const char* sync_name(CUpti_ActivitySynchronizationType t) {
   }
 }
 
-// API names by (domain, cbid), looked up once each.
+// API names by (domain, cbid), looked up once each, in tables of plain atomics at namespace
+// scope: constant-initialized when the library loads and trivially destructible. The final drain
+// runs from the agent's atexit handler, after the destructors of every function-local static
+// built later than that handler was registered (a lazily built map here was freed before the
+// last buffers were parsed: a use-after-free at the exit of every recorded job).
+constexpr uint32_t kNameSlots = 1024;  // above CUPTI_{RUNTIME,DRIVER}_TRACE_CBID_SIZE
+static_assert(CUPTI_RUNTIME_TRACE_CBID_SIZE <= kNameSlots &&
+              CUPTI_DRIVER_TRACE_CBID_SIZE <= kNameSlots);
+static_assert(std::is_trivially_destructible_v<std::atomic<const char*>>);
+std::atomic<const char*> g_runtime_names[kNameSlots];
+std::atomic<const char*> g_driver_names[kNameSlots];
+const char kNoName[] = "";  // looked up, CUPTI has no name for it
+
 const char* api_name(CUpti_CallbackDomain domain, uint32_t cbid) {
-  static std::mutex mu;
-  static std::unordered_map<uint64_t, const char*> cache;
-  uint64_t key = (static_cast<uint64_t>(domain) << 32) | cbid;
-  std::lock_guard lk(mu);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  const char* name = nullptr;
-  if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) name = nullptr;
-  cache.emplace(key, name);
-  return name;
+  if (cbid >= kNameSlots) return nullptr;
+  auto& slot = (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? g_runtime_names : g_driver_names)[cbid];
+  const char* name = slot.load(std::memory_order_acquire);
+  if (!name) {
+    if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) name = kNoName;
+    slot.store(name, std::memory_order_release);  // CUPTI's static strings: a race stores the same
+  }
+  return name == kNoName ? nullptr : name;
 }
 
 }  // namespace

@@ -127,14 +127,17 @@ ncclResult_t record_call(const Args& a, Call&& call) {
   c.in_window = ag->window_open();
   bool grouped = t_group_depth > 0;
   c.group_id = grouped ? t_group_id : 0;
-  c.external_id = static_cast<uint64_t>(grouped ? t_group_id : c.call_id);
+  // The call's own id, pushed around the call grouped or not: NCCL 2.28 does a one-rank
+  // collective's copy inside the call itself. A group's kernels launch at ncclGroupEnd, under the
+  // group's id (the collector looks for the call's id first, then its group's).
+  c.external_id = static_cast<uint64_t>(c.call_id);
   ++t_depth;
   t_current_call = c.call_id;
-  if (!grouped) ag->push_external(c.external_id);
+  bool pushed = ag->push_external(c.external_id);
   c.enqueue = now_ns();
   ncclResult_t r = call();
   c.ret = now_ns();
-  if (!grouped) ag->pop_external();
+  if (pushed) ag->pop_external();
   t_current_call = 0;
   --t_depth;
   c.result = static_cast<int32_t>(r);
@@ -318,11 +321,12 @@ BRAID_EXPORT ncclResult_t ncclGroupEnd() {
   }
   bool outermost = t_group_depth == 1;
   Agent* ag = outermost ? Agent::running() : nullptr;
-  if (ag) ag->push_external(static_cast<uint64_t>(t_group_id));  // the group's kernels launch here
+  // The group's kernels launch here.
+  bool pushed = ag && ag->push_external(static_cast<uint64_t>(t_group_id));
   ++t_depth;
   ncclResult_t r = real_fn();
   --t_depth;
-  if (ag) ag->pop_external();
+  if (pushed) ag->pop_external();
   --t_group_depth;
   if (outermost) {
     if (ag && t_group_calls) {

@@ -5,16 +5,6 @@
 #include <ctime>
 
 namespace braid::capture {
-namespace {
-
-int64_t host_now() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-}  // namespace
-
 Pipeline::Pipeline(SinkFactory make_sink, int32_t rank, uint32_t nccl_external_kind,
                    PipelineHooks hooks, PipelineOptions opts, BufferPool* pool)
     : make_sink_(std::move(make_sink)),
@@ -86,7 +76,7 @@ void Pipeline::request_flush(bool forced) {
 void Pipeline::calibrate() {
   auto device_clock = hooks().device_clock;
   if (!device_clock) return;
-  clock_.add(ClockFit::sample(device_clock, host_now));
+  clock_.add(ClockFit::sample(device_clock, host_now_ns));
   clock_.refit();
 }
 

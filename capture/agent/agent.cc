@@ -228,7 +228,7 @@ void Agent::set_nccl_version(int v) {
   pipeline_->post(info_);
 }
 
-void Agent::attach_cupti(PipelineHooks hooks, void (*push_ext)(uint64_t), void (*pop_ext)()) {
+void Agent::attach_cupti(PipelineHooks hooks, bool (*push_ext)(uint64_t), void (*pop_ext)()) {
   pipeline_->set_hooks(std::move(hooks));
   push_ext_.store(push_ext, std::memory_order_release);
   pop_ext_.store(pop_ext, std::memory_order_release);
@@ -240,8 +240,8 @@ void Agent::shutdown() {
     capture_.store(0);
     window_open_.store(false);
   }
+  // pop_ext_ stays: a thread between its push and its pop still pops.
   push_ext_.store(nullptr);
-  pop_ext_.store(nullptr);
   if (pipeline_) pipeline_->stop();  // attach mode: the sink ends an open window, "job exiting"
   client_.reset();                   // after the last Done
 }

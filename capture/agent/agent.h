@@ -64,9 +64,11 @@ class Agent {
 
   // CUPTI, when the process initialized CUDA: the pipeline's hooks and the external-correlation
   // functions the interposer calls around NCCL launches.
-  void attach_cupti(PipelineHooks hooks, void (*push_ext)(uint64_t), void (*pop_ext)());
-  void push_external(uint64_t id) {
-    if (auto f = push_ext_.load(std::memory_order_acquire)) f(id);
+  // push_external says whether it pushed; call pop_external exactly when it did.
+  void attach_cupti(PipelineHooks hooks, bool (*push_ext)(uint64_t), void (*pop_ext)());
+  bool push_external(uint64_t id) {
+    auto f = push_ext_.load(std::memory_order_acquire);
+    return f && f(id);
   }
   void pop_external() {
     if (auto f = pop_ext_.load(std::memory_order_acquire)) f();
@@ -100,7 +102,7 @@ class Agent {
   CommBook comms_;
   std::atomic<int64_t> next_id_{1};
   std::atomic<bool> window_open_{true};
-  std::atomic<void (*)(uint64_t)> push_ext_{nullptr};
+  std::atomic<bool (*)(uint64_t)> push_ext_{nullptr};
   std::atomic<void (*)()> pop_ext_{nullptr};
   std::mutex mu_;
   RankInfo info_;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -133,6 +134,45 @@ void profile_call(ncclComm* c, bool p2p, const char* func, size_t count, int pee
   if (api) p->stop_event(api);
 }
 
+// GPU work, where the fake CUDA runtime of fake_cupti.cc is loaded (the model programs): as
+// NCCL 2.28, a collective on a one-rank communicator copies inside the call itself (nothing when
+// in place), grouped or not; on more ranks one kernel per communicator is launched by the call,
+// or at ncclGroupEnd for the calls of a group.
+struct Launch {
+  ncclComm* comm;
+  uint32_t stream;
+  std::string kernel;
+};
+std::vector<Launch> g_group_launches;
+void gpu_work(ncclComm* c, const char* func, const void* send, const void* recv,
+              cudaStream_t stream) {
+  static auto launch =
+      reinterpret_cast<void (*)(uint32_t, const char*)>(dlsym(RTLD_DEFAULT, "fakecuda_launch"));
+  static auto copy =
+      reinterpret_cast<void (*)(uint32_t, uint64_t)>(dlsym(RTLD_DEFAULT, "fakecuda_memcpy"));
+  if (!launch || !copy || !c) return;
+  auto s = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(stream));
+  if (c->nranks == 1) {
+    if (send && recv && send != recv) copy(s, 256);
+    return;
+  }
+  std::string kernel = std::string("ncclDevKernel_") + (func + 4) + "_Sum_f32_RING_LL";
+  if (g_group > 0) {
+    for (auto& l : g_group_launches)
+      if (l.comm == c) return;
+    g_group_launches.push_back({c, s, kernel});
+    return;
+  }
+  launch(s, kernel.c_str());
+}
+void group_launches() {
+  static auto launch =
+      reinterpret_cast<void (*)(uint32_t, const char*)>(dlsym(RTLD_DEFAULT, "fakecuda_launch"));
+  if (launch)
+    for (auto& l : g_group_launches) launch(l.stream, l.kernel.c_str());
+  g_group_launches.clear();
+}
+
 std::string dir() {
   const char* d = std::getenv("FAKE_NCCL_DIR");
   return d ? d : "/tmp";
@@ -239,26 +279,50 @@ FAKE ncclResult_t ncclGroupEnd() {
   if (g_group == 0) {  // the group launches: its point-to-point ops are reported now
     for (auto& d : g_deferred) profile_op(d.comm, d.api, true, d.func, d.count, d.peer);
     g_deferred.clear();
+    group_launches();
   }
   return ncclSuccess;
 }
 
-#define FAKE_COLL(name, params, comm, p2p, count, peer) \
-  FAKE ncclResult_t name params {                          \
-    ++g_calls;                                             \
-    profile_call(comm, p2p, #name, count, peer);           \
-    return ncclSuccess;                                    \
+#define FAKE_COLL(name, params, comm, p2p, count, peer, send, recv, stream) \
+  FAKE ncclResult_t name params {                                           \
+    ++g_calls;                                                              \
+    profile_call(comm, p2p, #name, count, peer);                            \
+    gpu_work(comm, #name, send, recv, stream);                              \
+    return ncclSuccess;                                                     \
   }
-FAKE_COLL(ncclAllReduce, (const void*, void*, size_t n, ncclDataType_t, ncclRedOp_t, ncclComm_t c, cudaStream_t), c, false, n, -1)
-FAKE_COLL(ncclReduce, (const void*, void*, size_t n, ncclDataType_t, ncclRedOp_t, int, ncclComm_t c, cudaStream_t), c, false, n, -1)
-FAKE_COLL(ncclBroadcast, (const void*, void*, size_t n, ncclDataType_t, int, ncclComm_t c, cudaStream_t), c, false, n, -1)
-FAKE_COLL(ncclReduceScatter, (const void*, void*, size_t n, ncclDataType_t, ncclRedOp_t, ncclComm_t c, cudaStream_t), c, false, n, -1)
-FAKE_COLL(ncclAllGather, (const void*, void*, size_t n, ncclDataType_t, ncclComm_t c, cudaStream_t), c, false, n, -1)
-FAKE_COLL(ncclAlltoAll, (const void*, void*, size_t n, ncclDataType_t, ncclComm_t c, cudaStream_t), c, false, n, -1)
-FAKE_COLL(ncclGather, (const void*, void*, size_t n, ncclDataType_t, int, ncclComm_t c, cudaStream_t), c, false, n, -1)
-FAKE_COLL(ncclScatter, (const void*, void*, size_t n, ncclDataType_t, int, ncclComm_t c, cudaStream_t), c, false, n, -1)
-FAKE_COLL(ncclSend, (const void*, size_t n, ncclDataType_t, int peer, ncclComm_t c, cudaStream_t), c, true, n, peer)
-FAKE_COLL(ncclRecv, (void*, size_t n, ncclDataType_t, int peer, ncclComm_t c, cudaStream_t), c, true, n, peer)
+FAKE_COLL(ncclAllReduce,
+          (const void* s, void* r, size_t n, ncclDataType_t, ncclRedOp_t, ncclComm_t c,
+           cudaStream_t st),
+          c, false, n, -1, s, r, st)
+FAKE_COLL(ncclReduce,
+          (const void* s, void* r, size_t n, ncclDataType_t, ncclRedOp_t, int, ncclComm_t c,
+           cudaStream_t st),
+          c, false, n, -1, s, r, st)
+FAKE_COLL(ncclBroadcast,
+          (const void* s, void* r, size_t n, ncclDataType_t, int, ncclComm_t c, cudaStream_t st), c,
+          false, n, -1, s, r, st)
+FAKE_COLL(ncclReduceScatter,
+          (const void* s, void* r, size_t n, ncclDataType_t, ncclRedOp_t, ncclComm_t c,
+           cudaStream_t st),
+          c, false, n, -1, s, r, st)
+FAKE_COLL(ncclAllGather,
+          (const void* s, void* r, size_t n, ncclDataType_t, ncclComm_t c, cudaStream_t st), c,
+          false, n, -1, s, r, st)
+FAKE_COLL(ncclAlltoAll,
+          (const void* s, void* r, size_t n, ncclDataType_t, ncclComm_t c, cudaStream_t st), c,
+          false, n, -1, s, r, st)
+FAKE_COLL(ncclGather,
+          (const void* s, void* r, size_t n, ncclDataType_t, int, ncclComm_t c, cudaStream_t st), c,
+          false, n, -1, s, r, st)
+FAKE_COLL(ncclScatter,
+          (const void* s, void* r, size_t n, ncclDataType_t, int, ncclComm_t c, cudaStream_t st), c,
+          false, n, -1, s, r, st)
+FAKE_COLL(ncclSend,
+          (const void* s, size_t n, ncclDataType_t, int peer, ncclComm_t c, cudaStream_t st), c,
+          true, n, peer, s, nullptr, st)
+FAKE_COLL(ncclRecv, (void* r, size_t n, ncclDataType_t, int peer, ncclComm_t c, cudaStream_t st), c,
+          true, n, peer, nullptr, r, st)
 
 // As in NCCL: the legacy in-place broadcast calls the public ncclBroadcast.
 FAKE ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t dt, int root, ncclComm_t comm,

@@ -1,0 +1,575 @@
+// A CUPTI call recorder for the agent's CPU tests: libbraid_fake_cupti.so exports the CUPTI calls
+// the agent makes (cupti.h signatures) and behaves like CUDA 13's CUPTI where the agent depends
+// on it, and a small fake CUDA runtime and NVTX (fakecuda_*, fakenvtx_*) that model programs
+// (fake_cuda_job.cc) call instead of a GPU:
+//  - activity records are written, back to back as CUPTI lays them out (CUPTI's own structs), into
+//    the buffers the client's bufferRequested callback hands out; a full buffer goes to
+//    bufferCompleted, and cuptiActivityFlushAll hands over the partly filled one;
+//  - a CUDA call makes an API record only when its kind (RUNTIME/DRIVER) or its callback id
+//    (cuptiActivityEnableRuntimeApi) is enabled, and, with EXTERNAL_CORRELATION enabled, one
+//    external-correlation record per kind whose per-thread stack is not empty, before it;
+//  - thread ids in records are pthread_self() unless cuptiSetThreadIdType(SYSTEM) was called
+//    (then gettid()), as CUPTI documents;
+//  - NVTX calls make MARKER records when MARKER is enabled (the record is taken before the
+//    callbacks run) and call the subscriber for the NVTX domain when it is enabled;
+//  - cuptiSubscribe fails with CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED while another
+//    subscriber holds CUPTI (FAKE_CUPTI_OTHER_SUBSCRIBER=1 models a torch.profiler there first).
+// Every CUPTI call is logged, one line per call, to FAKE_CUPTI_LOG when set:
+//   "<gettid> <callback depth> <function> <argument>"
+// where the depth is how many CUPTI callbacks this thread is inside (the agent holds its window
+// lock inside them), so tests can check which thread called what, and what was called from
+// inside a callback. Completed buffers are delivered on the thread that filled them (real CUPTI
+// also uses a worker thread; the agent must cope with both).
+#include <cupti.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <generated_nvtx_meta.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#define FAKE extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+std::mutex g_mu;  // guards the state below; never held while calling the client
+CUpti_CallbackFunc g_callback = nullptr;
+void* g_callback_user = nullptr;
+bool g_subscribed = false;
+std::set<int> g_domains;
+std::set<std::pair<int, uint32_t>> g_callbacks;
+bool g_kinds[CUPTI_ACTIVITY_KIND_COUNT] = {};
+std::set<uint32_t> g_runtime_api, g_driver_api;  // per callback id
+CUpti_ActivityThreadIdType g_tid_type = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT;
+CUpti_BuffersCallbackRequestFunc g_request = nullptr;
+CUpti_BuffersCallbackCompleteFunc g_complete = nullptr;
+uint8_t* g_buf = nullptr;
+size_t g_size = 0, g_used = 0;
+uint64_t g_dropped = 0;
+std::atomic<uint32_t> g_corr{0};
+std::atomic<uint32_t> g_marker_id{0};
+thread_local int t_in_callback = 0;
+thread_local std::vector<uint64_t> t_ext[CUPTI_EXTERNAL_CORRELATION_KIND_SIZE];
+thread_local std::vector<uint32_t> t_ranges;  // ids of this thread's pushed NVTX ranges
+
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+long gettid_() { return syscall(SYS_gettid); }
+
+void log_call(const char* fn, const std::string& arg = "") {
+  static int fd = [] {
+    const char* p = std::getenv("FAKE_CUPTI_LOG");
+    return p ? open(p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+  }();
+  if (fd < 0) return;
+  char line[256];
+  int n =
+      std::snprintf(line, sizeof line, "%ld %d %s %s\n", gettid_(), t_in_callback, fn, arg.c_str());
+  if (n > 0) (void)!write(fd, line, static_cast<size_t>(std::min<int>(n, sizeof line - 1)));
+}
+
+// FAKE_CUPTI_PROBE_LOCK=1: a switching call (enable, disable, flush) first has another thread
+// call the subscriber, as CUPTI does from its own threads, and waits up to 200 ms for it to
+// return. A client holding the lock its callback takes across the call keeps the probe waiting:
+// logged as "<function> UNDER_LOCK" (real CUPTI can deadlock there: it may hold its own lock
+// while calling back).
+void probe_lock(const char* fn) {
+  const char* on = std::getenv("FAKE_CUPTI_PROBE_LOCK");
+  if (!on || *on != '1') return;
+  CUpti_CallbackFunc cb;
+  void* user;
+  {
+    std::lock_guard lk(g_mu);
+    if (!g_subscribed || !g_callback) return;
+    cb = g_callback;
+    user = g_callback_user;
+  }
+  struct Probe {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto probe = std::make_shared<Probe>();
+  std::thread([probe, cb, user] {
+    nvtxMarkA_params p{"braid-fake-cupti-probe"};
+    CUpti_NvtxData d{"nvtxMarkA", &p, nullptr};
+    cb(user, CUPTI_CB_DOMAIN_NVTX, CUPTI_CBID_NVTX_nvtxMarkA, &d);
+    std::lock_guard lk(probe->mu);
+    probe->done = true;
+    probe->cv.notify_all();
+  }).detach();
+  std::unique_lock lk(probe->mu);
+  if (!probe->cv.wait_for(lk, std::chrono::milliseconds(200), [&] { return probe->done; }))
+    log_call(fn, "UNDER_LOCK");
+}
+
+uint32_t thread_id() {
+  std::lock_guard lk(g_mu);
+  return g_tid_type == CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM ? static_cast<uint32_t>(gettid_())
+                                                            : static_cast<uint32_t>(pthread_self());
+}
+
+bool kind_on(CUpti_ActivityKind k) {
+  std::lock_guard lk(g_mu);
+  return g_kinds[k];
+}
+
+size_t record_size(CUpti_ActivityKind k) {
+  switch (k) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+      return sizeof(CUpti_ActivityKernel10);
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+      return sizeof(CUpti_ActivityMemcpy6);
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      return sizeof(CUpti_ActivityMemset4);
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+      return sizeof(CUpti_ActivityAPI);
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+      return sizeof(CUpti_ActivitySynchronization2);
+    case CUPTI_ACTIVITY_KIND_MARKER:
+      return sizeof(CUpti_ActivityMarker2);
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
+      return sizeof(CUpti_ActivityExternalCorrelation);
+    case CUPTI_ACTIVITY_KIND_DEVICE:
+      return sizeof(CUpti_ActivityDevice5);
+    default:
+      return 0;
+  }
+}
+
+// Appends one record; a full buffer is handed to the client after the lock is let go.
+template <typename T>
+void emit(const T& rec) {
+  uint8_t* full = nullptr;
+  size_t full_used = 0;
+  CUpti_BuffersCallbackCompleteFunc complete = nullptr;
+  {
+    std::lock_guard lk(g_mu);
+    if (!g_request || !g_complete) return;
+    if (g_buf && g_used + sizeof rec > g_size) {
+      full = g_buf;
+      full_used = g_used;
+      complete = g_complete;
+      g_buf = nullptr;
+    }
+    if (!g_buf) {
+      size_t max_records = 0;
+      g_request(&g_buf, &g_size, &max_records);
+      g_used = 0;
+      if (g_buf && g_size < sizeof rec) g_buf = nullptr;
+    }
+    if (g_buf) {
+      std::memcpy(g_buf + g_used, &rec, sizeof rec);
+      g_used += sizeof rec;
+    } else {
+      ++g_dropped;
+    }
+  }
+  if (full) complete(nullptr, 0, full, g_size, full_used);
+}
+
+void deliver(int domain, uint32_t cbid, const void* data) {
+  CUpti_CallbackFunc cb = nullptr;
+  void* user = nullptr;
+  {
+    std::lock_guard lk(g_mu);
+    if (!g_subscribed || !g_callback) return;
+    if (!g_domains.count(domain) && !g_callbacks.count({domain, cbid})) return;
+    cb = g_callback;
+    user = g_callback_user;
+  }
+  ++t_in_callback;
+  cb(user, static_cast<CUpti_CallbackDomain>(domain), cbid, data);
+  --t_in_callback;
+}
+
+// One runtime API call: callbacks around it, its API record preceded by the external-correlation
+// records of this thread, then its work's device records.
+template <typename Work>
+void runtime_call(CUpti_runtime_api_trace_cbid cbid, const char* name, Work&& work) {
+  uint32_t corr = ++g_corr;
+  CUpti_CallbackData cd{};
+  cd.callbackSite = CUPTI_API_ENTER;
+  cd.functionName = name;
+  cd.correlationId = corr;
+  deliver(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &cd);
+  int64_t start = now_ns();
+  int64_t end = now_ns();
+  bool traced;
+  {
+    std::lock_guard lk(g_mu);
+    traced = g_kinds[CUPTI_ACTIVITY_KIND_RUNTIME] || g_runtime_api.count(cbid);
+  }
+  if (traced) {
+    if (kind_on(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) {
+      for (int k = 0; k < CUPTI_EXTERNAL_CORRELATION_KIND_SIZE; ++k) {
+        if (t_ext[k].empty()) continue;
+        CUpti_ActivityExternalCorrelation e{};
+        e.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+        e.externalKind = static_cast<CUpti_ExternalCorrelationKind>(k);
+        e.externalId = t_ext[k].back();
+        e.correlationId = corr;
+        emit(e);
+      }
+    }
+    CUpti_ActivityAPI a{};
+    a.kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+    a.cbid = cbid;
+    a.start = static_cast<uint64_t>(start);
+    a.end = static_cast<uint64_t>(end);
+    a.processId = static_cast<uint32_t>(getpid());
+    a.threadId = thread_id();
+    a.correlationId = corr;
+    emit(a);
+  }
+  work(corr);  // the device's records come after the call's (asynchronous work)
+  cd.callbackSite = CUPTI_API_EXIT;
+  deliver(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &cd);
+}
+
+struct RuntimeName {
+  uint32_t cbid;
+  const char* name;
+};
+constexpr RuntimeName kRuntimeNames[] = {
+    {CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, "cudaLaunchKernel_v7000"},
+    {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, "cudaMemcpyAsync_v3020"},
+    {CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020, "cudaStreamSynchronize_v3020"},
+    {CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStart_v4000, "cudaProfilerStart_v4000"},
+    {CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000, "cudaProfilerStop_v4000"},
+    {CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, "cudaGraphLaunch_v10000"},
+    {CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020, "cudaGetDevice_v3020"},
+};
+
+}  // namespace
+
+// ---- CUPTI ----
+
+FAKE CUptiResult cuptiGetResultString(CUptiResult r, const char** s) {
+  *s = r == CUPTI_SUCCESS ? "CUPTI_SUCCESS"
+       : r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+           ? "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
+           : "CUPTI_ERROR_UNKNOWN";
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* s, CUpti_CallbackFunc cb, void* user) {
+  log_call("cuptiSubscribe");
+  const char* other = std::getenv("FAKE_CUPTI_OTHER_SUBSCRIBER");
+  std::lock_guard lk(g_mu);
+  if (g_subscribed || (other && *other == '1'))
+    return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+  g_subscribed = true;
+  g_callback = cb;
+  g_callback_user = user;
+  *s = reinterpret_cast<CUpti_SubscriberHandle>(&g_subscribed);
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle) {
+  log_call("cuptiUnsubscribe");
+  std::lock_guard lk(g_mu);
+  g_subscribed = false;
+  g_callback = nullptr;
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle,
+                                   CUpti_CallbackDomain d) {
+  log_call("cuptiEnableDomain", std::to_string(d) + " " + std::to_string(enable));
+  std::lock_guard lk(g_mu);
+  if (enable)
+    g_domains.insert(d);
+  else
+    g_domains.erase(d);
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle,
+                                     CUpti_CallbackDomain d, CUpti_CallbackId cbid) {
+  log_call("cuptiEnableCallback", std::to_string(d) + ":" + std::to_string(cbid));
+  std::lock_guard lk(g_mu);
+  if (enable)
+    g_callbacks.insert({d, cbid});
+  else
+    g_callbacks.erase({d, cbid});
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain d, uint32_t cbid, const char** name) {
+  *name = nullptr;
+  if (d == CUPTI_CB_DOMAIN_RUNTIME_API)
+    for (auto& n : kRuntimeNames)
+      if (n.cbid == cbid) *name = n.name;
+  return *name ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
+}
+
+FAKE CUptiResult cuptiSetThreadIdType(CUpti_ActivityThreadIdType type) {
+  log_call("cuptiSetThreadIdType", std::to_string(type));
+  std::lock_guard lk(g_mu);
+  g_tid_type = type;
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc req,
+                                                CUpti_BuffersCallbackCompleteFunc done) {
+  log_call("cuptiActivityRegisterCallbacks");
+  std::lock_guard lk(g_mu);
+  g_request = req;
+  g_complete = done;
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiActivityEnable(CUpti_ActivityKind k) {
+  log_call("cuptiActivityEnable", std::to_string(k));
+  probe_lock("cuptiActivityEnable");
+  if (k >= CUPTI_ACTIVITY_KIND_COUNT) return CUPTI_ERROR_INVALID_KIND;
+  std::lock_guard lk(g_mu);
+  g_kinds[k] = true;
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiActivityDisable(CUpti_ActivityKind k) {
+  log_call("cuptiActivityDisable", std::to_string(k));
+  probe_lock("cuptiActivityDisable");
+  if (k >= CUPTI_ACTIVITY_KIND_COUNT) return CUPTI_ERROR_INVALID_KIND;
+  std::lock_guard lk(g_mu);
+  g_kinds[k] = false;
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
+  log_call("cuptiActivityEnableRuntimeApi", std::to_string(cbid) + " " + std::to_string(enable));
+  probe_lock("cuptiActivityEnableRuntimeApi");
+  std::lock_guard lk(g_mu);
+  if (enable)
+    g_runtime_api.insert(cbid);
+  else
+    g_runtime_api.erase(cbid);
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
+  log_call("cuptiActivityEnableDriverApi", std::to_string(cbid) + " " + std::to_string(enable));
+  probe_lock("cuptiActivityEnableDriverApi");
+  std::lock_guard lk(g_mu);
+  if (enable)
+    g_driver_api.insert(cbid);
+  else
+    g_driver_api.erase(cbid);
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiActivityFlushAll(uint32_t flag) {
+  log_call("cuptiActivityFlushAll", std::to_string(flag));
+  probe_lock("cuptiActivityFlushAll");
+  uint8_t* buf = nullptr;
+  size_t used = 0, size = 0;
+  CUpti_BuffersCallbackCompleteFunc complete = nullptr;
+  {
+    std::lock_guard lk(g_mu);
+    if (g_buf && g_used > 0) {
+      buf = g_buf;
+      used = g_used;
+      size = g_size;
+      complete = g_complete;
+      g_buf = nullptr;
+      g_used = 0;
+    }
+  }
+  if (buf && complete) complete(nullptr, 0, buf, size, used);
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext, uint32_t, size_t* dropped) {
+  std::lock_guard lk(g_mu);
+  *dropped = g_dropped;
+  g_dropped = 0;  // as CUPTI: the count since the last call
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiGetTimestamp(uint64_t* t) {
+  *t = static_cast<uint64_t>(now_ns());
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiActivityGetNextRecord(uint8_t* buffer, size_t valid, CUpti_Activity** rec) {
+  size_t off = 0;
+  if (*rec) {
+    size_t n = record_size((*rec)->kind);
+    if (n == 0) return CUPTI_ERROR_INVALID_KIND;
+    off = static_cast<size_t>(reinterpret_cast<uint8_t*>(*rec) - buffer) + n;
+  }
+  if (off >= valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+  auto* next = reinterpret_cast<CUpti_Activity*>(buffer + off);
+  size_t n = record_size(next->kind);
+  if (n == 0 || off + n > valid) return CUPTI_ERROR_INVALID_KIND;
+  *rec = next;
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrelationKind k,
+                                                        uint64_t id) {
+  log_call("cuptiActivityPushExternalCorrelationId", std::to_string(k) + " " + std::to_string(id));
+  if (k >= CUPTI_EXTERNAL_CORRELATION_KIND_SIZE) return CUPTI_ERROR_INVALID_PARAMETER;
+  t_ext[k].push_back(id);
+  return CUPTI_SUCCESS;
+}
+
+FAKE CUptiResult cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind k,
+                                                       uint64_t* last) {
+  log_call("cuptiActivityPopExternalCorrelationId", std::to_string(k));
+  if (k >= CUPTI_EXTERNAL_CORRELATION_KIND_SIZE) return CUPTI_ERROR_INVALID_PARAMETER;
+  if (t_ext[k].empty()) return CUPTI_ERROR_QUEUE_EMPTY;
+  if (last) *last = t_ext[k].back();
+  t_ext[k].pop_back();
+  return CUPTI_SUCCESS;
+}
+
+// ---- the fake CUDA runtime and NVTX the model programs call ----
+
+// As the CUDA driver at cuInit: loads CUDA_INJECTION64_PATH and calls its InitializeInjection.
+FAKE int fakecuda_init() {
+  static int rc = [] {
+    const char* path = std::getenv("CUDA_INJECTION64_PATH");
+    if (!path || !*path) return 0;
+    void* h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (!h) return -1;
+    auto init = reinterpret_cast<int (*)()>(dlsym(h, "InitializeInjection"));
+    return init ? init() : -1;
+  }();
+  return rc;
+}
+
+// The thread-id type in force (what the agent chose).
+FAKE int fakecupti_thread_id_type() {
+  std::lock_guard lk(g_mu);
+  return g_tid_type;
+}
+
+FAKE void fakecuda_launch(uint32_t stream, const char* kernel) {
+  runtime_call(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, "cudaLaunchKernel",
+               [&](uint32_t corr) {
+                 if (!kind_on(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) return;
+                 CUpti_ActivityKernel10 k{};
+                 k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+                 k.start = static_cast<uint64_t>(now_ns());
+                 k.end = k.start + 1000;
+                 k.deviceId = 0;
+                 k.contextId = 1;
+                 k.streamId = stream;
+                 k.correlationId = corr;
+                 k.name = kernel;
+                 emit(k);
+               });
+}
+
+FAKE void fakecuda_memcpy(uint32_t stream, uint64_t bytes) {
+  runtime_call(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, "cudaMemcpyAsync",
+               [&](uint32_t corr) {
+                 if (!kind_on(CUPTI_ACTIVITY_KIND_MEMCPY)) return;
+                 CUpti_ActivityMemcpy6 m{};
+                 m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+                 m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOD;
+                 m.bytes = bytes;
+                 m.start = static_cast<uint64_t>(now_ns());
+                 m.end = m.start + 500;
+                 m.contextId = 1;
+                 m.streamId = stream;
+                 m.correlationId = corr;
+                 emit(m);
+               });
+}
+
+FAKE void fakecuda_sync(uint32_t stream) {
+  runtime_call(CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020, "cudaStreamSynchronize",
+               [&](uint32_t corr) {
+                 if (!kind_on(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION)) return;
+                 CUpti_ActivitySynchronization2 s{};
+                 s.kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+                 s.type = CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE;
+                 s.start = static_cast<uint64_t>(now_ns());
+                 s.end = s.start + 100;
+                 s.correlationId = corr;
+                 s.contextId = 1;
+                 s.streamId = stream;
+                 emit(s);
+               });
+}
+
+// A call no capture keeps (its API record is not asked for by the agent).
+FAKE void fakecuda_get_device() {
+  runtime_call(CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020, "cudaGetDevice", [](uint32_t) {});
+}
+
+FAKE void fakecuda_profiler(int start) {
+  runtime_call(start ? CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStart_v4000
+                     : CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000,
+               start ? "cudaProfilerStart" : "cudaProfilerStop", [](uint32_t) {});
+}
+
+namespace {
+// Marker names live as long as CUPTI's own copies do (the process), not as long as the caller's.
+const char* keep_name(const char* name) {
+  if (!name) return nullptr;
+  static auto* names = new std::set<std::string>();
+  std::lock_guard lk(g_mu);
+  return names->insert(name).first->c_str();
+}
+
+void marker(CUpti_ActivityFlag flag, uint32_t id, const char* name) {
+  if (!kind_on(CUPTI_ACTIVITY_KIND_MARKER)) return;
+  CUpti_ActivityMarker2 m{};
+  m.kind = CUPTI_ACTIVITY_KIND_MARKER;
+  m.flags = flag;
+  m.timestamp = static_cast<uint64_t>(now_ns());
+  m.id = id;
+  m.objectKind = CUPTI_ACTIVITY_OBJECT_THREAD;
+  m.objectId.pt.processId = static_cast<uint32_t>(getpid());
+  m.objectId.pt.threadId = thread_id();
+  m.name = keep_name(name);
+  m.domain = nullptr;
+  emit(m);
+}
+}  // namespace
+
+FAKE void fakenvtx_push(const char* name) {
+  uint32_t id = ++g_marker_id;
+  t_ranges.push_back(id);
+  marker(CUPTI_ACTIVITY_FLAG_MARKER_START, id, name);
+  nvtxRangePushA_params p{name};
+  CUpti_NvtxData d{"nvtxRangePushA", &p, nullptr};
+  deliver(CUPTI_CB_DOMAIN_NVTX, CUPTI_CBID_NVTX_nvtxRangePushA, &d);
+}
+
+FAKE void fakenvtx_pop() {
+  uint32_t id = 0;
+  if (!t_ranges.empty()) {
+    id = t_ranges.back();
+    t_ranges.pop_back();
+  }
+  marker(CUPTI_ACTIVITY_FLAG_MARKER_END, id, nullptr);
+  CUpti_NvtxData d{"nvtxRangePop", nullptr, nullptr};
+  deliver(CUPTI_CB_DOMAIN_NVTX, CUPTI_CBID_NVTX_nvtxRangePop, &d);
+}
