@@ -76,6 +76,10 @@ class Pass {
   // Applies a legal finding made on `s` (throws braid::Error(Usage) for advice or an op that
   // is gone). New ops get fresh ids and `replaces` naming the ops they stand for.
   virtual void apply(Schedule& s, const Finding& f) const;
+  // Whether the pipeline judges this pass's findings by the simulated step (when it has a
+  // simulator, PipelineOptions::step_ns) instead of their own estimate: each is applied alone
+  // and kept only when the step gets shorter (coc, whose gain depends on what overlaps it).
+  virtual bool judged_by_step() const { return false; }
 };
 
 // Every pass, in the pipeline's default order: decompose, reorder, tp-sp, tp-ep, pp-ep, pp-sp,

@@ -9,7 +9,11 @@
 
 namespace braid::fusion {
 
-Ns PipelineResult::total_saving_ns() const {
+Ns PipelineResult::predicted_saving_ns() const {
+  return baseline_step_ns < 0 ? 0 : baseline_step_ns - fused_step_ns;
+}
+
+Ns PipelineResult::local_saving_ns() const {
   Ns t = 0;
   for (const Finding& f : applied) t += f.saving_ns;
   return t;
@@ -27,8 +31,9 @@ std::string PipelineResult::passes_json() const {
     size_t a = 0, d = 0;
     for (const Finding& f : applied) a += f.pass == passes[i];
     for (const Finding& f : advice) d += f.pass == passes[i];
-    o += (i ? "," : "") + std::string("{\"pass\":\"") + passes[i] + "\",\"applied\":" +
-         std::to_string(a) + ",\"advice\":" + std::to_string(d) + "}";
+    o += (i ? "," : "") + std::string("{\"pass\":\"") + passes[i] +
+         "\",\"applied\":" + std::to_string(a) + ",\"advice\":" + std::to_string(d) +
+         ",\"rounds\":" + std::to_string(i < rounds.size() ? rounds[i] : 0) + "}";
   }
   return o + "]";
 }
@@ -138,6 +143,9 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
   }
   PipelineResult res;
   res.schedule = s;
+  // The simulated step of the schedule as it stands (-1: no simulator).
+  Ns step = opt.step_ns ? opt.step_ns(s) : -1;
+  res.baseline_step_ns = step;
   for (size_t pi = 0; pi < order.size(); ++pi) {
     const Pass& pass = *order[pi];
     res.passes.push_back(std::string(pass.name()));
@@ -145,7 +153,11 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
     std::set<std::vector<int64_t>> rejected;  // enabling findings that enabled nothing
     std::vector<Finding> last;
     Focus everything;
+    const bool by_step = step >= 0 && pass.judged_by_step();
+    int rounds = 0;
+    bool settled = false;  // a round applied nothing
     for (int round = 0; round < opt.max_rounds; ++round) {
+      ++rounds;
       // The data flow of the schedule as this round starts, shared by the pass's search and
       // the look-aheads on it (valid until the round changes the schedule).
       std::optional<Dataflow> cur;
@@ -161,6 +173,37 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
       // that copy does not validate.
       bool applied = false;
       std::set<int64_t> used;
+      if (by_step) {
+        // Each finding alone, kept only when the simulated step gets shorter than it is.
+        for (const Finding& f : last) {
+          if (!worth(f) || rejected.count(f.ops)) continue;
+          if (std::any_of(f.ops.begin(), f.ops.end(), [&](int64_t id) { return used.count(id); }))
+            continue;
+          Schedule next;
+          Ns t = step;
+          if (try_apply(pass, res.schedule, f, next)) {
+            try {
+              t = opt.step_ns(next);
+            } catch (const Error&) {
+              t = step;
+            }
+          }
+          if (t >= step) {
+            rejected.insert(f.ops);
+            continue;
+          }
+          step = t;
+          res.schedule = std::move(next);
+          used.insert(f.ops.begin(), f.ops.end());
+          Finding kept = f;
+          kept.rewrite = nullptr;
+          res.applied.push_back(std::move(kept));
+          applied = true;
+        }
+        if (!applied) settled = true;
+        if (!applied || !opt.fixed_point) break;
+        continue;
+      }
       {
         std::vector<const Finding*> batch;
         for (const Finding& f : last) {
@@ -242,8 +285,11 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
         res.applied.push_back(std::move(kept));
         applied = true;
       }
+      if (!applied) settled = true;
       if (!applied || !opt.fixed_point) break;
     }
+    res.rounds.push_back(rounds);
+    res.fixed_point = res.fixed_point && settled;
     // What this pass still reports on the schedule as it leaves it: advice, and legal findings
     // not worth applying (enabling steps that enable nothing are left out).
     everything = whole(res.schedule);
@@ -252,11 +298,14 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
       bool was_applied = false;
       for (const Finding& a : res.applied) was_applied = was_applied || (a.pass == f.pass && a.ops == f.ops);
       if (was_applied || (f.legal && f.enabling)) continue;
-      if (f.legal && worth(f)) continue;  // rejected by validation: not worth reporting twice
+      if (f.legal && worth(f) && !by_step) continue;  // rejected by validation
+      if (f.legal && worth(f))
+        f.summary += "; not applied: the simulated step does not get shorter";
       f.rewrite = nullptr;
       res.advice.push_back(std::move(f));
     }
   }
+  if (opt.step_ns) res.fused_step_ns = opt.step_ns(res.schedule);
   return res;
 }
 

@@ -1,9 +1,11 @@
 // Runs rewrite passes over a schedule (docs/fusion.md): each pass in order, to a fixed point,
-// applying only legal findings with a positive predicted saving. An enabling finding
+// applying only legal findings with a positive predicted saving (for a pass judged by the step,
+// coc, only those that shorten the simulated step). An enabling finding
 // (decompose, reorder, an all-gather moved to its first full consumer) is applied only when a
 // later pass then fires on the ops it touched or created. Advice is collected, never applied.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,7 +18,13 @@ struct PipelineOptions {
   // Pass names in the order to run; empty: every pass in the default order.
   std::vector<std::string> passes;
   bool fixed_point = true;  // re-run each pass until it finds nothing more to apply
-  int max_rounds = 256;     // bound on applications per pass
+  int max_rounds = 256;     // bound on rounds per pass
+  // The simulated step time of a schedule on the profile (`braid fuse` passes the sim backend's,
+  // replay::simulate; the fusion library does not depend on the simulator). When set, the
+  // pipeline's prediction is step_ns(input) - step_ns(fused), and a pass judged by the step
+  // (Pass::judged_by_step: coc) applies a finding only when it makes the simulated step shorter.
+  // Throws (braid::Error) for a schedule it cannot simulate: the finding is then not applied.
+  std::function<Ns(const Schedule&)> step_ns = nullptr;
 };
 
 struct PipelineResult {
@@ -24,9 +32,18 @@ struct PipelineResult {
   std::vector<Finding> applied;   // in the order applied (each on the schedule of its time)
   std::vector<Finding> advice;    // not applied: advice, or legal without a positive saving
   std::vector<std::string> passes;  // the passes run, in order
-  Ns total_saving_ns() const;       // of the applied findings
+  std::vector<int> rounds;          // per pass: rounds run (the last one applied nothing)
+  bool fixed_point = true;          // every pass stopped because a round applied nothing
+  // Simulated step time of the input and of the fused schedule (PipelineOptions::step_ns);
+  // -1 when no step_ns was given.
+  Ns baseline_step_ns = -1, fused_step_ns = -1;
+  // The prediction: baseline_step_ns - fused_step_ns (0 without step_ns).
+  Ns predicted_saving_ns() const;
+  // Sum of the applied findings' own (local) estimates: each counted as if it alone were on the
+  // critical path; overlapping savings are counted twice. Detail, not the prediction.
+  Ns local_saving_ns() const;
   int64_t total_saving_bytes() const;
-  // The `schedules.passes` JSON: [{"pass": .., "applied": n, "advice": m}, ...].
+  // The `schedules.passes` JSON: [{"pass": .., "applied": n, "advice": m, "rounds": r}, ...].
   std::string passes_json() const;
 };
 

@@ -63,12 +63,23 @@ int run_ab_verb(const AbOpts& o) {
                 static_cast<long long>(base.stored.id), base.schedule.name.c_str(),
                 static_cast<long long>(fused.stored.id), fused.schedule.name.c_str(), nranks);
     for (const std::string& l : rep.lines()) std::printf("%s\n", l.c_str());
-    Ns stored_prediction = 0;
+    // `braid fuse`'s prediction for this fused schedule: its simulated step saving on the
+    // profile it fused for (the per-finding estimates are local detail, not summed here).
     for (const auto& op : fusion::list_opportunities(o.input, fused.stored.id))
-      stored_prediction += op.predicted_saving_ns;
-    if (stored_prediction != 0)
-      std::printf("passes' predicted saving (opportunities of schedule %lld): %.3f ms\n",
-                  static_cast<long long>(fused.stored.id), static_cast<double>(stored_prediction) * 1e-6);
+      if (op.pass == "pipeline") {
+        const std::string key = "\"profile\":\"";
+        const size_t b = op.detail.find(key);
+        const std::string prof =
+            b == std::string::npos
+                ? "?"
+                : op.detail.substr(b + key.size(),
+                                   op.detail.find('"', b + key.size()) - b - key.size());
+        std::printf(
+            "braid fuse's predicted saving (simulated on profile %s, schedule %lld): "
+            "%.3f ms\n",
+            prof.c_str(), static_cast<long long>(fused.stored.id),
+            static_cast<double>(op.predicted_saving_ns) * 1e-6);
+      }
     if (!o.no_store) {
       replay::RunDescription db{o.input, "ab baseline (schedule " + std::to_string(base.stored.id) + ") on " + o.backend, base.stored.id};
       replay::RunDescription df{o.input, "ab fused (schedule " + std::to_string(fused.stored.id) + ") on " + o.backend, fused.stored.id};

@@ -9,6 +9,8 @@
 #include "fusion/pass.h"
 #include "fusion/pipeline.h"
 #include "fusion/schedule_store.h"
+#include "replay/calibrate.h"
+#include "replay/sim.h"
 #include "trace/error.h"
 #include "trace/store_update.h"
 
@@ -40,6 +42,22 @@ std::string where(const fusion::Finding& f) {
   return t;
 }
 
+// The pipeline's prediction, stored on the fused schedule as an opportunity of pass "pipeline":
+// the simulated step saving of all applied rewrites together (what `braid ab` quotes).
+fusion::StoredOpportunity prediction(int64_t fused_id, const fusion::PipelineResult& res,
+                                     const std::string& profile) {
+  fusion::StoredOpportunity o;
+  o.schedule_id = fused_id;
+  o.pass = "pipeline";
+  for (const auto& r : res.schedule.ranks) o.ranks.push_back(r.rank);
+  o.predicted_saving_ns = res.predicted_saving_ns();
+  o.detail = "{\"simulated\":true,\"baseline_step_ns\":" + std::to_string(res.baseline_step_ns) +
+             ",\"fused_step_ns\":" + std::to_string(res.fused_step_ns) +
+             ",\"profile\":" + json_str(profile) +
+             ",\"local_saving_ns\":" + std::to_string(res.local_saving_ns()) + "}";
+  return o;
+}
+
 fusion::StoredOpportunity opportunity(int64_t schedule_id, const fusion::Finding& f, bool applied) {
   fusion::StoredOpportunity o;
   o.schedule_id = schedule_id;
@@ -65,7 +83,8 @@ void register_fuse(CLI::App& app, Action& run) {
       "Run the fusion passes (docs/fusion.md) on a stored schedule: legal rewrites with a\n"
       "positive predicted saving are applied, the rest is reported as advice. Stores the fused\n"
       "schedule (parent: the input) and every finding as an opportunity in one transaction, and\n"
-      "prints pass, where, applied/advice and predicted saving per finding.");
+      "prints pass, where, applied/advice and local estimate per finding, and the prediction:\n"
+      "the simulated step of the input minus the fused one's on --profile (braid replay's sim).");
   cmd->add_option("file", o->file, ".braid file holding the schedule");
   cmd->add_option("--schedule", o->schedule, "Schedule id (default: the newest root schedule)");
   cmd->add_option("--passes", o->passes, "Comma-separated passes to run, in this order");
@@ -116,7 +135,14 @@ void register_fuse(CLI::App& app, Action& run) {
                                 "`braid analyze --lift`)");
       }
       fusion::Schedule s = fusion::load_stored_schedule(o->file, id);
-      analysis::CostModel cm(analysis::load_profile(o->profile));
+      // The profile as `braid replay --backend sim --profile` loads it (calibrated compute
+      // costs included), so the prediction is the sim backend's difference.
+      const replay::SimProfile sp = replay::load_sim_profile(o->profile);
+      analysis::CostModel cm(sp.profile);
+      const replay::SimOptions so = sp.sim_options();
+      opt.step_ns = [&cm, so](const fusion::Schedule& x) {
+        return replay::simulate(x, cm, so).step_ns();
+      };
       fusion::PipelineResult res = fusion::run_pipeline(s, cm, opt);
 
       int64_t fused_id = -1;
@@ -130,22 +156,27 @@ void register_fuse(CLI::App& app, Action& run) {
         // schedule: stored on it.
         for (const auto& f : res.applied) ops.push_back(opportunity(id, f, true));
         for (const auto& f : res.advice) ops.push_back(opportunity(fused_id, f, false));
+        ops.push_back(prediction(fused_id, res, cm.profile().name));
         fusion::insert_opportunities(up.db(), ops);
         up.commit();
       }
 
       if (o->json) {
-        std::string t = "{\"schedule\":" + std::to_string(id) + ",\"fused_schedule\":" +
-                        std::to_string(fused_id) + ",\"passes\":" + res.passes_json() +
-                        ",\"predicted_saving_ns\":" + std::to_string(res.total_saving_ns()) +
-                        ",\"findings\":[";
+        std::string t =
+            "{\"schedule\":" + std::to_string(id) +
+            ",\"fused_schedule\":" + std::to_string(fused_id) + ",\"passes\":" + res.passes_json() +
+            ",\"fixed_point\":" + (res.fixed_point ? "true" : "false") +
+            ",\"baseline_step_ns\":" + std::to_string(res.baseline_step_ns) +
+            ",\"fused_step_ns\":" + std::to_string(res.fused_step_ns) +
+            ",\"predicted_saving_ns\":" + std::to_string(res.predicted_saving_ns()) +
+            ",\"local_saving_ns\":" + std::to_string(res.local_saving_ns()) + ",\"findings\":[";
         bool first = true;
         auto add = [&](const fusion::Finding& f, bool applied) {
           t += std::string(first ? "" : ",") + "{\"pass\":" + json_str(f.pass) + ",\"ranks\":[";
           for (size_t i = 0; i < f.ranks.size(); ++i) t += (i ? "," : "") + std::to_string(f.ranks[i]);
           t += "],\"ops\":[";
           for (size_t i = 0; i < f.ops.size(); ++i) t += (i ? "," : "") + std::to_string(f.ops[i]);
-          t += "],\"predicted_saving_ns\":" + std::to_string(f.saving_ns) +
+          t += "],\"local_saving_ns\":" + std::to_string(f.saving_ns) +
                ",\"detail\":" + fusion::finding_detail_json(f, applied) + "}";
           first = false;
         };
@@ -155,7 +186,7 @@ void register_fuse(CLI::App& app, Action& run) {
         std::fwrite(t.data(), 1, t.size(), stdout);
         return 0;
       }
-      std::printf("%-10s %-16s %-8s %14s %14s  %s\n", "pass", "where", "status", "saving ns",
+      std::printf("%-10s %-16s %-8s %14s %14s  %s\n", "pass", "where", "status", "local ns",
                   "saving B/rank", "what");
       auto row = [](const fusion::Finding& f, const char* status) {
         std::printf("%-10s %-16s %-8s %14lld %14lld  %s\n", f.pass.c_str(), where(f).c_str(),
@@ -167,11 +198,26 @@ void register_fuse(CLI::App& app, Action& run) {
       for (const auto& f : res.advice) row(f, f.legal ? "skipped" : "advice");
       Ns advice_ns = 0;
       for (const auto& f : res.advice)
-        if (f.saving_ns > 0) advice_ns += f.saving_ns;
-      std::printf("\n%zu applied, %zu advice; predicted step-time change %+.3f ms (applied), "
-                  "up to %.3f ms more if the advice's assumptions hold (profile %s)\n",
-                  res.applied.size(), res.advice.size(), -res.total_saving_ns() / 1e6,
-                  advice_ns / 1e6, cm.profile().name.c_str());
+        if (!f.legal && f.saving_ns > 0) advice_ns += f.saving_ns;
+      std::string rounds;
+      for (size_t i = 0; i < res.passes.size(); ++i) {
+        size_t n = 0;
+        for (const auto& f : res.applied) n += f.pass == res.passes[i];
+        rounds += (i ? ", " : "") + res.passes[i] + " " + std::to_string(n) + " in " +
+                  std::to_string(res.rounds[i]) + (res.rounds[i] == 1 ? " round" : " rounds");
+      }
+      std::printf("\n%s after %zu applied (%s), %zu advice\n",
+                  res.fixed_point ? "fixed point" : "round limit reached (no fixed point)",
+                  res.applied.size(), rounds.c_str(), res.advice.size());
+      std::printf(
+          "predicted step time (simulated, profile %s): %.3f ms -> %.3f ms, change "
+          "%+.3f ms\n",
+          cm.profile().name.c_str(), res.baseline_step_ns / 1e6, res.fused_step_ns / 1e6,
+          -res.predicted_saving_ns() / 1e6);
+      std::printf(
+          "local estimates (each finding alone, not additive): %.3f ms applied, up to "
+          "%.3f ms more if the advice's assumptions hold\n",
+          res.local_saving_ns() / 1e6, advice_ns / 1e6);
       if (fused_id >= 0)
         std::printf("fused schedule %lld (parent %lld) in %s\n", static_cast<long long>(fused_id),
                     static_cast<long long>(id), o->file.c_str());

@@ -165,6 +165,8 @@ int run_replay(const ReplayOpts& o) {
     std::printf("step time: median %.3f ms, min %.3f ms, max %.3f ms\n",
                 ms(replay::quantile(steps, 0.5)), ms(replay::quantile(steps, 0)),
                 ms(replay::quantile(steps, 1)));
+    if (o.backend == "sim" && !res.steps.empty())
+      std::printf("simulated step: %lld ns\n", static_cast<long long>(res.steps[0].step_ns()));
     std::string per;
     for (int32_t r = 0; r < nranks; ++r) {
       std::vector<double> v;

@@ -10,7 +10,10 @@
 // cost one collective latency per part, which the cost model weighs. It simulates the pipeline
 // (a compute chunk takes duration/k plus the kernel overhead, a communication chunk the
 // collectives of its parts) and picks the k with the shortest time; no rewrite when no k beats
-// the unsplit pair.
+// the unsplit pair. That estimate is local (the pair alone): the pipeline, given a simulator,
+// applies a finding only when the simulated step of the whole schedule gets shorter
+// (judged_by_step). A pair is chunked once: the chunks coc made (their collectives wait on a
+// "coc." event) are never chunked again, so the pass reaches a fixed point after one round.
 #include <algorithm>
 
 #include "fusion/passes/passes.h"
@@ -84,6 +87,8 @@ class Coc : public Pass {
     return "GEMM -> All-Reduce / Reduce-Scatter and All-Gather -> GEMM split into 2/4/8 chunks "
            "pipelined on two streams";
   }
+
+  bool judged_by_step() const override { return true; }
 
   std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
                                const Focus* focus) const override {
@@ -253,7 +258,8 @@ class Coc : public Pass {
     OpRef prev{ar.rank, ar.stream, ar.index - 1};
     if (writes_input(prev)) return Member{ar, prev, {}, {}, false};
     const Wait* w = s.op(prev).wait();
-    if (!w) return std::nullopt;
+    // A chunk of an earlier coc rewrite (its collective waits on the chunk's "coc." event).
+    if (!w || w->event.rfind("coc.", 0) == 0) return std::nullopt;
     const auto& streams = s.ranks[ar.rank].streams;
     for (int32_t st = 0; st < static_cast<int32_t>(streams.size()); ++st)
       for (int32_t i = 1; i < static_cast<int32_t>(streams[st].ops.size()); ++i) {

@@ -306,4 +306,37 @@ inline Schedule preset_at_test_shape(const std::string& name,
   return synthesize(p.model, p.layout, cm);
 }
 
+// A preset at the shapes of Chimera's experiments (issue 22): hidden 2048, 16 heads, sequence
+// 8192, float32, one micro-batch, and per preset: tp-pp tp 4, pp 2, micro-batch 64, 2 layers;
+// tp-ep and sp-ep tp 4, dp 2, ep 2, micro-batch 128, 1 layer, 8 experts, top-1; pp-ep tp 1,
+// pp 2, dp 4, ep 4, micro-batch 64, 2 layers; pp-sp tp 4, pp 2, micro-batch 112, 2 layers.
+// Other presets: their own layout at micro-batch 64, 2 layers per stage.
+inline Preset preset_at_chimera_shape(const std::string& name) {
+  Preset p = preset(name);
+  p.model.hidden = 2048;
+  p.model.heads = 16;
+  p.model.seq = 8192;
+  p.model.ffn = 0;
+  p.model.dtype = "float32";
+  p.model.micro_batches = 1;
+  p.model.micro_batch = 64;
+  p.model.layers = 2 * p.layout.pp;
+  if (p.model.experts > 0) {
+    p.model.experts = 8;
+    p.model.top_k = 1;
+  }
+  if (name == "tp-pp") {
+    p.layout.tp = 4, p.layout.pp = 2, p.layout.dp = 1, p.model.layers = 2;
+  } else if (name == "tp-ep" || name == "sp-ep") {
+    p.layout.tp = 4, p.layout.dp = 2, p.layout.ep = 2, p.model.micro_batch = 128,
+    p.model.layers = 1;
+  } else if (name == "pp-ep") {
+    p.layout.tp = 1, p.layout.pp = 2, p.layout.dp = 4, p.layout.ep = 4, p.model.layers = 2;
+  } else if (name == "pp-sp") {
+    p.layout.tp = 4, p.layout.pp = 2, p.layout.dp = 1, p.model.micro_batch = 112,
+    p.model.layers = 2;
+  }
+  return p;
+}
+
 }  // namespace braid::fusion::testing

@@ -297,6 +297,24 @@ TEST(Coc, ChunksChosenByTheCostModelAndDataKept) {
   }
 }
 
+TEST(Coc, ChunksAPairOnceAndNeverItsOwnChunks) {
+  for (bool two : {false, true}) {
+    Schedule s = testing::gemm_allreduce(2, 64, 2'000'000, two);
+    const analysis::CostModel cm = slow_links();
+    auto fs = find("coc", s, cm);
+    ASSERT_EQ(fs.size(), 1u);
+    Schedule x = apply_one("coc", s, fs[0]);
+    // Each chunk is again a GEMM next to an All-Reduce, but coc's own: not chunked again.
+    EXPECT_TRUE(find("coc", x, cm).empty());
+    auto res = run_pipeline(s, cm, {{"coc"}});
+    EXPECT_EQ(res.applied.size(), 1u);
+    ASSERT_EQ(res.rounds.size(), 1u);
+    EXPECT_EQ(res.rounds[0], 2);  // the round that applied it, the one that found nothing
+    EXPECT_TRUE(res.fixed_point);
+    EXPECT_EQ(count_ops(res.schedule, CollOp::AllReduce), 2 * 8);
+  }
+}
+
 TEST(Coc, NoRewriteWhenCommunicationIsNegligibleOrComputeOpaque) {
   // Default NVLink profile, tiny message: chunking only adds overheads.
   EXPECT_TRUE(find("coc", testing::gemm_allreduce(2, 64, 2000)).empty());
