@@ -25,7 +25,8 @@ struct CommRecord {
   std::string how;      // "uid", "uids", "split", "shrink", "all"
   int rank = -1, nranks = -1;
   int device = -1;
-  std::atomic<int64_t> next_seq{0};
+  // Taken by calls as they are recorded (through const pointers too: records in flight keep one).
+  mutable std::atomic<int64_t> next_seq{0};
   std::atomic<int64_t> children{0};  // splits/shrinks made from it so far
   bool destroyed = false;
 };

@@ -114,7 +114,6 @@ ncclResult_t record_call(const Args& a, Call&& call) {
   c.call_id = ag->next_id();
   CommRecord* rec = ag->comms().find_or_add_unknown(a.comm);
   c.comm = rec;
-  c.seq = rec->next_seq.fetch_add(1, std::memory_order_relaxed);
   c.op = a.op;
   c.dtype = dtype_name(a.dtype, c.dtype_bytes);
   c.redop = a.redop;
@@ -127,6 +126,9 @@ ncclResult_t record_call(const Args& a, Call&& call) {
   c.in_window = ag->window_open();
   bool grouped = t_group_depth > 0;
   c.group_id = grouped ? t_group_id : 0;
+  // A grouped call takes its sequence number when its group really ends: a simulated group
+  // (ncclGroupSimulateEnd) launches nothing and takes none.
+  if (!grouped) c.seq = rec->next_seq.fetch_add(1, std::memory_order_relaxed);
   // The call's own id, pushed around the call grouped or not: NCCL 2.28 does a one-rank
   // collective's copy inside the call itself. A group's kernels launch at ncclGroupEnd, under the
   // group's id (the collector looks for the call's id first, then its group's).
@@ -333,9 +335,25 @@ BRAID_EXPORT ncclResult_t ncclGroupEnd() {
       int32_t n = static_cast<int32_t>(t_group_calls->size());
       for (NcclCall& c : *t_group_calls) {
         c.group_size = n;
+        c.seq = c.comm->next_seq.fetch_add(1, std::memory_order_relaxed);
         ag->pipeline().post(c);
       }
     }
+    if (t_group_calls) t_group_calls->clear();
+    t_group_id = 0;
+  }
+  return r;
+}
+
+// NCCL >= 2.22: ends a group without launching it (NCCL estimates its time). The thread leaves
+// the group; its calls are not recorded.
+BRAID_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* info) {
+  BRAID_REAL(ncclGroupSimulateEnd);
+  ++t_depth;
+  ncclResult_t r = real_fn(info);
+  --t_depth;
+  if (t_depth > 0 || t_group_depth == 0) return r;
+  if (--t_group_depth == 0) {
     if (t_group_calls) t_group_calls->clear();
     t_group_id = 0;
   }

@@ -221,6 +221,9 @@ const char* nvtx_push_name(CUpti_CallbackId cbid, const void* params) {
 
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const void* data) {
+  // A forked child (no agent there) must not take a lock another thread of its parent may have
+  // held at the fork.
+  if (!Agent::running()) return;
   Change change;
   {
     std::lock_guard lk(g_window_mu);

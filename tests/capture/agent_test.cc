@@ -2,6 +2,8 @@
 // (fake_cupti.cc, behaving like CUDA 13's CUPTI where the agent depends on it) and the fake NCCL
 // (behaving like NCCL 2.28), with the agent injected as the CUDA driver does it. Each test is one
 // of the problems a real H100 run showed (issue 19), checked on what the agent wrote.
+#include <dlfcn.h>
+#include <elf.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +24,7 @@ namespace {
 struct JobRun {
   int status = -1;   // waitpid status
   std::string out;   // the job's stdout
+  std::string err;   // its stderr
   std::string file;  // the one .braid it wrote
   std::string log;   // the CUPTI call log
 };
@@ -43,6 +46,7 @@ JobRun run_job(const test::TempDir& tmp, const std::vector<std::string>& args,
     setenv("WORLD_SIZE", "1", 1);
     for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     if (!freopen(tmp.file("out").c_str(), "w", stdout)) _exit(4);
+    if (!freopen(tmp.file("err").c_str(), "w", stderr)) _exit(4);
     std::vector<char*> argv{const_cast<char*>(CAPTURE_FAKE_CUDA_JOB)};
     for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -53,6 +57,8 @@ JobRun run_job(const test::TempDir& tmp, const std::vector<std::string>& args,
   waitpid(pid, &r.status, 0);
   std::ifstream out(tmp.file("out"));
   r.out.assign(std::istreambuf_iterator<char>(out), {});
+  std::ifstream err(tmp.file("err"));
+  r.err.assign(std::istreambuf_iterator<char>(err), {});
   std::ifstream log(tmp.file("cupti.log"));
   r.log.assign(std::istreambuf_iterator<char>(log), {});
   auto files = recorded_files(tmp.file("job.braid"));
@@ -145,8 +151,9 @@ TEST(AgentWindow, StepsWindowKeepsFirstStepAndApiRows) {
     std::string tid, depth, fn, arg;
     l >> tid >> depth >> fn >> arg;
     if (fn == "cuptiEnableDomain") domain_on = true;
-    if (fn == "cuptiActivityEnableRuntimeApi" || fn == "cuptiActivityEnableDriverApi")
+    if (fn == "cuptiActivityEnableRuntimeApi" || fn == "cuptiActivityEnableDriverApi") {
       EXPECT_FALSE(domain_on) << line;
+    }
     EXPECT_NE(arg, "UNDER_LOCK") << line;
   }
   EXPECT_TRUE(domain_on);
@@ -223,6 +230,120 @@ TEST(AgentNccl, OneRankAndGroupedCollectivesLinkedOrExplained) {
   auto d = diagnostics(r.file);
   EXPECT_EQ(d["capture.collective_no_gpu_work"], 2);
   EXPECT_EQ(d.count("capture.collective_without_kernel"), 0u);
+}
+
+// Review: ncclGroupSimulateEnd ends a group that launches nothing. Its calls are not recorded
+// and take no sequence number; the thread is no longer in a group afterwards.
+TEST(AgentNccl, SimulatedGroupEndsTheGroup) {
+  test::TempDir tmp;
+  JobRun r = run_job(tmp, {"simulate"});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status;
+  EXPECT_EQ(r.out, "simulate done\n");
+  TraceReader tr(r.file);
+  sql::Stmt q(tr.db(), "SELECT seq, group_id FROM nccl_calls ORDER BY seq");
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  while (q.step()) calls.emplace_back(q.i64(0), q.i64(1));
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].first, 0);
+  EXPECT_EQ(calls[0].second, 0);  // ungrouped
+  EXPECT_EQ(calls[1].first, 1);
+  EXPECT_NE(calls[1].second, 0);
+  std::vector<Collective> cs;
+  tr.collectives(1, [&](const Collective& c) {
+    cs.push_back(c);
+    return true;
+  });
+  ASSERT_EQ(cs.size(), 2u);
+  for (auto& c : cs) {
+    EXPECT_EQ(c.group_size, 1);
+    EXPECT_EQ(c.stream, 7);  // each linked to its own kernel
+    EXPECT_GT(c.kernel_ref, 0);
+  }
+  EXPECT_NE(cs[0].kernel_ref, cs[1].kernel_ref);
+}
+
+// The dynamic section and exported symbols of a shared library, read from its ELF file.
+struct ElfDynamic {
+  std::vector<std::string> needed;
+  uint64_t flags_1 = 0;
+  std::set<std::string> exported;  // defined global/weak symbols of .dynsym
+};
+
+ElfDynamic read_elf(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  ElfDynamic out;
+  if (bytes.size() < sizeof(Elf64_Ehdr)) return out;
+  auto* eh = reinterpret_cast<const Elf64_Ehdr*>(bytes.data());
+  auto* sh = reinterpret_cast<const Elf64_Shdr*>(bytes.data() + eh->e_shoff);
+  for (int i = 0; i < eh->e_shnum; ++i) {
+    const char* strtab = bytes.data() + sh[sh[i].sh_link].sh_offset;
+    if (sh[i].sh_type == SHT_DYNAMIC) {
+      auto* d = reinterpret_cast<const Elf64_Dyn*>(bytes.data() + sh[i].sh_offset);
+      for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Dyn) && d[k].d_tag != DT_NULL; ++k) {
+        if (d[k].d_tag == DT_NEEDED) out.needed.emplace_back(strtab + d[k].d_un.d_val);
+        if (d[k].d_tag == DT_FLAGS_1) out.flags_1 = d[k].d_un.d_val;
+      }
+    } else if (sh[i].sh_type == SHT_DYNSYM) {
+      auto* sym = reinterpret_cast<const Elf64_Sym*>(bytes.data() + sh[i].sh_offset);
+      for (size_t k = 1; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k) {
+        int bind = ELF64_ST_BIND(sym[k].st_info);
+        if (sym[k].st_shndx != SHN_UNDEF && (bind == STB_GLOBAL || bind == STB_WEAK))
+          out.exported.insert(strtab + sym[k].st_name);
+      }
+    }
+  }
+  return out;
+}
+
+// Review: the library a job preloads. NCCL dlcloses its profiler plugin while the agent's writer
+// thread may still run in it, so it can never be unloaded (-z nodelete). It must load into jobs
+// whose C++ runtime is older than the build machine's (conda, venvs, older distributions), so it
+// carries its own (no libstdc++ or libgcc_s dependency), and it exports only its entry points.
+TEST(AgentLibrary, StaysLoadedNeedsNoHostCxxRuntimeExportsOnlyEntryPoints) {
+  ElfDynamic e = read_elf(CAPTURE_AGENT_LIB);
+  ASSERT_FALSE(e.needed.empty()) << CAPTURE_AGENT_LIB;
+  EXPECT_NE(e.flags_1 & DF_1_NODELETE, 0u);
+  for (auto& n : e.needed) {
+    EXPECT_EQ(n.find("libstdc++"), std::string::npos) << n;
+    EXPECT_EQ(n.find("libgcc_s"), std::string::npos) << n;
+  }
+  for (auto& sym : e.exported)
+    EXPECT_TRUE(sym == "InitializeInjection" || sym == "ncclProfiler_v5" ||
+                sym.rfind("nccl", 0) == 0)
+        << sym;
+  EXPECT_EQ(e.exported.count("InitializeInjection"), 1u);
+  EXPECT_EQ(e.exported.count("ncclAllReduce"), 1u);
+  // And it does stay: dlclose leaves it mapped (checked in a child, as NCCL would do it).
+  pid_t pid = fork();
+  if (pid == 0) {
+    void* h = dlopen(CAPTURE_AGENT_LIB, RTLD_NOW | RTLD_LOCAL);
+    if (!h) _exit(2);
+    dlclose(h);
+    _exit(dlopen(CAPTURE_AGENT_LIB, RTLD_NOW | RTLD_NOLOAD) ? 0 : 1);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+}
+
+// Issue 19, item 6 (one direction): another CUPTI client (torch.profiler, Nsight Systems) holds
+// CUPTI when the agent starts. The job runs on, the user is told on stderr and in diagnostics,
+// and the NCCL rows are still recorded (host times).
+TEST(AgentCoexistence, AnotherCuptiSubscriberIsSaid) {
+  test::TempDir tmp;
+  JobRun r = run_job(tmp, {"onerank"}, {{"FAKE_CUPTI_OTHER_SUBSCRIBER", "1"}});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status;
+  EXPECT_EQ(r.out, "onerank done\n");
+  EXPECT_NE(r.err.find("braid capture: cuptiSubscribe failed: "
+                       "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED (another profiler"),
+            std::string::npos)
+      << r.err;
+  ASSERT_FALSE(r.file.empty());
+  auto d = diagnostics(r.file);
+  EXPECT_EQ(d["capture.cupti_unavailable"], 1);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM kernels"), 0);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nccl_calls"), 8);
 }
 
 }  // namespace

@@ -14,6 +14,9 @@
 //              in-place all-reduce, 1 ungrouped out-of-place and 1 ungrouped in-place
 //              all-reduce; then on a two-rank one, 2 grouped all-reduces (kernels launch at
 //              ncclGroupEnd). NCCL 2.28 copies a one-rank collective inside the call itself.
+//   simulate   on a two-rank communicator: a group of 2 all-reduces ended by
+//              ncclGroupSimulateEnd (launches nothing), then 1 ungrouped all-reduce and a group
+//              of 1.
 #include <nccl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -128,6 +131,24 @@ int run_onerank() {
   return 0;
 }
 
+int run_simulate() {
+  float a[64], b[64];
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(7));
+  ncclComm_t two = make_comm(2);
+  CHECK(ncclGroupStart());
+  for (int i = 0; i < 2; ++i) CHECK(ncclAllReduce(a, b, 64, ncclFloat32, ncclSum, two, s));
+  ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+  CHECK(ncclGroupSimulateEnd(&info));
+  CHECK(ncclAllReduce(a, b, 64, ncclFloat32, ncclSum, two, s));
+  CHECK(ncclGroupStart());
+  CHECK(ncclAllReduce(a, b, 64, ncclFloat32, ncclSum, two, s));
+  CHECK(ncclGroupEnd());
+  fakecuda_sync(7);
+  CHECK(ncclCommDestroy(two));
+  std::printf("simulate done\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -139,5 +160,6 @@ int main(int argc, char** argv) {
   if (scenario == "steps") return run_steps(n);
   if (scenario == "threads") return run_threads();
   if (scenario == "onerank") return run_onerank();
+  if (scenario == "simulate") return run_simulate();
   return 2;
 }

@@ -284,6 +284,19 @@ FAKE ncclResult_t ncclGroupEnd() {
   return ncclSuccess;
 }
 
+// Ends the group without launching it, as NCCL >= 2.22 does: its operations are dropped and an
+// estimated time is returned.
+FAKE ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* info) {
+  ++g_calls;
+  if (--g_group < 0) return ncclInvalidUsage;
+  if (g_group == 0) {
+    g_deferred.clear();
+    g_group_launches.clear();
+  }
+  if (info) info->estimatedTime = 1.0f;
+  return ncclSuccess;
+}
+
 #define FAKE_COLL(name, params, comm, p2p, count, peer, send, recv, stream) \
   FAKE ncclResult_t name params {                                           \
     ++g_calls;                                                              \
