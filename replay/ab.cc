@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
 #include "fusion/interpreter.h"
+#include "fusion/scale.h"
+#include "trace/error.h"
+#include "trace/summary.h"
 
 namespace braid::replay {
 
@@ -54,24 +58,115 @@ namespace {
 
 DataCheck oracle_check(Executor& ex, const fusion::Schedule& s,
                        const std::vector<fusion::RankBuffers>& replayed, size_t max_report) {
-  const fusion::Interpretation ref = fusion::interpret(s);
   DataCheck local;
-  for (int32_t r : ex.local_ranks(s))
-    local.merge(compare_exact(r, ref.buffers[r], replayed[r], preserved_buffers(s, s, r),
-                              max_report),
-                max_report);
+  {
+    const fusion::Interpretation ref = fusion::interpret(s);
+    for (int32_t r : ex.local_ranks(s))
+      local.merge(
+          compare_exact(r, ref.buffers[r], replayed[r], preserved_buffers(s, s, r), max_report),
+          max_report);
+  }
   return reduce_check(ex, local, max_report);
+}
+
+// The buffers of `rank` a check of `s` (one of the pair baseline -> fused) compares: those the
+// rewrite preserves, and `s`'s own outputs (for the comparison with the interpreter).
+std::vector<std::string> compared_buffers(const fusion::Schedule& baseline,
+                                          const fusion::Schedule& fused, const fusion::Schedule& s,
+                                          int32_t rank) {
+  std::vector<std::string> v = preserved_buffers(baseline, fused, rank);
+  for (std::string& name : preserved_buffers(s, s, rank))
+    if (std::find(v.begin(), v.end(), name) == v.end()) v.push_back(std::move(name));
+  return v;
+}
+
+// Runs `s` once in Check mode; the final contents of the buffers `keep` names on each rank
+// (the others are dropped as soon as the run ends).
+std::vector<fusion::RankBuffers> check_run(
+    Executor& ex, const fusion::Schedule& s, const ReplayOptions& o,
+    const std::function<std::vector<std::string>(int32_t)>& keep) {
+  ReplayOptions check = o;
+  check.data = DataMode::Check;
+  std::vector<fusion::RankBuffers> all;
+  {
+    auto p = ex.prepare(s, check);
+    p->run_step(false);
+    all = p->take_buffers();
+  }
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    fusion::RankBuffers kept;
+    for (const std::string& name : keep(static_cast<int32_t>(r)))
+      if (auto it = all[r].find(name); it != all[r].end()) kept[name] = std::move(it->second);
+    all[r] = std::move(kept);
+  }
+  return all;
+}
+
+// What a data check covers at full size: the preserved buffers' elements on every rank, and
+// the largest divisor among them.
+void describe_scale(DataCheck& d, const fusion::Schedule& baseline, const fusion::Schedule& fused,
+                    const CheckPlan& plan) {
+  if (!plan.scaled) return;
+  d.full_elements = 0;
+  d.scale = 1;
+  for (const fusion::RankSchedule& rs : baseline.ranks)
+    for (const std::string& name : preserved_buffers(baseline, fused, rs.rank))
+      if (const fusion::Buffer* b = rs.find_buffer(name)) {
+        d.full_elements += b->size;
+        d.scale = std::max(d.scale, plan.scale.of(rs.rank, name));
+      }
+  for (Mismatch& m : d.first) m.scale = plan.scale.of(m.rank, m.buffer);
 }
 
 }  // namespace
 
-DataCheck check_against_interpreter(Executor& ex, const fusion::Schedule& s,
-                                    const ReplayOptions& o, size_t max_report) {
-  ReplayOptions check = o;
-  check.data = DataMode::Check;
-  auto p = ex.prepare(s, check);
-  p->run_step(false);
-  return oracle_check(ex, s, p->buffers(), max_report);
+CheckPlan plan_check(Executor& ex, const std::vector<const fusion::Schedule*>& schedules,
+                     bool oracle, int64_t max_bytes) {
+  // The int64 data one process holds at the peak: one schedule's buffers on all ranks (a
+  // reference interpretation; the sim's check run is one) beside the compared buffers of every
+  // schedule on the ranks this process runs.
+  auto need = [&](const std::vector<const fusion::Schedule*>& v) {
+    int64_t largest = 0, kept = 0;
+    for (const fusion::Schedule* s : v) {
+      largest = std::max(largest, oracle ? fusion::buffer_elements(*s)
+                                         : fusion::buffer_elements(*s, ex.local_ranks(*s)));
+      for (int32_t r : ex.local_ranks(*s))
+        for (const std::string& name : compared_buffers(*v.front(), *v.back(), *s, r))
+          if (const fusion::Buffer* b = s->ranks[r].find_buffer(name)) kept += b->size;
+    }
+    return 8 * (largest + kept);
+  };
+  CheckPlan plan;
+  plan.full_bytes = plan.bytes = need(schedules);
+  if (plan.full_bytes <= max_bytes) return plan;
+  plan.scale = fusion::exact_scale(schedules);
+  std::vector<fusion::Schedule> scaled;
+  for (const fusion::Schedule* s : schedules) scaled.push_back(fusion::scale_down(*s, plan.scale));
+  std::vector<const fusion::Schedule*> ptrs;
+  for (const fusion::Schedule& s : scaled) ptrs.push_back(&s);
+  plan.bytes = need(ptrs);
+  if (plan.bytes > max_bytes)
+    throw Error(ErrorCode::Unsupported,
+                "the data check needs " + format_bytes(plan.full_bytes) +
+                    " of int64 buffers at full size and " + format_bytes(plan.bytes) +
+                    " at the smallest exact scale (1/" + std::to_string(plan.scale.largest()) +
+                    "), more than the limit of " + format_bytes(max_bytes) +
+                    ": raise --max-check-mb or skip the check with --no-data-check");
+  plan.scaled = true;
+  plan.schedules = std::move(scaled);
+  return plan;
+}
+
+DataCheck check_against_interpreter(Executor& ex, const fusion::Schedule& s, const ReplayOptions& o,
+                                    size_t max_report) {
+  const CheckPlan plan = plan_check(ex, {&s}, true, o.max_check_bytes);
+  const fusion::Schedule& c = plan.scaled ? plan.schedules[0] : s;
+  DataCheck d = oracle_check(
+      ex, c, check_run(ex, c, o, [&](int32_t r) { return preserved_buffers(c, c, r); }),
+      max_report);
+  describe_scale(d, s, s, plan);
+  return d;
 }
 
 AbReport run_ab(Executor& ex, const fusion::Schedule& baseline, const fusion::Schedule& fused,
@@ -79,22 +174,25 @@ AbReport run_ab(Executor& ex, const fusion::Schedule& baseline, const fusion::Sc
   AbReport rep;
   rep.backend = std::string(ex.backend());
   if (o.data_check) {
-    ReplayOptions check = o.replay;
-    check.data = DataMode::Check;
-    auto a = ex.prepare(baseline, check);
-    auto b = ex.prepare(fused, check);
-    a->run_step(false);
-    b->run_step(false);
-    const auto ba = a->buffers(), bb = b->buffers();
+    // Checked before anything is allocated: at full size, or on the exact scaled copies.
+    const CheckPlan plan = plan_check(ex, {&baseline, &fused}, o.oracle, o.replay.max_check_bytes);
+    const fusion::Schedule& cb = plan.scaled ? plan.schedules[0] : baseline;
+    const fusion::Schedule& cf = plan.scaled ? plan.schedules[1] : fused;
+    const auto ba = check_run(ex, cb, o.replay,
+                              [&](int32_t r) { return compared_buffers(cb, cf, cb, r); });
+    const auto bb = check_run(ex, cf, o.replay,
+                              [&](int32_t r) { return compared_buffers(cb, cf, cf, r); });
     DataCheck local;
-    for (int32_t r : ex.local_ranks(baseline))
-      local.merge(compare_exact(r, ba[r], bb[r], preserved_buffers(baseline, fused, r),
-                                o.max_report),
+    for (int32_t r : ex.local_ranks(cb))
+      local.merge(compare_exact(r, ba[r], bb[r], preserved_buffers(cb, cf, r), o.max_report),
                   o.max_report);
     rep.data = reduce_check(ex, local, o.max_report);
+    describe_scale(rep.data, baseline, fused, plan);
     if (o.oracle) {
-      rep.oracle_baseline = oracle_check(ex, baseline, ba, o.max_report);
-      rep.oracle_fused = oracle_check(ex, fused, bb, o.max_report);
+      rep.oracle_baseline = oracle_check(ex, cb, ba, o.max_report);
+      rep.oracle_fused = oracle_check(ex, cf, bb, o.max_report);
+      describe_scale(rep.oracle_baseline, baseline, baseline, plan);
+      describe_scale(rep.oracle_fused, fused, fused, plan);
     }
     rep.data_checked = true;
   }

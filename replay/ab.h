@@ -10,6 +10,7 @@
 
 #include "analysis/cost_model.h"
 #include "fusion/ir.h"
+#include "fusion/scale.h"
 #include "replay/data_check.h"
 #include "replay/executor.h"
 #include "replay/sim.h"
@@ -47,8 +48,25 @@ struct AbReport {
 AbReport run_ab(Executor& ex, const fusion::Schedule& baseline, const fusion::Schedule& fused,
                 const AbOptions& o);
 
-// Runs `s` once in Check mode and compares its outputs (preserved_buffers(s, s, rank)) on every
-// rank with fusion::interpret. Collective; the result is complete on the reporting process.
+// How a data check runs within `max_bytes` of int64 data per process: at full size when that
+// fits, else on the schedules' exact scaled copies (fusion/scale.h; docs/replay.md, "Real sizes
+// in bounded memory").
+struct CheckPlan {
+  int64_t full_bytes = 0;  // the check's int64 data at full size (this process, at the peak)
+  int64_t bytes = 0;       // what it holds as planned
+  bool scaled = false;
+  fusion::ExactScale scale;                 // when scaled
+  std::vector<fusion::Schedule> schedules;  // when scaled: the copies, in the order given
+};
+// Throws braid::Error(Unsupported) naming the size needed at full size and at the smallest exact
+// scale when even that is over `max_bytes`: before anything is allocated. `oracle`: the check
+// also interprets each schedule on all ranks (the comparison with the reference interpreter).
+CheckPlan plan_check(Executor& ex, const std::vector<const fusion::Schedule*>& schedules,
+                     bool oracle, int64_t max_bytes);
+
+// Runs `s` once in Check mode (planned by plan_check) and compares its outputs
+// (preserved_buffers(s, s, rank)) on every rank with fusion::interpret. Collective; the result is
+// complete on the reporting process.
 DataCheck check_against_interpreter(Executor& ex, const fusion::Schedule& s,
                                     const ReplayOptions& o, size_t max_report = 20);
 

@@ -1,5 +1,6 @@
 #include "replay/data_check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -54,9 +55,17 @@ void DataCheck::merge(const DataCheck& o, size_t max_report) {
   buffers += o.buffers;
   elements += o.elements;
   mismatches += o.mismatches;
+  full_elements += o.full_elements;
+  scale = std::max(scale, o.scale);
   for (const Mismatch& m : o.first)
     if (first.size() < max_report) first.push_back(m);
   problems.insert(problems.end(), o.problems.begin(), o.problems.end());
+}
+
+std::string DataCheck::scale_note() const {
+  if (scale <= 1) return "";
+  return " on the exact scaled copies (each element stands for up to " + std::to_string(scale) +
+         " elements; " + std::to_string(full_elements) + " at full size)";
 }
 
 std::vector<std::string> DataCheck::lines(std::string_view expected_name,
@@ -66,7 +75,7 @@ std::vector<std::string> DataCheck::lines(std::string_view expected_name,
   if (ok()) {
     std::snprintf(buf, sizeof buf, "data check passed: %lld elements of %lld buffers identical",
                   static_cast<long long>(elements), static_cast<long long>(buffers));
-    v.push_back(buf);
+    v.push_back(buf + scale_note());
     return v;
   }
   std::snprintf(buf, sizeof buf,
@@ -74,13 +83,16 @@ std::vector<std::string> DataCheck::lines(std::string_view expected_name,
                 static_cast<long long>(mismatches), static_cast<long long>(elements),
                 static_cast<int>(expected_name.size()), expected_name.data(),
                 static_cast<int>(actual_name.size()), actual_name.data(), problems.size());
-  v.push_back(buf);
+  v.push_back(buf + scale_note());
   for (const Mismatch& m : first) {
     std::snprintf(buf, sizeof buf, "  rank %d buffer '%s' index %lld: %.*s %.17g, %.*s %.17g",
                   m.rank, m.buffer.c_str(), static_cast<long long>(m.index),
                   static_cast<int>(expected_name.size()), expected_name.data(), m.expected,
                   static_cast<int>(actual_name.size()), actual_name.data(), m.actual);
     v.push_back(buf);
+    if (m.scale > 1)
+      v.back() += " (full-size elements " + std::to_string(m.index * m.scale) + "-" +
+                  std::to_string((m.index + 1) * m.scale - 1) + ")";
   }
   if (mismatches > static_cast<int64_t>(first.size()))
     v.push_back("  ... and " + std::to_string(mismatches - static_cast<int64_t>(first.size())) +

@@ -22,6 +22,9 @@ struct Mismatch {
   int64_t index = 0;
   double expected = 0, actual = 0;  // int64 values are exact below 2^53
   int64_t expected_bits = 0, actual_bits = 0;
+  // Checked on a scaled copy (fusion/scale.h): element `index` stands for the full-size elements
+  // [index * scale, (index + 1) * scale) of the buffer.
+  int64_t scale = 1;
 };
 
 struct DataCheck {
@@ -30,11 +33,17 @@ struct DataCheck {
   int64_t mismatches = 0;
   std::vector<Mismatch> first;        // the first few mismatches, in (rank, buffer, index) order
   std::vector<std::string> problems;  // missing buffers, different sizes
+  // Checked on exact scaled copies (replay/ab.h, plan_check): the compared buffers' elements at
+  // full size, and the largest divisor among them; scale 1: checked at full size.
+  int64_t full_elements = 0;
+  int64_t scale = 1;
   bool ok() const { return mismatches == 0 && problems.empty(); }
   void merge(const DataCheck& o, size_t max_report = 20);
   // Readable lines: a summary, then one line per reported mismatch and problem.
   std::vector<std::string> lines(std::string_view expected_name,
                                  std::string_view actual_name) const;
+  // " on the exact scaled copies (...)" when scaled, else "".
+  std::string scale_note() const;
 };
 
 // The buffers of `rank` a rewrite from `baseline` to `fused` must preserve: the fused schedule's

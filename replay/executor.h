@@ -52,6 +52,9 @@ struct ReplayOptions {
   double compute_scale = 1.0;      // compute and delay durations are multiplied by this
   Ns timeout_ns = 60'000'000'000;  // a rank stuck this long in one op ends the run (watchdog)
   int64_t max_buffer_bytes = int64_t{1} << 30;  // per rank; larger schedules are refused
+  // The data check's int64 data per process (replay/ab.h, plan_check): a check over it runs on
+  // the schedules' exact scaled copies, and is refused when even those do not fit.
+  int64_t max_check_bytes = int64_t{1} << 30;
 };
 
 // A collective kind's calibrated cost on communicators of one size.
@@ -159,6 +162,8 @@ class PreparedReplay {
   // Check mode: the final contents of this process's ranks after the last step (indexed by
   // rank; ranks run elsewhere are empty).
   virtual std::vector<fusion::RankBuffers> buffers() const = 0;
+  // The same, handed over: the replay keeps no copy (the sim moves its interpretation out).
+  virtual std::vector<fusion::RankBuffers> take_buffers() { return buffers(); }
 };
 
 class Executor {

@@ -409,6 +409,7 @@ class SimPrepared : public PreparedReplay {
     return r;
   }
   std::vector<fusion::RankBuffers> buffers() const override { return buffers_; }
+  std::vector<fusion::RankBuffers> take_buffers() override { return std::move(buffers_); }
 
  private:
   fusion::Schedule s_;

@@ -27,6 +27,7 @@ struct AbOpts {
   bool no_store = false;
   double timeout_s = 60;
   int64_t max_buffer_mb = 1024;
+  int64_t max_check_mb = 1024;
 };
 
 int run_ab_verb(const AbOpts& o) {
@@ -53,6 +54,7 @@ int run_ab_verb(const AbOpts& o) {
     ao.replay.compute_scale = o.compute_scale;
     ao.replay.timeout_ns = static_cast<Ns>(o.timeout_s * 1e9);
     ao.replay.max_buffer_bytes = o.max_buffer_mb << 20;
+    ao.replay.max_check_bytes = o.max_check_mb << 20;
     ao.data_check = !o.no_data_check;
     ao.model = analysis::CostModel(sp.profile);
     ao.sim = sp.sim_options();
@@ -126,6 +128,11 @@ void register_ab(CLI::App& app, Action& run) {
                   "mpi/nccl: end the job when one op waits longer than this (seconds)")->capture_default_str();
   cmd->add_option("--max-buffer-mb", o->max_buffer_mb,
                   "mpi/nccl: refuse schedules needing more buffer memory per rank")->capture_default_str();
+  cmd->add_option("--max-check-mb", o->max_check_mb,
+                  "Int64 data the data check may hold per process; over it the check runs on the "
+                  "schedules' exact scaled copies (docs/replay.md), and is refused with the size "
+                  "it needs when even those do not fit")
+      ->capture_default_str();
   cmd->callback([o, &run] { run = [o] { return run_ab_verb(*o); }; });
 }
 

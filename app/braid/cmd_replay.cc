@@ -30,6 +30,7 @@ struct ReplayOpts {
   bool no_store = false;
   double timeout_s = 60;
   int64_t max_buffer_mb = 1024;
+  int64_t max_check_mb = 1024;
   bool calibrate = false;
   bool calibrate_first = false;
   bool share_cores = false;
@@ -144,6 +145,10 @@ int run_replay(const ReplayOpts& o) {
     ro.compute_scale = o.compute_scale;
     ro.timeout_ns = static_cast<Ns>(o.timeout_s * 1e9);
     ro.max_buffer_bytes = o.max_buffer_mb << 20;
+    ro.max_check_bytes = o.max_check_mb << 20;
+    // The data check first: a check that cannot fit in memory is refused before the replay.
+    replay::DataCheck dc;
+    if (o.check) dc = replay::check_against_interpreter(*ex, s, ro);
     replay::ReplayResult res;
     {
       auto prep = ex->prepare(s, ro);
@@ -151,8 +156,6 @@ int run_replay(const ReplayOpts& o) {
       for (int i = 0; i < o.steps; ++i) prep->run_step(true);
       res = prep->collect();
     }
-    replay::DataCheck dc;
-    if (o.check) dc = replay::check_against_interpreter(*ex, s, ro);
     if (!ex->reporting()) return dc.ok() ? 0 : 1;
 
     std::string what = in.stored.id >= 0
@@ -259,6 +262,11 @@ void register_replay(CLI::App& app, Action& run) {
       ->capture_default_str();
   cmd->add_option("--max-buffer-mb", o->max_buffer_mb,
                   "mpi/nccl: refuse schedules needing more buffer memory per rank")
+      ->capture_default_str();
+  cmd->add_option("--max-check-mb", o->max_check_mb,
+                  "--check: int64 data the check may hold per process; over it the check runs on "
+                  "the schedule's exact scaled copy (docs/replay.md), and is refused with the "
+                  "size it needs when even that does not fit")
       ->capture_default_str();
   cmd->add_flag("--calibrate", o->calibrate, "Calibrate the sim against --backend (see above)");
   cmd->add_flag("--calibrate-first", o->calibrate_first,
