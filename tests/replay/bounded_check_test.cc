@@ -204,5 +204,27 @@ TEST(ReadmeExample, TpSpAtTp8PassesItsDataCheckIn2GB) {
   EXPECT_EQ(TraceReader(dir.file("step.braid")).runs().size(), runs);
 }
 
+// The moe preset at its real size (16 ranks, Mixtral-like): even its exact scaled copy needs more
+// than the default limit (row-wise MoE compute keeps whole token rows), so the check is refused
+// up front with both sizes, before the replay allocates or runs anything, and nothing is stored.
+TEST(ReadmeExample, MoeCheckOverTheLimitIsRefusedWithTheSizeNeeded) {
+  test::TempDir dir;
+  test::CliResult synth, replay;
+  {
+    InDirWithLimit limit(dir.path(), 2'000'000'000);
+    synth = test::run_braid(dir, "synth --preset moe -o moe.braid");
+    ASSERT_EQ(synth.code, 0) << synth.err;
+    replay = test::run_braid(dir, "replay moe.braid --backend sim --check");
+  }
+  EXPECT_EQ(replay.code, 1) << replay.out << replay.err;
+  EXPECT_EQ(replay.out, "");
+  EXPECT_THAT(replay.err,
+              HasSubstr("braid: error: the data check needs 10890.81 GiB of int64 buffers at full "
+                        "size and 1.31 GiB at the smallest exact scale (1/117440512), more than the "
+                        "limit of 1.00 GiB"));
+  EXPECT_EQ(std::count(replay.err.begin(), replay.err.end(), '\n'), 1) << replay.err;
+  EXPECT_TRUE(TraceReader(dir.file("moe.braid")).runs().empty());
+}
+
 }  // namespace
 }  // namespace braid::replay
