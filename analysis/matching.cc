@@ -57,7 +57,8 @@ const Collective& coll(const RunData& run, int32_t rank, int32_t index) {
 
 bool compatible(const Collective& a, const Collective& b) {
   if (a.op != b.op) return false;
-  return a.bytes < 0 || b.bytes < 0 || a.bytes == b.bytes;
+  // An all-to-all's splits may differ per rank, so its sizes may too.
+  return a.op == CollOp::AllToAll || a.bytes < 0 || b.bytes < 0 || a.bytes == b.bytes;
 }
 
 // Clock difference of `other` relative to `ref` (other = ref + delta) that the most pairs of
@@ -224,22 +225,27 @@ MatchResult match_collectives(const RunData& run) {
               [](const CollRef& a, const CollRef& b) { return a.rank < b.rank; });
     const Collective& first = coll(run, g.members[0].rank, g.members[0].index);
     g.op = first.op;
-    g.bytes = first.bytes;
+    const int64_t n = first.group_size > 0 ? first.group_size
+                                           : static_cast<int64_t>(comm_members(run, g.comm).size());
+    auto size_of = [&](const Collective& c) { return collective_size(run, c, n).bytes; };
+    g.bytes = size_of(first);
     for (const CollRef& m : g.members) {
       const Collective& c = coll(run, m.rank, m.index);
+      const int64_t c_bytes = size_of(c);
       bool send_recv = g.method == MatchMethod::PointToPoint;
       if (c.op != g.op && !send_recv) {
         g.mismatched = true;
         g.problem = "rank " + std::to_string(m.rank) + " runs " + std::string(to_string(c.op)) +
                     ", rank " + std::to_string(g.members[0].rank) + " " +
                     std::string(to_string(g.op));
-      } else if (c.bytes >= 0 && g.bytes >= 0 && c.bytes != g.bytes) {
+      } else if (c_bytes >= 0 && g.bytes >= 0 && c_bytes != g.bytes &&
+                 g.op != CollOp::AllToAll) {  // all-to-all splits may differ per rank
         g.mismatched = true;
-        g.problem = "rank " + std::to_string(m.rank) + " moves " + std::to_string(c.bytes) +
+        g.problem = "rank " + std::to_string(m.rank) + " moves " + std::to_string(c_bytes) +
                     " bytes, rank " + std::to_string(g.members[0].rank) + " " +
                     std::to_string(g.bytes);
       }
-      if (g.bytes < 0) g.bytes = c.bytes;
+      if (g.bytes < 0) g.bytes = c_bytes;
     }
     if (g.mismatched) {
       g.bytes = -1;
@@ -398,6 +404,68 @@ MatchResult match_collectives(const RunData& run) {
     res.unmatched += p2p_no_peer;
   }
   return res;
+}
+
+CollSize collective_size(const RunData& run, const Collective& c, int64_t n) {
+  CollSize s;
+  const std::string dtype = normalize_dtype(run.str(c.dtype));
+  const int size = dtype_size(dtype);
+  n = std::max<int64_t>(n, 1);
+  int64_t in = -1, out = -1;
+  if (size > 0) {
+    s.dtype = dtype;
+    in = c.in_count;
+    out = c.out_count;
+    if (in < 0 && out < 0 && c.bytes >= 0) in = out = c.bytes / size;
+  } else {
+    // Bytes without a type (e.g. Chakra's comm_size): counted as uint8.
+    s.dtype = "uint8";
+    if (c.bytes >= 0) in = out = c.bytes;  // nccl-tests size: the larger buffer
+    if (c.op == CollOp::AllGather && in >= 0) in = in / n;
+    if (c.op == CollOp::ReduceScatter && out >= 0) out = out / n;
+    if (c.bytes < 0 && (c.in_count >= 0 || c.out_count >= 0)) {
+      s.why = "element counts without a known dtype ('" + run.str(c.dtype) + "')";
+      return s;
+    }
+  }
+  switch (c.op) {
+    case CollOp::AllGather:
+      s.count = in >= 0 ? in : (out >= 0 ? out / n : -1);
+      break;
+    case CollOp::ReduceScatter:
+      s.count = out >= 0 ? out : (in >= 0 ? in / n : -1);
+      break;
+    case CollOp::AllToAll:
+      s.count = in >= 0 ? in / n : (out >= 0 ? out / n : -1);
+      break;
+    default:
+      s.count = in >= 0 ? in : out;
+      break;
+  }
+  if (s.count < 0) {
+    s.why =
+        "no size in the trace (no message size in the kernel's args or record_param_comms, "
+        "no Input Dims on its CPU ops)";
+    return s;
+  }
+  if (size <= 0) {
+    s.bytes = c.bytes;
+  } else {
+    // From the counts (an All-Gather's output or a Reduce-Scatter's input derived where the
+    // trace gives only the other buffer), so every source yields the same nccl-tests size.
+    switch (c.op) {
+      case CollOp::AllGather:
+        s.bytes = std::max(in, out >= 0 ? out : s.count * n) * size;
+        break;
+      case CollOp::ReduceScatter:
+        s.bytes = std::max(out, in >= 0 ? in : s.count * n) * size;
+        break;
+      default:
+        s.bytes = std::max(in, out) * size;
+        break;
+    }
+  }
+  return s;
 }
 
 }  // namespace braid::analysis

@@ -58,6 +58,22 @@ struct MatchResult {
 
 MatchResult match_collectives(const RunData& run);
 
+// The size of one rank's part of a collective, from what the importer or the capture stored
+// (NCCL kernel args, record_param_comms, the Input Dims of nccl:* / c10d::* CPU ops, nsys NVTX
+// payloads, captured nccl_calls). The one place sizes are derived: `braid analyze`'s size
+// column (CollGroup::bytes) and the lift (fusion/lift.h) both call it.
+struct CollSize {
+  std::string dtype;   // normalized; "uint8" when the trace gives bytes but no type
+  int64_t count = -1;  // elements of the rank's part as the schedule IR counts them
+                       // (docs/schedule-ir.md), -1 when unknown
+  int64_t bytes = -1;  // nccl-tests "size": the larger of the in/out buffers, -1 when unknown
+  std::string why;     // when count < 0: what the trace lacks
+  bool known() const { return count >= 0; }
+};
+// `nranks`: members of the communicator (to derive one buffer from the other where the trace
+// gives only one, e.g. an All-Gather's input).
+CollSize collective_size(const RunData& run, const Collective& c, int64_t nranks);
+
 // Members of `comm` present in the run: the communicator table's rank list where it has one
 // (restricted to ranks of the run), else every rank with a collective on `comm`.
 std::vector<int32_t> comm_members(const RunData& run, const std::string& comm);

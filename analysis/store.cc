@@ -2,6 +2,7 @@
 
 #include <tuple>
 
+#include "trace/reader.h"
 #include "trace/sqlite_util.h"
 #include "trace/store_update.h"
 
@@ -161,6 +162,34 @@ void store_analysis(const std::string& path, const Analysis& a) {
     s.run();
   }
   u.commit();
+}
+
+StoredCosts load_costs(const std::string& path, int64_t run) {
+  StoredCosts out;
+  TraceReader reader(path);
+  sqlite3* db = reader.db();
+  {
+    sql::Stmt s(db, "SELECT profile FROM analysis_reports WHERE run_id=? ORDER BY step LIMIT 1");
+    s.bind(1, run);
+    if (s.step()) {
+      out.analysed = true;
+      out.profile = s.text(0);
+    }
+  }
+  sql::Stmt s(db,
+              "SELECT comm, alpha_ns, ns_per_byte, cost_source, cv_error, samples FROM "
+              "analysis_communicators WHERE run_id=? AND alpha_ns IS NOT NULL");
+  s.bind(1, run);
+  while (s.step()) {
+    CommCost c;
+    c.link.alpha_ns = s.f64(1);
+    c.link.ns_per_byte = s.is_null(2) ? 0 : s.f64(2);
+    c.source = s.text(3);
+    c.cv_error = s.is_null(4) ? -1 : s.f64(4);
+    c.samples = static_cast<int>(s.i64(5));
+    out.comms[s.text(0)] = c;
+  }
+  return out;
 }
 
 }  // namespace braid::analysis

@@ -1,11 +1,13 @@
 #include "fusion/lift.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 
 #include "fusion/validate.h"
 #include "trace/error.h"
+#include "trace/summary.h"
 
 namespace braid::fusion {
 
@@ -20,48 +22,7 @@ using analysis::RankTrace;
 
 namespace {
 
-std::string comm_id_of(const std::string& comm) { return comm.empty() ? "default" : comm; }
-
-// Element counts of one rank's part, following the IR's table, or nullopt when the operation
-// cannot be expressed.
-struct Shape {
-  std::string dtype;
-  int64_t count = 0;
-  bool sized = true;  // false: the trace gives no size (count 0)
-};
-
-Shape shape_of(const analysis::RunData& run, const braid::Collective& c, int64_t n) {
-  Shape s;
-  std::string dtype = normalize_dtype(run.str(c.dtype));
-  int size = dtype_size(dtype);
-  n = std::max<int64_t>(n, 1);
-  int64_t in = -1, out = -1;
-  if (size > 0) {
-    s.dtype = dtype;
-    in = c.in_count;
-    out = c.out_count;
-    if (in < 0 && out < 0 && c.bytes >= 0) in = out = c.bytes / size;
-  } else {
-    s.dtype = "uint8";
-    if (c.bytes >= 0) in = out = c.bytes;  // nccl-tests size: the larger buffer
-    if (c.op == CollOp::AllGather && in >= 0) in = in / n;
-    if (c.op == CollOp::ReduceScatter && out >= 0) out = out / n;
-  }
-  int64_t count = -1;
-  switch (c.op) {
-    case CollOp::AllGather: count = in >= 0 ? in : (out >= 0 ? out / n : -1); break;
-    case CollOp::ReduceScatter: count = out >= 0 ? out : (in >= 0 ? in / n : -1); break;
-    case CollOp::AllToAll: count = in >= 0 ? in / n : (out >= 0 ? out / n : -1); break;
-    default: count = in >= 0 ? in : out; break;
-  }
-  if (count < 0) {
-    s.count = 0;
-    s.sized = false;
-  } else {
-    s.count = count;
-  }
-  return s;
-}
+std::string comm_id_of(const std::string& comm) { return lifted_comm_id(comm); }
 
 bool expressible(CollOp op) {
   switch (op) {
@@ -79,7 +40,33 @@ bool expressible(CollOp op) {
   }
 }
 
+constexpr std::string_view kLiftedFrom = "lifted from trace run ";
+
+std::string lift_provenance(int64_t run, int64_t step) {
+  return std::string(kLiftedFrom) + std::to_string(run) +
+         (step >= 0 ? ", step " + std::to_string(step) : std::string(", whole run")) +
+         " by fusion::lift";
+}
+
 }  // namespace
+
+std::string lifted_comm_id(std::string_view trace_comm) {
+  return trace_comm.empty() ? "default" : std::string(trace_comm);
+}
+
+LiftSource lifted_from(const Schedule& s) {
+  LiftSource src;
+  for (const std::string& p : s.provenance) {
+    if (p.rfind(kLiftedFrom, 0) != 0) continue;
+    const char* c = p.c_str() + kLiftedFrom.size();
+    char* end = nullptr;
+    src.run = std::strtoll(c, &end, 10);
+    const std::string rest(end);
+    if (rest.rfind(", step ", 0) == 0) src.step = std::strtoll(rest.c_str() + 7, nullptr, 10);
+    return src;
+  }
+  return src;
+}
 
 Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
               const LiftOptions& opt) {
@@ -88,7 +75,7 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
   if (run.reader) s.name += " of " + run.reader->path();
   if (opt.step >= 0) s.name += " step " + std::to_string(opt.step);
   auto& prov = s.provenance;
-  prov.push_back("lifted from trace run " + std::to_string(run.run_id) + " by fusion::lift");
+  prov.push_back(lift_provenance(run.run_id, opt.step));
 
   // Rank renumbering.
   std::vector<int32_t> ids = run.rank_ids();
@@ -110,9 +97,17 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
       bool found = false;
       for (const Step& st : run.ranks.at(r).steps)
         if (st.step == opt.step) lo = st.start, hi = st.end, found = true;
-      if (!found)
-        throw Error(ErrorCode::Usage, "rank " + std::to_string(r) + " has no step " +
-                                          std::to_string(opt.step) + " in the trace");
+      if (!found) {
+        std::set<int64_t> have;
+        for (const Step& st : run.ranks.at(r).steps) have.insert(st.step);
+        std::string list;
+        for (int64_t h : have) list += (list.empty() ? "" : ", ") + std::to_string(h);
+        throw Error(ErrorCode::Usage,
+                    (run.reader ? run.reader->path() + ": " : std::string()) + "rank " +
+                        std::to_string(r) + " of run " + std::to_string(run.run_id) +
+                        " has no step " + std::to_string(opt.step) +
+                        (list.empty() ? " (the trace has no steps)" : " (steps: " + list + ")"));
+      }
     }
     window[r] = {lo, hi};
   }
@@ -123,21 +118,37 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
 
   // Which groups become IR collectives.
   std::vector<bool> liftable(match.groups.size(), false);
+  // All members take the size of the group's first member, so they agree.
+  std::vector<analysis::CollSize> shape(match.groups.size());
   std::map<std::string, int64_t> left_opaque;  // reason -> count of rank ops
+  int64_t uneven = 0;
   for (size_t g = 0; g < match.groups.size(); ++g) {
     const CollGroup& grp = match.groups[g];
+    const CollRef& m0 = grp.members[0];
+    const braid::Collective& c0 = run.ranks.at(m0.rank).collectives[m0.index];
+    const int64_t n = grp.method == MatchMethod::PointToPoint
+                          ? 2
+                          : static_cast<int64_t>(analysis::comm_members(run, grp.comm).size());
     std::string why;
     if (!grp.complete()) why = "unmatched on some member rank";
     else if (grp.mismatched) why = "members disagree (" + grp.problem + ")";
     else if (!expressible(grp.op)) why = std::string(to_string(grp.op)) + " has no IR form";
-    else if ((grp.op == CollOp::Broadcast || grp.op == CollOp::Reduce)) {
-      const braid::Collective& c = run.ranks.at(grp.members[0].rank).collectives[grp.members[0].index];
-      if (c.peer_or_root < 0 || !srank.count(c.peer_or_root)) why = "root not in the run";
-    }
+    else if (shape[g] = analysis::collective_size(run, c0, n); !shape[g].known())
+      why = shape[g].why;
+    else if ((grp.op == CollOp::Broadcast || grp.op == CollOp::Reduce) &&
+             (c0.peer_or_root < 0 || !srank.count(c0.peer_or_root)))
+      why = "root not in the run";
     if (why.empty())
       for (const CollRef& m : grp.members)
         if (!in_window(m.rank, run.ranks.at(m.rank).collectives[m.index].start))
           why = "partly outside the step";
+    if (why.empty() && grp.op == CollOp::AllToAll)
+      for (const CollRef& m : grp.members)
+        if (analysis::collective_size(run, run.ranks.at(m.rank).collectives[m.index], n).count !=
+            shape[g].count) {
+          ++uneven;
+          break;
+        }
     if (why.empty()) liftable[g] = true;
     else left_opaque[why] += static_cast<int64_t>(grp.members.size());
   }
@@ -199,7 +210,7 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
                      " in this run: lifted with the ranks present");
   }
 
-  int64_t deps = 0, comm_order_events = 0, delays = 0, unsized = 0;
+  int64_t deps = 0, comm_order_events = 0, delays = 0;
   bool any_wait_calls = false, any_unknown_launch = false;
   for (int32_t r : ids) {
     const RankTrace& t = run.ranks.at(r);
@@ -277,10 +288,7 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
           const braid::Collective& c = t.collectives[op.coll];
           const std::string comm = comm_id_of(grp.comm);
           const int64_t n = static_cast<int64_t>(s.find_comm(comm)->ranks.size());
-          // All members take the shape of the group's first member, so they agree.
-          const CollRef& m0 = grp.members[0];
-          Shape sh = shape_of(run, run.ranks.at(m0.rank).collectives[m0.index], n);
-          if (!sh.sized) ++unsized;
+          const analysis::CollSize& sh = shape[g];
           fusion::Collective fc;
           fc.op = c.op;
           fc.comm = comm;
@@ -355,9 +363,10 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
                  " host gaps of at least " + std::to_string(opt.min_gap_ns) +
                  " ns written as delays");
   prov.push_back("each collective has its own in/out buffers, sized from the trace");
-  if (unsized > 0)
-    prov.push_back(std::to_string(unsized) + " collective parts without a size in the trace: "
-                   "count 0, dtype uint8");
+  if (uneven > 0)
+    prov.push_back(std::to_string(uneven) +
+                   " all-to-alls move different amounts per rank in the trace (uneven splits): "
+                   "lifted as even, each rank with the lowest rank's per-peer size");
   for (auto& [why, n] : left_opaque)
     prov.push_back(std::to_string(n) + " collective parts left as opaque compute: " + why);
   for (size_t i = 0; i < s.ranks.size(); ++i)
@@ -369,7 +378,24 @@ Schedule lift_run(const TraceReader& reader, int64_t run_id, const LiftOptions& 
   analysis::RunData run = analysis::load_run(reader, run_id);
   if (run.ranks.empty())
     throw Error(ErrorCode::Empty, reader.path() + ": run " + std::to_string(run_id) + " has no ranks");
+  const std::string where = reader.path() + ": run " + std::to_string(run_id);
+  if (run.ranks.size() < 2)
+    throw Error(ErrorCode::Usage,
+                where + " has one rank (" + std::to_string(run.ranks.begin()->first) +
+                    "): lifting needs the job's ranks in one run (import the ranks' files "
+                    "together with `braid import`, or join runs with `braid merge`)");
   analysis::MatchResult match = analysis::match_collectives(run);
+  int64_t colls = 0;
+  for (const auto& [r, t] : run.ranks) colls += static_cast<int64_t>(t.collectives.size());
+  if (std::none_of(match.groups.begin(), match.groups.end(),
+                   [](const analysis::CollGroup& g) { return g.complete() && !g.mismatched; }))
+    throw Error(ErrorCode::BadFormat,
+                where +
+                    (colls == 0 ? " has no collectives"
+                                : ": none of its " + std::to_string(colls) +
+                                      " collectives matches across ranks on any "
+                                      "communicator (are the ranks from one job?)") +
+                    ": nothing to lift");
   Schedule s = lift(run, match, opt);
   auto problems = validate(s);
   if (!problems.empty() && opt.infer_dependencies) {
@@ -387,6 +413,49 @@ Schedule lift_run(const TraceReader& reader, int64_t run_id, const LiftOptions& 
     throw Error(ErrorCode::Internal, reader.path() + ": the lifted schedule of run " +
                                          std::to_string(run_id) + " is invalid: " + problems[0]);
   return s;
+}
+
+std::vector<std::string> lift_summary(const Schedule& s) {
+  struct ByOp {
+    int64_t parts = 0, bytes = 0;
+  };
+  std::map<std::string, ByOp> by_op;
+  std::map<std::string, int64_t> opaque;  // label prefix -> count
+  int64_t ops = 0, computes = 0, delays = 0, syncs = 0;
+  for (const RankSchedule& r : s.ranks)
+    for (const Stream& st : r.streams)
+      for (const Op& op : st.ops) {
+        ++ops;
+        if (const Collective* c = op.collective()) {
+          ByOp& b = by_op[std::string(to_string(c->op))];
+          ++b.parts;
+          const int64_t in = c->in.buffer.empty() ? 0 : c->in.count;
+          const int64_t out = c->out.buffer.empty() ? 0 : c->out.count;
+          b.bytes += std::max(in, out) * std::max(1, dtype_size(c->dtype));
+        } else if (const Compute* cp = op.compute()) {
+          ++computes;
+          if (cp->label.rfind("opaque ", 0) == 0) ++opaque[cp->label];
+        } else if (op.delay()) {
+          ++delays;
+        } else {
+          ++syncs;
+        }
+      }
+  std::vector<std::string> v;
+  v.push_back(std::to_string(s.ranks.size()) + " ranks, " + std::to_string(s.comms.size()) +
+              " communicators, " + std::to_string(ops) + " ops (" + std::to_string(computes) +
+              " compute, " + std::to_string(ops - computes - delays - syncs) +
+              " collective parts, " + std::to_string(delays) + " delays, " + std::to_string(syncs) +
+              " record/wait)");
+  if (by_op.empty()) v.push_back("collectives: none lifted");
+  for (const auto& [name, b] : by_op)
+    v.push_back("  " + name + ": " + std::to_string(b.parts) + " parts over the ranks, " +
+                format_bytes(b.bytes) + " in all (the larger buffer of each part)");
+  for (const auto& [label, n] : opaque)
+    v.push_back("  left opaque: " + std::to_string(n) + "x " + label);
+  v.push_back("provenance:");
+  for (const std::string& p : s.provenance) v.push_back("  " + p);
+  return v;
 }
 
 }  // namespace braid::fusion

@@ -24,6 +24,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "analysis/matching.h"
 #include "analysis/run_data.h"
@@ -40,9 +42,27 @@ struct LiftOptions {
   analysis::TimelineOptions timeline;
 };
 
+// Bad input (braid::Error, message naming the file and run): a run with one rank (Usage), a run
+// whose collectives match across ranks on no communicator (BadFormat), a step the trace does not
+// have (Usage).
 Schedule lift_run(const TraceReader& reader, int64_t run_id, const LiftOptions& opt = {});
 // The same from a loaded run and its matching (what `braid analyze` already has).
 Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
               const LiftOptions& opt = {});
+
+// The run (and step, -1: the whole run) a lifted schedule came from, read back from the
+// provenance line lift writes (kept by the passes, so a fused schedule names it too); run -1
+// when the schedule was not lifted.
+struct LiftSource {
+  int64_t run = -1;
+  int64_t step = -1;
+};
+LiftSource lifted_from(const Schedule& s);
+// The schedule communicator id lift gives a trace communicator ("" -> "default").
+std::string lifted_comm_id(std::string_view trace_comm);
+
+// What `braid lift` prints: ranks and ops, collectives by operation with bytes, the collectives
+// left opaque (by label), and the provenance (every assumption, and why what stayed opaque did).
+std::vector<std::string> lift_summary(const Schedule& s);
 
 }  // namespace braid::fusion

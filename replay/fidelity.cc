@@ -10,7 +10,8 @@
 
 namespace braid::replay {
 
-Fidelity fidelity(const std::string& path, int64_t run, const ReplayResult& replayed) {
+Fidelity fidelity(const std::string& path, int64_t run, const ReplayResult& replayed,
+                  const fusion::LiftSource& lifted) {
   TraceReader reader(path);
   bool found = false;
   std::string have;
@@ -25,23 +26,41 @@ Fidelity fidelity(const std::string& path, int64_t run, const ReplayResult& repl
   Fidelity f;
   f.original_run = run;
   std::map<int32_t, std::vector<double>> steps;
-  for (const Step& s : reader.steps(run)) steps[s.rank].push_back(static_cast<double>(s.end - s.start));
+  for (const Step& s : reader.steps(run))
+    if (lifted.run != run || lifted.step < 0 || s.step == lifted.step)
+      steps[s.rank].push_back(static_cast<double>(s.end - s.start));
   std::map<int32_t, Ns> original;
-  if (!steps.empty()) {
-    f.original_source = "steps";
+  auto span_of = [&](bool with_memcpys) {
+    std::map<int32_t, std::pair<Ns, Ns>> span;
+    auto add = [&](int32_t rank, Ns start, Ns end) {
+      auto [it, fresh] = span.emplace(rank, std::make_pair(start, end));
+      if (!fresh) {
+        it->second.first = std::min(it->second.first, start);
+        it->second.second = std::max(it->second.second, end);
+      }
+      return true;
+    };
+    reader.kernels(run, [&](const Kernel& k) { return add(k.rank, k.start, k.end); });
+    if (with_memcpys)
+      reader.memcpys(run, [&](const Memcpy& m) { return add(m.rank, m.start, m.end); });
+    for (auto& [rank, se] : span) original[rank] = se.second - se.first;
+  };
+  if (lifted.run == run && lifted.step < 0) {
+    f.original_source = "GPU activity span (the lifted whole run)";
+    span_of(true);
+  } else if (!steps.empty()) {
+    f.original_source = lifted.run == run ? "step " + std::to_string(lifted.step) : "steps";
     for (auto& [rank, v] : steps) original[rank] = static_cast<Ns>(quantile(v, 0.5));
   } else {
     f.original_source = "kernel span";
-    std::map<int32_t, std::pair<Ns, Ns>> span;
-    reader.kernels(run, [&](const Kernel& k) {
-      auto [it, fresh] = span.emplace(k.rank, std::make_pair(k.start, k.end));
-      if (!fresh) {
-        it->second.first = std::min(it->second.first, k.start);
-        it->second.second = std::max(it->second.second, k.end);
-      }
-      return true;
-    });
-    for (auto& [rank, se] : span) original[rank] = se.second - se.first;
+    span_of(false);
+  }
+  if (lifted.run == run) {
+    // Schedule rank i is the run's i-th rank (fusion::lift renumbers).
+    std::map<int32_t, Ns> by_index;
+    int32_t i = 0;
+    for (auto& [rank, ns] : original) by_index[i++] = ns;
+    original = std::move(by_index);
   }
   const int32_t n = replayed.steps.empty() ? 0 : static_cast<int32_t>(replayed.steps[0].ranks.size());
   for (int32_t r = 0; r < n; ++r) {
@@ -55,6 +74,13 @@ Fidelity fidelity(const std::string& path, int64_t run, const ReplayResult& repl
     f.ranks.push_back(rf);
   }
   return f;
+}
+
+double median_ratio(const Fidelity& f) {
+  std::vector<double> v;
+  for (const RankFidelity& r : f.ranks)
+    if (r.original_ns > 0) v.push_back(r.ratio());
+  return v.empty() ? 0 : quantile(v, 0.5);
 }
 
 std::vector<std::string> Fidelity::lines() const {
@@ -72,6 +98,11 @@ std::vector<std::string> Fidelity::lines() const {
     else
       std::snprintf(buf, sizeof buf, "  %4d   %11s   %11.3f   -", r.rank, "-",
                     static_cast<double>(r.replayed_ns) * 1e-6);
+    v.push_back(buf);
+  }
+  if (double m = median_ratio(*this); m > 0) {
+    std::snprintf(buf, sizeof buf, "  median replayed/original over ranks: %.3f (%+.1f%%)", m,
+                  100 * (m - 1));
     v.push_back(buf);
   }
   return v;

@@ -47,8 +47,9 @@ ScheduleInput load_schedule_input(const std::string& path, int64_t id) {
   }
   const std::vector<fusion::StoredSchedule> all = fusion::list_schedules(path);
   if (all.empty())
-    throw Error(ErrorCode::NotFound, path + " holds no schedules: make one with `braid synth` "
-                                            "or `braid fuse` first");
+    throw Error(ErrorCode::NotFound, path +
+                                         " holds no schedules: make one with `braid synth -o` "
+                                         "or lift a run with `braid lift`");
   const fusion::StoredSchedule* pick = &all.back();
   for (const auto& s : all)
     if (id < 0 ? s.id > pick->id : s.id == id) pick = &s;

@@ -125,6 +125,8 @@ std::string normalize_dtype(std::string_view name) {
   if (n.rfind("c10::", 0) == 0) n = n.substr(5);
   if (n.rfind("torch.", 0) == 0) n = n.substr(6);
   if (n.rfind("nccl", 0) == 0) n = n.substr(4);
+  if (n == "unsigned char") return "uint8";  // Kineto's "Input type" names
+  if (n == "signed char") return "int8";
   static const std::pair<std::string_view, std::string_view> kAliases[] = {
       {"float", "float32"},   {"float32", "float32"}, {"float16", "float16"},
       {"half", "float16"},    {"bfloat16", "bfloat16"}, {"double", "float64"},

@@ -6,7 +6,9 @@
 #include "replay/ab.h"
 #include "replay/calibrate.h"
 #include "replay/executor.h"
+#include "replay/fidelity.h"
 #include "replay/inputs.h"
+#include "replay/lifted.h"
 #include "replay/store_run.h"
 #include "trace/error.h"
 
@@ -43,7 +45,18 @@ int run_ab_verb(const AbOpts& o) {
   const std::string profile_name =
       o.profile.empty() ? (o.backend == "mpi" ? "cpu-shm" : "h100-nvlink") : o.profile;
   replay::SimProfile sp = replay::load_sim_profile(profile_name);
-  auto ex = replay::make_executor(o.backend, analysis::CostModel(sp.profile), sp.sim_options());
+  // A pair lifted from a run of this file (braid lift, then fuse): the sim prices collectives as
+  // `braid analyze` calibrated them on that run unless --profile, and the baseline's replay is
+  // compared with the run (fidelity).
+  const fusion::LiftSource lifted = fusion::lifted_from(base.schedule);
+  analysis::CostModel model(sp.profile);
+  std::string model_note;
+  if (lifted.run >= 0 && o.backend == "sim" && o.profile.empty()) {
+    replay::LiftedModel lm = replay::lifted_cost_model(o.input, lifted, profile_name);
+    model = lm.model;
+    model_note = lm.note;
+  }
+  auto ex = replay::make_executor(o.backend, model, sp.sim_options());
   return replay::run_guarded(*ex, [&] {
     replay::AbOptions ao;
     ao.steps = o.steps;
@@ -56,7 +69,7 @@ int run_ab_verb(const AbOpts& o) {
     ao.replay.max_buffer_bytes = o.max_buffer_mb << 20;
     ao.replay.max_check_bytes = o.max_check_mb << 20;
     ao.data_check = !o.no_data_check;
-    ao.model = analysis::CostModel(sp.profile);
+    ao.model = model;
     ao.sim = sp.sim_options();
     replay::AbReport rep = replay::run_ab(*ex, base.schedule, fused.schedule, ao);
     if (!ex->reporting()) return rep.data_ok() ? 0 : 1;
@@ -64,7 +77,13 @@ int run_ab_verb(const AbOpts& o) {
     std::printf("braid ab: baseline schedule %lld '%s' vs fused schedule %lld '%s', %d ranks\n",
                 static_cast<long long>(base.stored.id), base.schedule.name.c_str(),
                 static_cast<long long>(fused.stored.id), fused.schedule.name.c_str(), nranks);
+    if (!model_note.empty()) std::printf("%s\n", model_note.c_str());
     for (const std::string& l : rep.lines()) std::printf("%s\n", l.c_str());
+    if (lifted.run >= 0) {
+      auto lines = replay::fidelity(o.input, lifted.run, rep.baseline_run, lifted).lines();
+      for (size_t i = 0; i < lines.size(); ++i)
+        std::printf("%s%s\n", i == 0 ? "baseline " : "", lines[i].c_str());
+    }
     // `braid fuse`'s prediction for this fused schedule: its simulated step saving on the
     // profile it fused for (the per-finding estimates are local detail, not summed here).
     for (const auto& op : fusion::list_opportunities(o.input, fused.stored.id))

@@ -6,12 +6,14 @@
 #include "analysis/cost_model.h"
 #include "analysis/hardware.h"
 #include "app/braid/cli.h"
+#include "app/braid/lift_run.h"
 #include "fusion/pass.h"
 #include "fusion/pipeline.h"
 #include "fusion/schedule_store.h"
 #include "replay/calibrate.h"
 #include "replay/sim.h"
 #include "trace/error.h"
+#include "trace/reader.h"
 #include "trace/store_update.h"
 
 namespace braid::cli {
@@ -67,6 +69,29 @@ fusion::StoredOpportunity opportunity(int64_t schedule_id, const fusion::Finding
   o.predicted_saving_ns = f.saving_ns;
   o.detail = fusion::finding_detail_json(f, applied);
   return o;
+}
+
+// A file with a run and no schedule: lift the run first (braid lift), and say so.
+int64_t lift_first(const std::string& file, bool dry) {
+  bool has_run = false;
+  {
+    TraceReader reader(file);
+    has_run = !reader.runs().empty();
+  }
+  if (!has_run)
+    throw Error(ErrorCode::NotFound,
+                file +
+                    " holds no schedule and no run (create a schedule with `braid synth -o`, "
+                    "or import a trace with `braid import` and lift it with `braid lift`)");
+  if (dry)
+    throw Error(ErrorCode::Usage, file +
+                                      " holds no schedule: --dry-run stores nothing, so lift "
+                                      "its run first with `braid lift`");
+  LiftedRun l = lift_into_file(file, -1);
+  std::printf("%s holds no schedule: lifted its run first (as `braid lift` does)\n", file.c_str());
+  print_lifted(file, l);
+  std::printf("\n");
+  return l.schedule_id;
 }
 
 }  // namespace
@@ -129,10 +154,7 @@ void register_fuse(CLI::App& app, Action& run) {
       if (id < 0) {
         for (const auto& st : fusion::list_schedules(o->file))
           if (st.parent_id < 0 && st.id > id) id = st.id;
-        if (id < 0)
-          throw Error(ErrorCode::NotFound,
-                      o->file + " holds no schedule (create one with `braid synth -o` or "
-                                "`braid analyze --lift`)");
+        if (id < 0) id = lift_first(o->file, o->dry);
       }
       fusion::Schedule s = fusion::load_stored_schedule(o->file, id);
       // The profile as `braid replay --backend sim --profile` loads it (calibrated compute

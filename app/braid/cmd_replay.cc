@@ -8,6 +8,7 @@
 #include "replay/executor.h"
 #include "replay/fidelity.h"
 #include "replay/inputs.h"
+#include "replay/lifted.h"
 #include "replay/store_run.h"
 #include "trace/error.h"
 #include "trace/output_file.h"
@@ -122,7 +123,19 @@ int run_replay(const ReplayOpts& o) {
     throw Error(ErrorCode::Usage,
                 "--calibrate-first measures a real backend: use --backend mpi or nccl");
   replay::SimProfile sp = replay::load_sim_profile(profile_name);
-  auto ex = replay::make_executor(o.backend, analysis::CostModel(sp.profile), sp.sim_options());
+  // A schedule lifted from a run of this file: the sim prices its collectives as `braid
+  // analyze` calibrated them on that run (unless --profile), and the run is the original the
+  // fidelity compares with (unless --original).
+  const fusion::LiftSource lifted = in.in_store ? fusion::lifted_from(s) : fusion::LiftSource{};
+  analysis::CostModel sim_model(sp.profile);
+  std::string model_note;
+  if (lifted.run >= 0 && o.backend == "sim" && o.profile.empty()) {
+    replay::LiftedModel lm = replay::lifted_cost_model(o.input, lifted, profile_name);
+    sim_model = lm.model;
+    model_note = lm.note;
+  }
+  const int64_t original = o.original >= 0 ? o.original : in.in_store ? lifted.run : -1;
+  auto ex = replay::make_executor(o.backend, sim_model, sp.sim_options());
   return replay::run_guarded(*ex, [&] {
     if (o.calibrate_first) {
       // Calibrate in this job, on the ranks that then replay: the prediction compares with a
@@ -163,6 +176,7 @@ int run_replay(const ReplayOpts& o) {
                            : "'" + s.name + "' (" + o.input + ")";
     std::printf("braid replay: %s, %d ranks, on %s: %d measured steps after %d warm-up\n",
                 what.c_str(), nranks, o.backend.c_str(), o.steps, o.warmup);
+    if (!model_note.empty()) std::printf("%s\n", model_note.c_str());
     std::vector<double> steps;
     for (const auto& st : res.steps) steps.push_back(static_cast<double>(st.step_ns()));
     std::printf("step time: median %.3f ms, min %.3f ms, max %.3f ms\n",
@@ -190,10 +204,10 @@ int run_replay(const ReplayOpts& o) {
       std::printf("sim prediction (profile %s): %.3f ms, measured/predicted %.3f\n",
                   sp.profile.name.c_str(), ms(sim), sim > 0 ? med / sim : 0.0);
     }
-    if (o.original >= 0) {
+    if (original >= 0) {
       if (!in.in_store)
         throw Error(ErrorCode::Usage, "--original names a run of a .braid file; the input is JSON");
-      print_lines(replay::fidelity(o.input, o.original, res).lines());
+      print_lines(replay::fidelity(o.input, original, res, lifted).lines());
     }
     if (o.check)
       for (const std::string& l : dc.lines("reference interpreter", "replay"))
@@ -254,8 +268,8 @@ void register_replay(CLI::App& app, Action& run) {
                 "Also run the data check: replay on int64 data and compare every rank's outputs "
                 "with the reference interpreter");
   cmd->add_option("--original", o->original,
-                  "Run id of the captured/imported run this schedule was lifted from: print "
-                  "replayed vs original step time per rank");
+                  "Run id of a captured/imported run to compare with: print replayed vs original "
+                  "step time per rank (default for a schedule made by `braid lift`: its run)");
   cmd->add_flag("--no-store", o->no_store, "Do not store the run in the .braid file");
   cmd->add_option("--timeout", o->timeout_s,
                   "mpi/nccl: end the job when one op waits longer than this (seconds)")

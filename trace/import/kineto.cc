@@ -151,12 +151,18 @@ struct CommOp {  // a CPU-side communication op (record_param_comms, nccl:*, c10
   Ns start = 0, end = 0;
   int64_t external_id = 0;
   bool is_record_param = false;
+  bool op_is_annotation = false;  // nccl:* / gloo:* (lists the input tensor only)
   CollOp op = CollOp::Unknown;
   StrId name = 0;
   // Metadata (record_param_comms and new-style kernels).
   bool has_meta = false;
   std::string dtype, pg_name, pg_desc, pg_ranks;
   int64_t in_nelems = -1, out_nelems = -1, group_size = -1, seq = -1, root = -1;
+  // The op's "Input Dims" (elements per tensor argument, -1 for a list or a scalar) and
+  // "Input type" (normalized dtype per argument): where a trace without message-size metadata
+  // still says how large the tensors were (nccl:* annotations, c10d::* operators).
+  std::vector<int64_t> input_elems;
+  std::vector<std::string> input_types;
   bool used = false;
 };
 
@@ -646,6 +652,64 @@ std::string_view od_text(od::value v) {
   return v.raw_json_token();
 }
 
+// "Input Dims": [[d0, d1, ...], [], ...] -> elements per argument (-1 where the shape is empty:
+// a tensor list, a scalar or no tensor).
+std::vector<int64_t> od_dims(od::value v) {
+  std::vector<int64_t> out;
+  od::array args;
+  if (v.get_array().get(args)) return out;
+  for (auto a : args) {
+    int64_t n = -1;
+    od::array dims;
+    if (!a.get_array().get(dims))
+      for (auto d : dims) {
+        int64_t x = 0;
+        if (d.get_int64().get(x) != simdjson::SUCCESS || x < 0) {
+          n = -1;
+          break;
+        }
+        n = n < 0 ? x : n * x;
+      }
+    out.push_back(n);
+  }
+  return out;
+}
+
+// In/out element counts and dtype of a collective from the Input Dims of the CPU ops around its
+// kernel, for traces without message-size metadata. Innermost op first: an nccl:* annotation
+// and record_param_comms list the input tensor; a c10d operator lists (output, input) for the
+// *_base_/alltoall_base_ forms and the tensor for all-reduce, broadcast and reduce (a tensor list
+// has no dims and sizes nothing). Returns whether anything was filled.
+bool size_from_input_dims(const std::vector<CommOp*>& chain, CollOp op, int64_t& in, int64_t& out,
+                          std::string& dtype) {
+  bool filled = false;
+  auto take = [&](int64_t& slot, const CommOp& o, size_t i) {
+    if (i >= o.input_elems.size() || o.input_elems[i] < 0) return;
+    if (slot < 0) slot = o.input_elems[i], filled = true;
+    if (dtype_size(dtype) <= 0 && i < o.input_types.size() && dtype_size(o.input_types[i]) > 0)
+      dtype = o.input_types[i];
+  };
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const CommOp& o = **it;
+    if (o.input_elems.empty()) continue;
+    // The CommOp's name is interned; its op kind and record flag say which form it is.
+    if (o.is_record_param || o.op_is_annotation) {
+      take(in, o, 0);
+    } else if (o.op == CollOp::AllReduce || o.op == CollOp::Broadcast || o.op == CollOp::Reduce) {
+      take(in, o, 0);
+    } else if (o.op == CollOp::AllGather || o.op == CollOp::ReduceScatter ||
+               o.op == CollOp::AllToAll) {
+      take(out, o, 0);
+      take(in, o, 1);
+    }
+  }
+  if (op == CollOp::AllReduce || op == CollOp::Broadcast || op == CollOp::Reduce) {
+    if (out < 0) out = in;
+    if (in < 0) in = out;
+  }
+  return filled;
+}
+
 MemKind memkind_from_name(std::string_view name) {
   if (name.find("HtoD") != std::string_view::npos) return MemKind::HtoD;
   if (name.find("DtoH") != std::string_view::npos) return MemKind::DtoH;
@@ -734,7 +798,17 @@ void KinetoFile::handle_event(od::object obj) {
         else if (k == "Process Group Description") meta.pg_desc = std::string(od_text(av));
         else if (k == "Process Group Ranks") meta.pg_ranks = std::string(od_text(av));
         else if (k == "Seq" || k == "seq") meta.seq = od_int(av);
-        else if (k == "Root" || k == "root") meta.root = od_int(av);
+        else if (k == "Input Dims" && is_comm_cpu_name(name))
+          meta.input_elems = od_dims(av);
+        else if (k == "Input type" && is_comm_cpu_name(name)) {
+          od::array types;
+          if (!av.get_array().get(types))
+            for (auto t : types) {
+              od::value tv;
+              meta.input_types.push_back(t.get(tv) ? std::string() : normalize_dtype(od_text(tv)));
+            }
+        } else if (k == "Root" || k == "root")
+          meta.root = od_int(av);
       }
     }
   }
@@ -865,6 +939,7 @@ void KinetoFile::handle_event(od::object obj) {
       meta.end = end;
       meta.external_id = a_ext;
       meta.is_record_param = name == "record_param_comms";
+      meta.op_is_annotation = name.rfind("nccl:", 0) == 0 || name.rfind("gloo:", 0) == 0;
       if (!meta.is_record_param) meta.op = coll_op_from_framework_name(name);
       meta.name = w_.intern(name);
       comm_ops_.push_back(std::move(meta));
@@ -913,7 +988,7 @@ void KinetoFile::finish() {
   for (size_t i = 0; i < comm_ops_.size(); ++i)
     if (comm_ops_[i].external_id) by_ext.emplace(comm_ops_[i].external_id, i);
 
-  int64_t unlinked = 0, no_meta = 0;
+  int64_t unlinked = 0, no_meta = 0, from_dims = 0;
   std::map<std::string, int64_t> seq_by_comm;
   std::sort(nccl_.begin(), nccl_.end(), [](const PendingKernel& a, const PendingKernel& b) {
     return a.coll.start < b.coll.start;
@@ -982,8 +1057,13 @@ void KinetoFile::finish() {
         comms_.push_back(cm);
       }
     } else {
-      ++no_meta;
       if (pk.name_op != CollOp::SendRecv) dtype = pk.name_dtype;
+    }
+    if (c.in_count < 0 && c.out_count < 0) {
+      if (size_from_input_dims(chain, c.op, c.in_count, c.out_count, dtype))
+        ++from_dims;
+      else
+        ++no_meta;
     }
     c.dtype = w_.intern(dtype);
     int sz = dtype_size(dtype);
@@ -1086,6 +1166,9 @@ void KinetoFile::finish() {
   diag(Severity::Info, "kineto.collective_without_metadata", no_meta,
        "collectives without message sizes in the trace (profiler run without record_shapes or an "
        "older PyTorch)");
+  diag(Severity::Info, "kineto.collective_sized_from_input_dims", from_dims,
+       "collectives without message-size metadata sized from the Input Dims of their CPU ops "
+       "(nccl:* annotation, record_param_comms, c10d operator)");
   diag(Severity::Info, "kineto.cpu_only_collective", cpu_only,
        "record_param_comms ops with no NCCL kernel; stored with CPU timing and stream -1");
   diag(Severity::Info, "kineto.non_collective_comm_record", not_collective,
