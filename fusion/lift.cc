@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -72,7 +73,8 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
               const LiftOptions& opt) {
   Schedule s;
   s.name = "lifted run " + std::to_string(run.run_id);
-  if (run.reader) s.name += " of " + run.reader->path();
+  // The file's name, not its path: the schedule is stored in that file, which may be moved.
+  if (run.reader) s.name += " of " + std::filesystem::path(run.reader->path()).filename().string();
   if (opt.step >= 0) s.name += " step " + std::to_string(opt.step);
   auto& prov = s.provenance;
   prov.push_back(lift_provenance(run.run_id, opt.step));

@@ -29,13 +29,20 @@ TEST(Demo, WholePipelineLandsInOneFile) {
 
   TraceReader r(out);
   auto q = [&](const char* sql) { return sql::scalar(r.db(), sql, -1); };
-  EXPECT_EQ(q("SELECT COUNT(*) FROM schedules WHERE parent_id IS NULL"), 1);
-  EXPECT_EQ(q("SELECT COUNT(*) FROM schedules WHERE parent_id IS NOT NULL"), 1);
+  // The synthesized step and the real trace's lifted step, each with its fused schedule.
+  EXPECT_EQ(q("SELECT COUNT(*) FROM schedules WHERE parent_id IS NULL"), 2);
+  EXPECT_EQ(q("SELECT COUNT(*) FROM schedules WHERE parent_id IS NOT NULL"), 2);
   // The TP+SP rewrite fired and predicts a saving.
   EXPECT_GT(q("SELECT COUNT(*) FROM opportunities WHERE pass = 'tp-sp'"), 0);
   EXPECT_GT(q("SELECT SUM(predicted_saving_ns) FROM opportunities"), 0);
   // Baseline and fused simulated, each run tied to its schedule.
-  EXPECT_EQ(q("SELECT COUNT(DISTINCT schedule_id) FROM runs WHERE kind = 'simulated'"), 2);
+  EXPECT_EQ(q("SELECT COUNT(DISTINCT schedule_id) FROM runs WHERE kind = 'simulated'"), 4);
+  // The real 2-rank trace (assets/traces/hta-dlrm): imported, lifted from its step 552, fused and
+  // A/B'd on the sim with the baseline's fidelity printed.
+  EXPECT_EQ(q("SELECT COUNT(*) FROM runs WHERE kind = 'imported'"), 1);
+  EXPECT_THAT(text, HasSubstr("== 9. lift its profiler step 552"));
+  EXPECT_THAT(text, HasSubstr("baseline fidelity vs run"));
+  EXPECT_THAT(text, HasSubstr("median replayed/original over ranks: "));
   EXPECT_GT(q("SELECT COUNT(*) FROM kernels k JOIN runs USING (run_id) WHERE runs.kind = 'simulated'"), 0);
   // The analysis of the simulated baseline is stored, and its TP communicator recognized.
   EXPECT_GT(q("SELECT COUNT(*) FROM analysis_ranks"), 0);
