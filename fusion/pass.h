@@ -31,6 +31,11 @@ struct Finding {
   // all-gather moved to its first full consumer); the pipeline applies it only when a later
   // pass then fires on the ops it created.
   bool enabling = false;
+  // Findings of one family are the same rewrite on sibling communicators (the DP replicas of a
+  // TP group) and micro-batches; a pass judged by the step is judged a family at a time (chunking
+  // one of four DP replicas' all-reduces cannot shorten a step the other three still bound).
+  // Empty: a family of its own.
+  std::string family;
   std::string summary;     // what it does, one line
   std::string assumption;  // advice: what must hold for it to be legal
   // The rewrite, bound to the schedule the finding was made on (ops named by id). Empty for
@@ -77,8 +82,9 @@ class Pass {
   // is gone). New ops get fresh ids and `replaces` naming the ops they stand for.
   virtual void apply(Schedule& s, const Finding& f) const;
   // Whether the pipeline judges this pass's findings by the simulated step (when it has a
-  // simulator, PipelineOptions::step_ns) instead of their own estimate: each is applied alone
-  // and kept only when the step gets shorter (coc, whose gain depends on what overlaps it).
+  // simulator, PipelineOptions::step_ns) instead of their own estimate: each family
+  // (Finding::family) is applied together and kept only when the step gets shorter (coc, whose
+  // gain depends on what overlaps it).
   virtual bool judged_by_step() const { return false; }
 };
 

@@ -1,6 +1,7 @@
 #include "fusion/pipeline.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -174,30 +175,50 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
       bool applied = false;
       std::set<int64_t> used;
       if (by_step) {
-        // Each finding alone, kept only when the simulated step gets shorter than it is.
+        // A family at a time (largest summed local estimate first), applied together to a copy
+        // and kept only when the simulated step gets shorter than it is. The simulator
+        // validates (PipelineOptions::step_ns throws for an invalid schedule).
+        std::map<std::string, std::vector<const Finding*>> families;
+        std::vector<std::string> order_of;
         for (const Finding& f : last) {
           if (!worth(f) || rejected.count(f.ops)) continue;
           if (std::any_of(f.ops.begin(), f.ops.end(), [&](int64_t id) { return used.count(id); }))
             continue;
-          Schedule next;
+          used.insert(f.ops.begin(), f.ops.end());
+          const std::string key =
+              f.family.empty() ? "#" + std::to_string(order_of.size()) : f.family;
+          if (!families.count(key)) order_of.push_back(key);
+          families[key].push_back(&f);
+        }
+        auto total = [&](const std::string& k) {
+          Ns t = 0;
+          for (const Finding* f : families[k]) t += f->saving_ns;
+          return t;
+        };
+        std::stable_sort(
+            order_of.begin(), order_of.end(),
+            [&](const std::string& a, const std::string& b) { return total(a) > total(b); });
+        for (const std::string& key : order_of) {
+          const auto& fam = families[key];
+          Schedule next = res.schedule;
           Ns t = step;
-          if (try_apply(pass, res.schedule, f, next)) {
-            try {
-              t = opt.step_ns(next);
-            } catch (const Error&) {
-              t = step;
-            }
+          try {
+            for (const Finding* f : fam) pass.apply(next, *f);
+            t = opt.step_ns(next);
+          } catch (const Error&) {
+            t = step;
           }
           if (t >= step) {
-            rejected.insert(f.ops);
+            for (const Finding* f : fam) rejected.insert(f->ops);
             continue;
           }
           step = t;
           res.schedule = std::move(next);
-          used.insert(f.ops.begin(), f.ops.end());
-          Finding kept = f;
-          kept.rewrite = nullptr;
-          res.applied.push_back(std::move(kept));
+          for (const Finding* f : fam) {
+            Finding kept = *f;
+            kept.rewrite = nullptr;
+            res.applied.push_back(std::move(kept));
+          }
           applied = true;
         }
         if (!applied) settled = true;

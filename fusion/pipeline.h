@@ -22,8 +22,10 @@ struct PipelineOptions {
   // The simulated step time of a schedule on the profile (`braid fuse` passes the sim backend's,
   // replay::simulate; the fusion library does not depend on the simulator). When set, the
   // pipeline's prediction is step_ns(input) - step_ns(fused), and a pass judged by the step
-  // (Pass::judged_by_step: coc) applies a finding only when it makes the simulated step shorter.
-  // Throws (braid::Error) for a schedule it cannot simulate: the finding is then not applied.
+  // (Pass::judged_by_step: coc) applies a family of findings only when it makes the simulated
+  // step shorter.
+  // Must throw (braid::Error) for a schedule that is not valid (replay::simulate validates):
+  // the findings are then not applied.
   std::function<Ns(const Schedule&)> step_ns = nullptr;
 };
 

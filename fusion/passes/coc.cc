@@ -161,6 +161,13 @@ class Coc : public Pass {
         f.ops.push_back(s.op(m.coll).id);
       }
       sort_unique(f.ops);
+      // The family: the same GEMM and collective (labels, communicator without its numbers) at
+      // the same k, on sibling communicators and micro-batches.
+      std::string stem;
+      for (char ch : c0.comm)
+        if (ch < '0' || ch > '9') stem += ch;
+      f.family = s.op(members[0].gemm).compute()->label + "|" + c0.label + "|" + stem + "|" +
+                 std::to_string(best_k);
       f.saving_ns = baseline - best;
       f.saving_bytes = 0;
       const std::string parts =

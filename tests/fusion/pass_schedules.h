@@ -307,7 +307,8 @@ inline Schedule preset_at_test_shape(const std::string& name,
 }
 
 // A preset at the shapes of Chimera's experiments (issue 22): hidden 2048, 16 heads, sequence
-// 8192, float32, one micro-batch, and per preset: tp-pp tp 4, pp 2, micro-batch 64, 2 layers;
+// 8192, float32, one micro-batch, the preset's FFN size (as `braid synth --preset P` with those
+// flags), and per preset: tp-pp tp 4, pp 2, micro-batch 64, 2 layers;
 // tp-ep and sp-ep tp 4, dp 2, ep 2, micro-batch 128, 1 layer, 8 experts, top-1; pp-ep tp 1,
 // pp 2, dp 4, ep 4, micro-batch 64, 2 layers; pp-sp tp 4, pp 2, micro-batch 112, 2 layers.
 // Other presets: their own layout at micro-batch 64, 2 layers per stage.
@@ -316,7 +317,6 @@ inline Preset preset_at_chimera_shape(const std::string& name) {
   p.model.hidden = 2048;
   p.model.heads = 16;
   p.model.seq = 8192;
-  p.model.ffn = 0;
   p.model.dtype = "float32";
   p.model.micro_batches = 1;
   p.model.micro_batch = 64;
