@@ -246,7 +246,8 @@ class MpiPrepared : public PreparedReplay {
     for (size_t b = 0; b < rs_->buffers.size(); ++b) {
       auto& out = v[rank_][rs_->buffers[b].name];
       out.resize(static_cast<size_t>(rs_->buffers[b].size));
-      std::memcpy(out.data(), buf_[b].data(), out.size() * sizeof(int64_t));
+      // A size-0 buffer has no storage to copy (memcpy with its null pointer is undefined).
+      if (!out.empty()) std::memcpy(out.data(), buf_[b].data(), out.size() * sizeof(int64_t));
     }
     return v;
   }

@@ -26,6 +26,9 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# scripts/sanitize.sh configures and builds its own directory.
+[ "${BRAID_SETUP_NO_BUILD:-}" = 1 ] && exit 0
+
 # CI builds with warnings as errors; otherwise keep whatever the build directory was configured
 # with, so switching between the demo and the tests never forces a full rebuild.
 args=()

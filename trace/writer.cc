@@ -177,7 +177,19 @@ void TraceWriter::add_diagnostic(int64_t run, const Diagnostic& d) {
   }
 }
 void TraceWriter::add_step(int64_t run, const Step& s) {
+  if (!valid_span(s.start, s.end)) return bad_time(run, s.rank, s.start, s.end);
   small_->steps[{run, s.rank, s.step}] = s;
+}
+void TraceWriter::bad_time(int64_t run, int32_t rank, Ns start, Ns end) {
+  Diagnostic d;
+  d.rank = rank;
+  d.severity = Severity::Warning;
+  d.code = "store.bad_time";
+  d.count = 1;
+  d.detail = "records whose times are not a time (over 130 years from the clock's origin, or "
+             "ending before they start) were not stored; first: start " +
+             std::to_string(start) + " ns, end " + std::to_string(end) + " ns";
+  add_diagnostic(run, d);
 }
 void TraceWriter::set_meta(std::string key, std::string value) {
   small_->meta[std::move(key)] = std::move(value);

@@ -23,6 +23,7 @@
 
 #include "trace/model.h"
 #include "trace/rows.h"
+#include "trace/time_range.h"
 
 namespace braid {
 
@@ -85,6 +86,14 @@ class TraceWriter {
   };
   template <typename T>
   void push(Buffer<T>& b, int64_t run, const T& rec) {
+    // The last line of defence of trace/time_range.h: a span that cannot be a time is counted
+    // (diagnostic `store.bad_time`) and never stored.
+    if constexpr (requires { rec.start + rec.end; }) {
+      if (!valid_span(rec.start, rec.end)) {
+        bad_time(run, rec.rank, rec.start, rec.end);
+        return;
+      }
+    }
     if (b.run != run && !b.rows.empty()) ship(b);
     b.run = run;
     b.rows.push_back(rec);
@@ -93,6 +102,7 @@ class TraceWriter {
   template <typename T>
   void ship(Buffer<T>& b);
   void ship_strings();
+  void bad_time(int64_t run, int32_t rank, Ns start, Ns end);
   void enqueue(std::function<void(sqlite3*)> job);
   void worker();
   void check_worker_error();

@@ -21,6 +21,7 @@ void register_daemon(CLI::App& app, Action& run) {
   struct Opts {
     std::string socket, out = ".";
     int64_t grace_ms = 10000;
+    int64_t close_max_ms = 120000;
     bool quiet = false;
   };
   auto o = std::make_shared<Opts>();
@@ -39,7 +40,11 @@ void register_daemon(CLI::App& app, Action& run) {
                   "for root, else /tmp/braid-<uid>/daemon.sock)");
   cmd->add_option("--out", o->out, "Directory for capture files")->capture_default_str();
   cmd->add_option("--grace-ms", o->grace_ms,
-                  "After a window closes, how long agents get to deliver their last records")
+                  "After a window closes, how long an agent may stay silent before it counts as "
+                  "lost (each batch it sends restarts the wait)")
+      ->capture_default_str();
+  cmd->add_option("--close-max-ms", o->close_max_ms,
+                  "After a window closes, the longest the daemon waits for agents still sending")
       ->capture_default_str();
   cmd->add_flag("-q,--quiet", o->quiet, "No log lines on stderr");
   cmd->callback([o, &run] {
@@ -49,6 +54,7 @@ void register_daemon(CLI::App& app, Action& run) {
       opts.socket_path = o->socket;
       opts.out_dir = o->out;
       opts.close_grace_ms = o->grace_ms;
+      opts.close_max_ms = o->close_max_ms;
       if (!o->quiet)
         opts.log = [](const std::string& line) {
           std::time_t t = std::time(nullptr);

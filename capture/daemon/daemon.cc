@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -42,6 +43,7 @@ struct Daemon::Capture {
   WindowMode mode = WindowMode::Duration;
   int64_t value = 0;
   int64_t started_ms = 0, deadline_ms = 0, grace_until_ms = -1;
+  int64_t grace_cap_ms = -1;  // the latest grace_until_ms may move to (close + close_max_ms)
   std::unique_ptr<capture::FileSink> sink;
   std::map<uint64_t, int32_t> pending;  // agent conn id -> rank, until its done
   // Every agent of the capture -> the rank its rows are stored under in this file. An agent's
@@ -464,6 +466,10 @@ void Daemon::on_records(Conn& c, std::string_view p) {
   sender.renumber = [&](int32_t, int32_t to) { sender.rank = rerank(cap, c, to); };
   int64_t rows = apply_records(p, *cap.sink, c.strings[id], sender);
   cap.records += rows;
+  // An agent still sending after the close is waited for (DaemonOptions::close_grace_ms).
+  if (cap.grace_until_ms >= 0)
+    cap.grace_until_ms =
+        std::max(cap.grace_until_ms, std::min(now_ms() + opts_.close_grace_ms, cap.grace_cap_ms));
   st_records_ += rows;
   cap.sink->checkpoint();
 }
@@ -556,6 +562,7 @@ void Daemon::check_deadlines() {
       for (auto& [agent, rank] : cap->pending)
         if (auto it = conns_.find(agent); it != conns_.end()) send(*it->second, encode(cap->id));
       cap->grace_until_ms = now + opts_.close_grace_ms;
+      cap->grace_cap_ms = now + std::max(opts_.close_max_ms, opts_.close_grace_ms);
       if (cap->mode == WindowMode::Steps)
         cap->notes.push_back("the steps window reached the daemon's time limit");
     } else if (cap->grace_until_ms >= 0 && now >= cap->grace_until_ms) {
@@ -563,12 +570,22 @@ void Daemon::check_deadlines() {
     }
   }
   for (uint64_t id : expired) {
-    Capture& cap = *captures_.at(id);
+    // Silence is judged at the socket: what a pending agent sent while the daemon was busy with
+    // other connections is read first (it may be its last records and its done).
+    std::vector<uint64_t> agents;
+    for (auto& [agent, rank] : captures_.at(id)->pending) agents.push_back(agent);
+    for (uint64_t agent : agents)
+      if (auto it = conns_.find(agent); it != conns_.end()) on_readable(*it->second);
+    auto still = captures_.find(id);
+    if (still == captures_.end()) continue;  // finished by what was read
+    Capture& cap = *still->second;
+    if (cap.pending.empty() || now_ms() < cap.grace_until_ms) continue;  // it spoke: wait more
     for (auto& [agent, rank] : cap.pending) {
       ++cap.lost;
       ++st_lost_;
       cap.sink->set_diagnostic({rank, Severity::Error, "daemon.agent_timeout", 1,
-                                "no end of window from this process within the grace period"});
+                                "no end of window from this process within the grace period "
+                                "(silent for --grace-ms, or still sending at --close-max-ms)"});
     }
     cap.pending.clear();
     finish(cap);

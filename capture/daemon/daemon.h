@@ -26,9 +26,11 @@ namespace braid::daemon {
 struct DaemonOptions {
   std::string socket_path;  // default_socket_path() when empty
   std::string out_dir;      // where captures go unless a trigger names another directory
-  // After Close (or a steps window's time limit), how long agents get to send their last
-  // records and Done before they count as lost.
+  // After Close (or a steps window's time limit), how long an agent may stay silent before it
+  // counts as lost: every batch of records a pending agent sends restarts the wait, so a slow
+  // node still delivering is waited for, up to close_max_ms after the close in all.
   int64_t close_grace_ms = 10'000;
+  int64_t close_max_ms = 120'000;
   // A steps window that has not finished after this long is closed.
   int64_t steps_timeout_ms = 600'000;
   // Per-connection cap on queued outgoing bytes; a peer that does not read is dropped.

@@ -396,7 +396,9 @@ TEST(Daemon, StressSixtyFourAgentsNoLostRecordsNoLeakedDescriptors) {
   int fds_before = count_fds();
   int64_t sent = 0, written = 0;
   {
-    RunningDaemon d(sock, dir.file("out"));
+    // The daemon's default grace (10 s of silence): 64 agent threads on a loaded 2-core host (or
+    // under ASan) can each be descheduled for seconds between their last records and done.
+    RunningDaemon d(sock, dir.file("out"), 10'000);
     // 8 jobs of 8 processes, all registering at once.
     std::vector<std::unique_ptr<FakeAgent>> agents;
     for (int i = 0; i < 64; ++i)
@@ -482,6 +484,40 @@ CaptureDone wait_done(ClientConnection& c) {
   auto f = c.read(30000);
   if (!f || f->type != MsgType::CaptureDone) throw std::runtime_error("capture did not finish");
   return decode_capture_done(f->payload);
+}
+
+// After the close, an agent still sending is waited for (each batch restarts --grace-ms), one
+// that stays silent past --grace-ms counts lost. Before issue 23 the grace was a fixed deadline
+// from the close, and agents of a loaded node (2x slower under ASan) were lost while sending.
+TEST(Daemon, CloseWaitsForAgentsStillSendingAndCountsTheSilentOnesLost) {
+  test::TempDir dir;
+  std::string sock = dir.file("d.sock");
+  RunningDaemon d(sock, dir.file("out"), /*grace_ms=*/400);
+  SteppedAgent busy(sock, 0, 100), silent(sock, 1, 200);
+  ASSERT_TRUE(busy.client().wait_registered(5000) && silent.client().wait_registered(5000));
+  ClientConnection client(sock);
+  client.send(encode(Trigger{"train", WindowMode::Duration, 100'000'000, ""}));  // 100 ms
+  auto f = client.read(10000);
+  ASSERT_TRUE(f && f->type == MsgType::Triggered);
+  ASSERT_TRUE(wait_for([&] { return busy.opened() && silent.opened(); }));
+  silent.record(1, 2);
+  // Keep sending for 1.5 s after the window's end: well past one grace period of 400 ms.
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1600);
+  int batches = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    busy.record(0, 3);
+    ++batches;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  busy.sink().close();
+  CaptureDone done = wait_done(client);
+  EXPECT_EQ(done.agents, 2u);
+  EXPECT_EQ(done.agents_lost, 1u) << "only the silent agent";
+  EXPECT_EQ(rows(done.path, "SELECT COUNT(*) FROM kernels WHERE rank = 0"), 3 * batches);
+  EXPECT_EQ(rows(done.path, "SELECT COUNT(*) FROM kernels WHERE rank = 1"), 2);
+  EXPECT_EQ(rows(done.path, "SELECT COUNT(*) FROM diagnostics WHERE code = 'daemon.agent_timeout' "
+                            "AND rank = 1"),
+            1);
 }
 
 TEST(Daemon, RenumberMovesOnlyTheSendingProcessesRows) {

@@ -691,6 +691,36 @@ TEST(ChakraImport, RandomBytesAreBadFormat) {
   expect_error([&] { import_one(dir, json); }, ErrorCode::BadFormat, json, "NodeType");
 }
 
+// A node whose start or end is after 2100 (or overflows) is refused with the node named, and
+// nothing is written (issue 23: such times were stored when the sum stayed within int64).
+TEST(ChakraImport, TimesThatAreNotTimesAreRefused) {
+  TempDir dir;
+  std::string file = dir.file("chakra.0.et");
+  const uint64_t after_2100 = 4102444800000001;  // µs
+  write_file(file, stream_of({metadata(), node(1, "gemm_kernel", 4, after_2100, 5, {})}));
+  expect_error([&] { import_one(dir, file); }, ErrorCode::BadFormat, file, "node 1");
+  const uint64_t near_2100 = 4102444799999999;  // starts before 2100, ends after it
+  write_file(file, stream_of({metadata(), node(2, "gemm_kernel", 4, near_2100, 5, {})}));
+  expect_error([&] { import_one(dir, file); }, ErrorCode::BadFormat, file, "after 2100");
+  write_file(file, stream_of({metadata(), node(3, "gemm_kernel", 4, 10, UINT64_MAX / 2, {})}));
+  expect_error([&] { import_one(dir, file); }, ErrorCode::BadFormat, file, "node 3");
+  std::string json = dir.file("t.json");
+  write_file(json, R"({"workload_graph": [{"Id": 1, "Name": "k", "NodeType": 4,
+                       "start_time_micros": 1e30, "runtime": 1}]})");
+  expect_error([&] { import_one(dir, json); }, ErrorCode::BadFormat, json, "not a time");
+}
+
+// An archive that does not open (not a tar, or a tar cut inside its first header) is refused;
+// its reader is freed (LeakSanitizer in scripts/sanitize.sh found it leaked before issue 23).
+TEST(ChakraImport, UnreadableArchivesAreRefusedEachTime) {
+  TempDir dir;
+  std::string tar = dir.file("bad.tar.gz");
+  write_file(tar, std::string("\x1f\x8b\x08\x00garbage that is no gzip stream", 36));
+  for (int i = 0; i < 3; ++i)
+    expect_error([&] { import_one(dir, tar, TraceFormat::Chakra); }, ErrorCode::BadFormat, tar,
+                 "");
+}
+
 TEST(ChakraImport, EmptyInputs) {
   TempDir dir;
   std::string tar = dir.file("empty.tar");

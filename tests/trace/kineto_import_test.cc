@@ -9,6 +9,7 @@
 #include "trace/sqlite_util.h"
 #include "trace/summary.h"
 #include "trace/test_util.h"
+#include "trace/time_range.h"
 
 namespace braid {
 namespace {
@@ -352,6 +353,63 @@ TEST(KinetoImport, EscapedNamesAndLargeEventsSurviveBatching) {
   EXPECT_EQ(n, 20001);
   EXPECT_TRUE(weird);
   EXPECT_TRUE(big);
+}
+
+// Times that cannot be times (overflowing the int64 ns a file stores, over 130 years from the
+// clock's origin either way)
+// are skipped and counted, never stored; found by fuzzing (issue 23), each case below was
+// stored as garbage before.
+TEST(KinetoImport, TimesThatAreNotTimesAreSkippedAndCounted) {
+  TempDir tmp;
+  std::string json = "[" + event("kernel", "good", "1700000000000000", "3") + "," +
+                     event("kernel", "exp_huge", "1e30", "1") + "," +         // double -> int64
+                     event("kernel", "near_max", "9200000000000000", "1") + "," +  // after 2100
+                     event("kernel", "sum_overflows", "9000000000000000", "9000000000000000") +
+                     "," + event("kernel", "before_1840", "-4200000000000000", "1") + "," +
+                     event("kernel", "exp_inf", "1e400", "1") + "," +
+                     event("kernel", "dur_exp_huge", "10", "-1e300") + "]";
+  test::write_file(tmp.file("t.json"), json);
+  int64_t run = test::import_files({tmp.file("t.json")}, tmp.file("t.braid"));
+  TraceReader r(tmp.file("t.braid"));
+  std::vector<std::string> names;
+  r.kernels(run, [&](const Kernel& k) {
+    names.push_back(r.str(k.name));
+    EXPECT_TRUE(valid_span(k.start, k.end)) << r.str(k.name);
+    return true;
+  });
+  EXPECT_EQ(names, std::vector<std::string>{"good"});
+  int64_t bad_time = 0, malformed = 0;
+  for (auto& d : r.diagnostics(run)) {
+    if (d.code == "kineto.bad_time") bad_time = d.count;
+    if (d.code == "kineto.malformed_event") malformed = d.count;
+  }
+  // 1e30, 1e400 and -1e300 do not parse as a time in ns (malformed); the others parse and are
+  // over 130 years from the origin or overflow when added.
+  EXPECT_EQ(bad_time, 3);
+  EXPECT_EQ(malformed, 3);
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM kernels WHERE start_ns < -4102444800000000000 "
+                                "OR end_ns < start_ns OR end_ns > 4102444800000000000"),
+            0);
+}
+
+// A time base learnt after the events (a gzip stream) that would move them past 2100 refuses
+// the file; nothing is written.
+TEST(KinetoImport, LateTimeBaseOutsideTheRangeIsRefused) {
+  TempDir tmp;
+  std::string json = "{\"traceEvents\":[" + event("kernel", "k", "10.5", "2") +
+                     "],\"baseTimeNanoseconds\":9000000000000000000}";
+  std::string path = tmp.file("late.json.gz");
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, json.data(), static_cast<unsigned>(json.size()));
+  gzclose(f);
+  try {
+    test::import_files({path}, tmp.file("late.braid"));
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a time"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("late.braid")));
 }
 
 void expect_bad(const std::string& content, ErrorCode code, const std::string& needle) {

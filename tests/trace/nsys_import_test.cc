@@ -14,6 +14,7 @@
 #include "trace/error.h"
 #include "trace/import/importer.h"
 #include "trace/reader.h"
+#include "trace/time_range.h"
 #include "trace/writer.h"
 
 namespace braid {
@@ -300,6 +301,27 @@ TEST_F(NsysImport, MissingOptionalTablesAreReportedAndTheRestImported) {
   ASSERT_EQ(ranks.size(), 1u);
   EXPECT_EQ(ranks[0].rank, 5);
   EXPECT_EQ(ranks[0].world_size, -1);
+}
+
+// Rows whose start/end cannot be times (±2^63, after 2100, ending before they start) are
+// skipped and counted, never stored; before issue 23 they were stored as they came.
+TEST_F(NsysImport, RowsWhoseTimesAreNotTimesAreSkippedAndCounted) {
+  std::string db = fixture(
+      "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start=-9223372036854775808 WHERE correlationId=101;"
+      "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end=9223372036854775807 WHERE correlationId=102;"
+      "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end=start-1 WHERE correlationId=103;"
+      "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start=4102444800000000001, "
+      "end=4102444800000000002 WHERE correlationId=101;");
+  TraceReader r(import(db));
+  Loaded l = load(r, run_);
+  EXPECT_EQ(l.kernels.size(), 10u - 3u);
+  for (const auto& k : l.kernels) EXPECT_TRUE(valid_span(k.start, k.end)) << k.correlation;
+  for (const auto& a : l.apis) EXPECT_TRUE(valid_span(a.start, a.end)) << a.correlation;
+  EXPECT_EQ(l.apis.size(), 14u - 1u);
+  ASSERT_TRUE(l.diags.count("nsys.bad_time"));
+  EXPECT_EQ(l.diags["nsys.bad_time"].count, 4);
+  EXPECT_NE(l.diags["nsys.bad_time"].detail.find("-9223372036854775808"), std::string::npos)
+      << l.diags["nsys.bad_time"].detail;
 }
 
 TEST_F(NsysImport, OlderSchemaWithoutDemangledNamesUsesShortNames) {

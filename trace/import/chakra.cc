@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -25,6 +26,7 @@
 #include "trace/error.h"
 #include "trace/import/importer.h"
 #include "trace/import/input.h"
+#include "trace/time_range.h"
 
 namespace braid {
 namespace {
@@ -74,9 +76,9 @@ CollOp op_from_comm_type(int64_t t) {
 
 // µs -> ns in exact integer arithmetic; a value that does not fit is bad input, not a wrap.
 Ns micros_to_ns(uint64_t us, const std::string& where, uint64_t id) {
-  if (us > static_cast<uint64_t>(INT64_MAX / 1000))
-    bad(where,
-        "node " + std::to_string(id) + ": time " + std::to_string(us) + " us is out of range");
+  if (us > static_cast<uint64_t>(kMaxTimeNs / 1000))
+    bad(where, "node " + std::to_string(id) + ": time " + std::to_string(us) +
+                   " us is out of range (after 2100)");
   return static_cast<Ns>(us) * 1000;
 }
 
@@ -238,9 +240,10 @@ class RankImport {
         if (auto it = end_of_.find(n.deps[i]); it != end_of_.end())
           start = std::max(start, it->second);
     }
-    if (dur > INT64_MAX - start)
-      bad(where, "node " + std::to_string(n.id) + ": end time overflows");
-    end = start + dur;
+    auto e = checked_add(start, dur);
+    if (!e || !valid_span(start, *e))
+      bad(where, "node " + std::to_string(n.id) + ": end time is after 2100 (not a time)");
+    end = *e;
     cursor = std::max(cursor, end);
     end_of_[n.id] = end;
   }
@@ -426,7 +429,7 @@ Ns json_micros(simdjson::dom::element e, const std::string& where, uint64_t id, 
   if (e.get_uint64().get(u) == simdjson::SUCCESS) return micros_to_ns(u, where, id);
   double d;
   if (e.get_double().get(d) != simdjson::SUCCESS || !std::isfinite(d) || d < 0 ||
-      d > static_cast<double>(INT64_MAX / 1000))
+      d > static_cast<double>(kMaxTimeNs / 1000))
     bad(where, "node " + std::to_string(id) + ": \"" + key + "\" is not a time in us");
   return static_cast<Ns>(std::llround(d * 1000.0));
 }
@@ -566,13 +569,15 @@ Kind sniff(const std::string& file) {
 
 class Archive {
  public:
-  explicit Archive(const std::string& file) : file_(file), a_(archive_read_new()) {
+  // The reader is owned from its creation on, so a constructor that throws (a file that does
+  // not open as an archive) still frees it.
+  explicit Archive(const std::string& file) : file_(file), owner_(archive_read_new()) {
+    a_ = owner_.get();
     if (!a_) throw Error(ErrorCode::Internal, file + ": cannot allocate an archive reader");
     archive_read_support_filter_all(a_);
     archive_read_support_format_tar(a_);  // ustar, pax and GNU tar
     if (archive_read_open_filename(a_, file.c_str(), 1 << 16) != ARCHIVE_OK) fail("cannot open");
   }
-  ~Archive() { archive_read_free(a_); }
   Archive(const Archive&) = delete;
   Archive& operator=(const Archive&) = delete;
 
@@ -609,7 +614,11 @@ class Archive {
     bad(file_, std::string(what) + (msg ? std::string(": ") + msg : std::string()));
   }
   std::string file_, last_;
-  archive* a_;
+  struct Free {
+    void operator()(archive* a) const { archive_read_free(a); }
+  };
+  std::unique_ptr<archive, Free> owner_;
+  archive* a_ = nullptr;
 };
 
 bool member_is_trace(const std::string& name) {

@@ -24,6 +24,7 @@
 #include "trace/categories.h"
 #include "trace/error.h"
 #include "trace/import/importer.h"
+#include "trace/time_range.h"
 #include "trace/import/input.h"
 #include "trace/sqlite_util.h"
 
@@ -59,7 +60,9 @@ bool us_text_to_ns(std::string_view t, int64_t& out) {
     char* end = nullptr;
     long double v = std::strtold(s.c_str(), &end);
     if (end == s.c_str()) return false;
-    out = static_cast<int64_t>(v * 1000.0L + (v < 0 ? -0.5L : 0.5L));
+    auto ns = round_to_int64(v * 1000.0L);  // nothing for 1e30, inf, nan
+    if (!ns) return false;
+    out = *ns;
     return true;
   }
   int64_t whole = 0;
@@ -250,7 +253,9 @@ class KinetoFile {
   std::vector<CommOp> comm_ops_;
   std::vector<PendingKernel> nccl_;
   std::map<std::string, int64_t> skipped_;
-  int64_t bad_events_ = 0, negative_ = 0;
+  int64_t bad_events_ = 0, negative_ = 0, bad_time_ = 0;
+  std::string bad_time_example_;
+  Ns min_start_ = kMaxTimeNs, max_end_ = 0;  // of the stored events, before a late time base
   int64_t device_seen_ = -1;
   int64_t cpu_pid_ = -1;
 
@@ -416,7 +421,7 @@ std::optional<int64_t> dom_int_of(simdjson::dom::element e) {
   uint64_t u;
   if (e.get_uint64().get(u) == simdjson::SUCCESS) return static_cast<int64_t>(u);
   double d;
-  if (e.get_double().get(d) == simdjson::SUCCESS) return static_cast<int64_t>(d);
+  if (e.get_double().get(d) == simdjson::SUCCESS) return round_to_int64(d);
   std::string_view s;
   if (e.get_string().get(s) == simdjson::SUCCESS) {
     int64_t v = 0;
@@ -631,7 +636,7 @@ int64_t od_int(od::value v) {
   int64_t i;
   if (v.get_int64().get(i) == simdjson::SUCCESS) return i;
   double d;
-  if (v.get_double().get(d) == simdjson::SUCCESS) return static_cast<int64_t>(d);
+  if (v.get_double().get(d) == simdjson::SUCCESS) return round_to_int64(d).value_or(0);
   std::string_view s;
   if (v.get_string().get(s) == simdjson::SUCCESS) {
     // "stream 7", "7": take the last run of digits.
@@ -833,12 +838,22 @@ void KinetoFile::handle_event(od::object obj) {
     return;
   }
   on_first_event();
-  Ns start = t(ts);
   if (dur < 0) {
     ++negative_;
     dur = 0;
   }
-  Ns end = start + dur;
+  // A time that overflows or is over 130 years from the clock's origin is skipped and counted.
+  auto start_or = checked_add(base_ns_, ts);
+  auto end_or = start_or ? checked_add(*start_or, dur) : std::nullopt;
+  if (!end_or || !valid_span(*start_or, *end_or)) {
+    if (bad_time_++ == 0)
+      bad_time_example_ = std::string(name) + " (ts " + std::to_string(ts) + " ns, dur " +
+                          std::to_string(dur) + " ns after the time base)";
+    return;
+  }
+  Ns start = *start_or, end = *end_or;
+  min_start_ = std::min(min_start_, start);
+  max_end_ = std::max(max_end_, end);
 
   if (cat == "kernel") {
     int64_t stream = a_stream >= 0 ? a_stream : tid;
@@ -958,6 +973,12 @@ void KinetoFile::finish() {
 
   // Rows written before the rank or the time base were known get fixed in SQL.
   Ns late_base = base_ns_ - base_known_at_events_;
+  if (late_base != 0 && max_end_ >= min_start_) {
+    auto lo = checked_add(min_start_, late_base), hi = checked_add(max_end_, late_base);
+    if (!lo || !hi || !valid_span(*lo, *hi))
+      bad("baseTimeNanoseconds " + std::to_string(base_ns_) +
+          " puts the events over 130 years from the epoch (not a time)");
+  }
   if (provisional_ || late_base != 0) {
     int32_t from = rank_;
     w_.submit([from, final_rank, late_base, run = run_](sqlite3* db) {
@@ -1176,6 +1197,10 @@ void KinetoFile::finish() {
   diag(Severity::Warning, "kineto.malformed_event", bad_events_,
        "events without ph/ts or with unparseable timestamps, skipped");
   diag(Severity::Warning, "kineto.negative_duration", negative_, "negative durations set to 0");
+  diag(Severity::Warning, "kineto.bad_time", bad_time_,
+       "events whose ts/dur overflow or are over 130 years from the clock's origin were "
+       "skipped; first: " +
+           bad_time_example_);
   int64_t skipped = 0;
   std::string what;
   for (auto& [kind, n] : skipped_) {

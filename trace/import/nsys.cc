@@ -28,6 +28,7 @@
 #include "trace/categories.h"
 #include "trace/error.h"
 #include "trace/import/importer.h"
+#include "trace/time_range.h"
 #include "trace/sqlite_util.h"
 
 namespace braid {
@@ -142,7 +143,7 @@ std::optional<NcclPayload> parse_nccl_payload(const std::string& json) {
     else if (v.is_uint64())
       num = static_cast<int64_t>(v.get_uint64().value_unsafe());
     else if (v.is_double())
-      num = static_cast<int64_t>(v.get_double().value_unsafe());
+      num = round_to_int64(v.get_double().value_unsafe());
     else if (v.is_string()) {
       text = std::string(v.get_string().value_unsafe());
       num = parse_int(text);
@@ -265,6 +266,15 @@ class NsysImporter {
  private:
   [[noreturn]] void bad(const std::string& why) {
     throw Error(ErrorCode::BadFormat, file_ + ": not an Nsight Systems export (" + why + ")");
+  }
+
+  // True (and counted) when a row's start/end cannot be a time (trace/time_range.h): the row is
+  // skipped, so no arithmetic on it can overflow.
+  bool bad_span(Ns start, Ns end) {
+    if (valid_span(start, end)) return false;
+    if (bad_time_++ == 0)
+      bad_time_example_ = "start " + std::to_string(start) + ", end " + std::to_string(end);
+    return true;
   }
 
   void diag(Severity sev, const std::string& code, int64_t count, const std::string& detail,
@@ -433,6 +443,7 @@ class NsysImporter {
       int64_t gtid = s.is_null(2) ? 0 : s.i64(2);
       auto d = domains_.find({s.is_null(2) ? -1 : pid_key_of(gtid), s.i64(3)});
       if (d == domains_.end() || d->second != "NCCL") continue;
+      if (bad_span(s.i64(0), s.i64(1))) continue;
       NcclRange r;
       r.start = s.i64(0);
       r.end = s.i64(1);
@@ -595,6 +606,7 @@ class NsysImporter {
         ++unplaced_;
         continue;
       }
+      if (bad_span(s.i64(0), s.i64(1))) continue;
       Kernel k;
       k.rank = *rank;
       k.start = s.i64(0);
@@ -644,6 +656,7 @@ class NsysImporter {
         ++unplaced_;
         continue;
       }
+      if (bad_span(s.i64(0), s.i64(1))) continue;
       Memcpy m;
       m.rank = *rank;
       m.start = s.i64(0);
@@ -677,6 +690,7 @@ class NsysImporter {
         ++unplaced_;
         continue;
       }
+      if (bad_span(s.i64(0), s.i64(1))) continue;
       ApiCall a;
       a.rank = *rank;
       a.start = s.i64(0);
@@ -729,6 +743,7 @@ class NsysImporter {
         ++unplaced_;
         continue;
       }
+      if (bad_span(s.i64(0), s.i64(1))) continue;
       Range r;
       r.rank = *rank;
       r.stream = s.is_null(3) ? 0 : os_tid(s.i64(3));
@@ -1026,6 +1041,9 @@ class NsysImporter {
          file_ + ": " + missing_cols_);
     diag(Severity::Warning, "nsys.unknown_string", unknown_strings_,
          file_ + ": name ids not found in StringIds (names left empty)");
+    diag(Severity::Warning, "nsys.bad_time", bad_time_,
+         "rows whose start/end are not a time (over 130 years from the clock's origin, or ending "
+         "before they start) were skipped; first: " + bad_time_example_);
     diag(Severity::Warning, "nsys.unplaced_rows", unplaced_,
          file_ + ": rows of processes without a rank in a multi-process export were skipped");
   }
@@ -1067,6 +1085,8 @@ class NsysImporter {
 
   std::string missing_cols_;
   int64_t missing_col_count_ = 0, unknown_strings_ = 0, unplaced_ = 0, op_conflicts_ = 0;
+  int64_t bad_time_ = 0;
+  std::string bad_time_example_;
 };
 
 }  // namespace

@@ -168,6 +168,7 @@ void timeline(App& app, ImVec2 size) {
     RunSlot& slot = app.slots[s];
     const RunData& d = *slot.data;
     const Ns shift = slot.shift;
+    int toggled_group = -1;  // the rank header clicked in this section, if any
     FrameGeometry::SectionGeom sg;
     sg.slot = s;
     sg.run_id = d.run.run_id;
@@ -216,12 +217,11 @@ void timeline(App& app, ImVec2 size) {
             }
           }
         }
-        // Clicking a rank's header collapses or expands it.
+        // Clicking a rank's header collapses or expands it; the layout is rebuilt after this
+        // section is drawn (relayout replaces the groups and lanes iterated here).
         if (hovered_labels && ImGui::IsMouseClicked(0) && mouse.y >= gy &&
-            mouse.y < gy + opt.header_h) {
-          slot.collapsed[g.group] = !slot.collapsed[g.group];
-          relayout(app, s);
-        }
+            mouse.y < gy + opt.header_h)
+          toggled_group = g.group;
       }
     }
     for (const LaneBox& b : slot.layout.lanes) {
@@ -284,6 +284,10 @@ void timeline(App& app, ImVec2 size) {
     sg.y1 = end;
     app.geom.sections.push_back(std::move(sg));
     y_section = end + kSectionGap;
+    if (toggled_group >= 0) {
+      slot.collapsed[toggled_group] = !slot.collapsed[toggled_group];
+      relayout(app, s);
+    }
   }
 
   // Flow lines between the instances of each visible collective, rank to rank; zoomed out,
