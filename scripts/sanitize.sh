@@ -37,20 +37,14 @@ if [ ! -f "$build/build.ninja" ]; then
     -DBRAID_SANITIZE=ON -DBRAID_BUILD_BENCH=OFF >/dev/null
 fi
 
-# The CI subset: its test binaries, what they run (the CLI, the agent, the fake jobs) and the
-# fuzz targets. Labels are the test binaries' names (tests/CMakeLists.txt).
-ci_tests=(trace_store_test trace_categories_test trace_kineto_test trace_nsys_test
-  trace_chakra_test trace_chrome_export_test capture_core_test capture_collector_test
-  capture_cupti_parse_test capture_durability_test capture_nccl_interpose_test capture_record_cli_test
-  capture_attach_test capture_merge_test daemon_test daemon_window_sink_test daemon_cli_test view_core_test
-  kineto_fuzz nsys_fuzz chakra_fuzz)
+# The CI subset: the test binaries of the store and importers (trace_*), the capture agent and
+# launcher (capture_*), the daemon (daemon_*), the view core, and the fuzz targets; building
+# them builds what they run (the CLI, the agent, the fake jobs). Labels are the binaries' names.
+ci_pattern='^(trace_[a-z_]*_test|capture_[a-z_]*_test|daemon_[a-z_]*test|view_core_test|[a-z]*_fuzz)$'
 start=$(date +%s)
 if [ "$subset" = ci ]; then
-  targets=()
-  for t in "${ci_tests[@]}"; do
-    grep -q "^build $t:\|^build [^:]*/$t:\|phony $t\b" "$build/build.ninja" 2>/dev/null &&
-      targets+=("$t")
-  done
+  mapfile -t targets < <(ninja -C "$build" -t targets all | sed -n 's/^\([a-z_0-9]*\): phony$/\1/p' |
+    grep -E "$ci_pattern" | sort -u)
   cmake --build "$build" -j "$jobs" --target "${targets[@]}"
   label="^($(IFS='|'; echo "${targets[*]}"))\$"
   ctest_args=(-L "$label" "${ctest_args[@]}")
