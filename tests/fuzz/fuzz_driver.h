@@ -42,3 +42,15 @@ std::string gunzip_file(const std::string& path, size_t limit = SIZE_MAX);
 void write_file(const std::string& path, const std::string& data);
 
 }  // namespace braid::fuzz
+
+// The entry points of a target: libFuzzer's, and the bounded mutation driver's main().
+#ifdef BRAID_LIBFUZZER
+#define BRAID_FUZZ_TARGET(target)                                                    \
+  extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {          \
+    braid::fuzz::run_one(target, std::string(reinterpret_cast<const char*>(data), size)); \
+    return 0;                                                                        \
+  }
+#else
+#define BRAID_FUZZ_TARGET(target) \
+  int main(int argc, char** argv) { return braid::fuzz::main(target, argc, argv); }
+#endif
