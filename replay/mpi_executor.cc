@@ -269,7 +269,8 @@ class MpiPrepared : public PreparedReplay {
                   "rank " + std::to_string(rank_) + " of schedule '" + s_.name + "' needs " +
                       std::to_string(total >> 20) + " MiB of buffers, more than the limit of " +
                       std::to_string(opt_.max_buffer_bytes >> 20) +
-                      " MiB: synthesize smaller shapes or raise --max-buffer-mb");
+                      " MiB: raise --max-buffer-mb, or replay a smaller schedule (smaller synth "
+                      "shapes; one step of a trace with `braid lift --step`)");
     buf_.resize(rs_->buffers.size());
     for (size_t b = 0; b < rs_->buffers.size(); ++b)
       buf_[b].assign(static_cast<size_t>(rs_->buffers[b].size * esize_of(rs_->buffers[b].dtype)),
