@@ -38,4 +38,13 @@ LiftedModel lifted_cost_model(const std::string& path, const fusion::LiftSource&
   return out;
 }
 
+LiftedModel replay_cost_model(const std::string& path, const fusion::LiftSource& src,
+                              const std::string& backend, bool profile_given,
+                              const std::string& profile_name,
+                              const analysis::HardwareProfile& profile) {
+  if (src.run >= 0 && backend == "sim" && !profile_given)
+    return lifted_cost_model(path, src, profile_name);
+  return {analysis::CostModel(profile), ""};
+}
+
 }  // namespace braid::replay

@@ -22,4 +22,12 @@ struct LiftedModel {
 LiftedModel lifted_cost_model(const std::string& path, const fusion::LiftSource& src,
                               const std::string& base_profile);
 
+// The cost model `braid replay` and `braid ab` run with: lifted_cost_model's for a schedule
+// lifted from a run of `path` (src.run >= 0) on the sim without an explicit --profile, else
+// `profile`'s (note empty).
+LiftedModel replay_cost_model(const std::string& path, const fusion::LiftSource& src,
+                              const std::string& backend, bool profile_given,
+                              const std::string& profile_name,
+                              const analysis::HardwareProfile& profile);
+
 }  // namespace braid::replay

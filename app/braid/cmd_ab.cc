@@ -49,13 +49,10 @@ int run_ab_verb(const AbOpts& o) {
   // `braid analyze` calibrated them on that run unless --profile, and the baseline's replay is
   // compared with the run (fidelity).
   const fusion::LiftSource lifted = fusion::lifted_from(base.schedule);
-  analysis::CostModel model(sp.profile);
-  std::string model_note;
-  if (lifted.run >= 0 && o.backend == "sim" && o.profile.empty()) {
-    replay::LiftedModel lm = replay::lifted_cost_model(o.input, lifted, profile_name);
-    model = lm.model;
-    model_note = lm.note;
-  }
+  const replay::LiftedModel lm = replay::replay_cost_model(
+      o.input, lifted, o.backend, !o.profile.empty(), profile_name, sp.profile);
+  const analysis::CostModel& model = lm.model;
+  const std::string& model_note = lm.note;
   auto ex = replay::make_executor(o.backend, model, sp.sim_options());
   return replay::run_guarded(*ex, [&] {
     replay::AbOptions ao;

@@ -127,13 +127,10 @@ int run_replay(const ReplayOpts& o) {
   // analyze` calibrated them on that run (unless --profile), and the run is the original the
   // fidelity compares with (unless --original).
   const fusion::LiftSource lifted = in.in_store ? fusion::lifted_from(s) : fusion::LiftSource{};
-  analysis::CostModel sim_model(sp.profile);
-  std::string model_note;
-  if (lifted.run >= 0 && o.backend == "sim" && o.profile.empty()) {
-    replay::LiftedModel lm = replay::lifted_cost_model(o.input, lifted, profile_name);
-    sim_model = lm.model;
-    model_note = lm.note;
-  }
+  const replay::LiftedModel lm = replay::replay_cost_model(
+      o.input, lifted, o.backend, !o.profile.empty(), profile_name, sp.profile);
+  const analysis::CostModel& sim_model = lm.model;
+  const std::string& model_note = lm.note;
   const int64_t original = o.original >= 0 ? o.original : in.in_store ? lifted.run : -1;
   auto ex = replay::make_executor(o.backend, sim_model, sp.sim_options());
   return replay::run_guarded(*ex, [&] {
