@@ -38,10 +38,92 @@ class Classes {
     x = find(x);
     gcd_[x] = std::gcd(gcd_[x], n);
   }
+  // A per-row slice of a row-wise compute: its class node, row length and rows per block.
+  struct RowSlice {
+    int node;
+    int64_t len, rows;
+  };
+  // A row-wise compute: its per-row reads and writes (indexes into row_slices_).
+  struct RowOp {
+    std::vector<int> reads, writes;
+    bool sum_rows = false;
+  };
+  int row_slice(int node, int64_t len, int64_t rows) {
+    row_slices_.push_back({node, len, rows});
+    return static_cast<int>(row_slices_.size()) - 1;
+  }
+  void row_op(RowOp op) { row_ops_.push_back(std::move(op)); }
+
+  // Each class's divisor: the gcd of its positional numbers, then for classes with per-row
+  // slices either a divisor of every row length (rows kept, each row shorter) or, where it
+  // divides them, a multiple of every row length (whole rows merged, F = d / len of them per
+  // scaled row) as long as every row-wise op still maps each scaled row to a whole number of
+  // scaled rows (docs/replay.md); classes that break that are demoted to the first form.
   ExactScale result() {
+    const int n = static_cast<int>(parent_.size());
+    std::vector<int64_t> len_gcd(n, 0), len_lcm(n, 1), block_gcd(n, 0);
+    std::vector<char> has_rows(n, 0);
+    for (const RowSlice& s : row_slices_) {
+      const int c = find(s.node);
+      has_rows[c] = 1;
+      len_gcd[c] = std::gcd(len_gcd[c], s.len);
+      len_lcm[c] = std::lcm(len_lcm[c], s.len);
+      block_gcd[c] = std::gcd(block_gcd[c], s.len * s.rows);
+    }
+    std::vector<int64_t> merged(n, 0);  // 0: rows kept
+    for (int c = 0; c < n; ++c) {
+      if (find(c) != c || !has_rows[c]) continue;
+      const int64_t d = std::gcd(gcd_[c], block_gcd[c]);
+      if (d > len_lcm[c] && d % len_lcm[c] == 0) merged[c] = d;
+    }
+    auto factor = [&](int slice) {
+      const RowSlice& s = row_slices_[slice];
+      const int64_t d = merged[find(s.node)];
+      return d ? d / s.len : int64_t{1};
+    };
+    // Lowers a merged class's divisor to gcd(d, x), or back to rows kept when that no longer
+    // holds whole rows of every per-row slice; true when it changed.
+    auto shrink = [&](int slice, int64_t x) {
+      const int c = find(row_slices_[slice].node);
+      const int64_t d = merged[c];
+      int64_t nd = std::gcd(d, x);
+      if (nd <= len_lcm[c] || nd % len_lcm[c] != 0) nd = 0;
+      merged[c] = nd;
+      return nd != d;
+    };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (const RowOp& op : row_ops_) {
+        if (op.sum_rows) {  // every per-row read merges the same rows
+          int64_t f = 0;
+          for (int k : op.reads) f = std::gcd(f, factor(k));
+          for (int k : op.reads)
+            if (factor(k) != f) changed |= shrink(k, f * row_slices_[k].len);
+          continue;
+        }
+        // Each scaled write row must read a whole number (>= 1) of scaled rows of each read:
+        // F_k must divide R_k * F_w / R_w.
+        for (int w : op.writes)
+          for (int k : op.reads) {
+            const int64_t fw = factor(w), fk = factor(k);
+            if (fw == 1 && fk == 1) continue;
+            const int64_t rw = row_slices_[w].rows, rk = row_slices_[k].rows;
+            if ((rk * fw) % rw == 0 && ((rk * fw) / rw) % fk == 0) continue;
+            if ((rk * fw) % rw == 0) {
+              changed |= shrink(k, ((rk * fw) / rw) * row_slices_[k].len);
+            } else {
+              changed |= shrink(w, 1);
+              changed |= shrink(k, 1);
+            }
+          }
+      }
+    }
     ExactScale k;
     for (const auto& [key, id] : ids_) {
-      const int64_t g = gcd_[find(id)];
+      const int c = find(id);
+      const int64_t g = merged[c]     ? merged[c]
+                        : has_rows[c] ? std::gcd(gcd_[c], len_gcd[c])
+                                      : gcd_[c];
       if (g > 1) k.divisor[key] = g;
     }
     return k;
@@ -55,6 +137,8 @@ class Classes {
   std::map<std::pair<int32_t, std::string>, int> ids_;
   std::vector<int> parent_;
   std::vector<int64_t> gcd_;  // 0: no constraint yet
+  std::vector<RowSlice> row_slices_;
+  std::vector<RowOp> row_ops_;
 };
 
 void add_schedule(Classes& c, const Schedule& s) {
@@ -75,17 +159,25 @@ void add_schedule(Classes& c, const Schedule& s) {
         if (const Compute* cp = ops[i].compute()) {
           if (cp->opaque) continue;
           if (cp->row_wise()) {
-            // Rows are hashed whole: each per-row slice keeps whole rows of whole blocks.
+            // Rows are hashed whole: a per-row slice keeps whole rows of whole blocks, or whole
+            // blocks of whole rows (Classes::result).
+            const int64_t blocks =
+                cp->transpose.size() == 2 ? cp->transpose[0] * cp->transpose[1] : 1;
+            Classes::RowOp op;
+            op.sum_rows = cp->sum_rows;
             for (size_t k = 0; k < cp->reads.size(); ++k) {
               const int n = slice(r, cp->reads[k]);
-              if (k < cp->read_rows.size() && cp->read_rows[k] > 0)
-                c.divides(n, cp->reads[k].count / cp->read_rows[k]);
+              const int64_t rows = k < cp->read_rows.size() ? cp->read_rows[k] : 0;
+              if (rows > 0)
+                op.reads.push_back(c.row_slice(n, cp->reads[k].count / rows, rows / blocks));
             }
             for (size_t w = 0; w < cp->writes.size(); ++w) {
               const int n = slice(r, cp->writes[w]);
-              if (w < cp->write_rows.size() && cp->write_rows[w] > 0)
-                c.divides(n, cp->writes[w].count / cp->write_rows[w]);
+              const int64_t rows = w < cp->write_rows.size() ? cp->write_rows[w] : 0;
+              if (rows > 0)
+                op.writes.push_back(c.row_slice(n, cp->writes[w].count / rows, rows / blocks));
             }
+            c.row_op(std::move(op));
             continue;
           }
           std::vector<int> reads, writes;
@@ -166,6 +258,18 @@ Schedule scale_down(const Schedule& s, const ExactScale& k) {
     for (Stream& st : rs.streams)
       for (Op& op : st.ops) {
         if (Compute* cp = op.compute()) {
+          // A per-row slice whose divisor exceeds its row length merges d / len rows.
+          auto rows = [&](const Slice& sl, int64_t& n) {
+            if (n <= 0 || sl.empty()) return;
+            const int64_t len = sl.count / n, d = k.of(r, sl.buffer);
+            if (d > len)
+              n = scaled(n, scaled(d, len, s, r, "divisor of '" + sl.buffer + "'"), s, r,
+                         "rows of '" + sl.buffer + "'");
+          };
+          for (size_t i = 0; i < cp->reads.size() && i < cp->read_rows.size(); ++i)
+            rows(cp->reads[i], cp->read_rows[i]);
+          for (size_t i = 0; i < cp->writes.size() && i < cp->write_rows.size(); ++i)
+            rows(cp->writes[i], cp->write_rows[i]);
           for (Slice& sl : cp->reads) slice(sl);
           for (Slice& sl : cp->writes) slice(sl);
         } else if (Collective* co = op.collective()) {

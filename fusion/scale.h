@@ -13,9 +13,11 @@
 // linked by a positional compute (the interpreter's element j reads element j mod count of each
 // read) or by a collective (its members' in and out slices), on every rank and in every schedule
 // compared. Row-wise compute (Compute::write_rows) hashes whole rows and links nothing; its
-// per-row slices need their row length divisible by d. A one-element slice of a positional
-// compute (a loss, a scalar read) links nothing either: element 0 is the same element at every
-// scale. Opaque compute leaves data alone in the interpreter and constrains nothing.
+// per-row slices need d to divide their row length (rows kept) or to be a multiple of it that
+// merges whole rows, where every row-wise op still maps a scaled write row to a whole number of
+// scaled read rows (row counts then divided too). A one-element slice of a positional compute (a
+// loss, a scalar read) links nothing either: element 0 is the same element at every scale.
+// Opaque compute leaves data alone in the interpreter and constrains nothing.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +45,8 @@ struct ExactScale {
 ExactScale exact_scale(const std::vector<const Schedule*>& schedules);
 
 // `s` with every buffer size, slice offset and count, collective count and manytomany chunk
-// divided by its buffer's divisor (row counts, durations and everything else unchanged). Throws
+// divided by its buffer's divisor, and the row counts of merged per-row slices by d / row
+// length (durations and everything else unchanged). Throws
 // braid::Error(Internal) when a number is not divisible (a scale not computed for `s`).
 Schedule scale_down(const Schedule& s, const ExactScale& k);
 
