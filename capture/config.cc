@@ -145,6 +145,43 @@ bool is_recorded_api(std::string_view name) {
   return false;
 }
 
+TraceSet parse_trace(std::string_view text) {
+  if (text == "all") return TraceSet{};
+  TraceSet t{false, false, false, false};
+  bool any = false;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string_view word =
+        text.substr(pos, comma == std::string_view::npos ? text.npos : comma - pos);
+    if (word == "cuda")
+      t.cuda = true;
+    else if (word == "nvtx")
+      t.nvtx = true;
+    else if (word == "nccl")
+      t.nccl = true;
+    else if (word == "api")
+      t.api = true;
+    else
+      throw Error(ErrorCode::Usage, "--trace '" + std::string(text) + "': unknown '" +
+                                        std::string(word) +
+                                        "' (choose from cuda, nvtx, nccl, api)");
+    any = true;
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  if (!any) throw Error(ErrorCode::Usage, "--trace: empty");
+  return t;
+}
+
+std::string to_string(const TraceSet& t) {
+  std::string out;
+  for (auto [on, name] :
+       {std::pair{t.cuda, "cuda"}, {t.nvtx, "nvtx"}, {t.nccl, "nccl"}, {t.api, "api"}})
+    if (on) out += (out.empty() ? "" : ",") + std::string(name);
+  return out;
+}
+
 CaptureConfig config_from_env(const GetEnv& getenv) {
   CaptureConfig c;
   const char* out = getenv("BRAID_CAPTURE_OUTPUT");
@@ -165,6 +202,13 @@ CaptureConfig config_from_env(const GetEnv& getenv) {
       c.window = parse_window(w);
     } catch (const Error&) {
       c.window = WindowSpec{};  // braid record validated it; a hand-set bad value captures all
+    }
+  }
+  if (const char* t = getenv("BRAID_CAPTURE_TRACE"); t && *t) {
+    try {
+      c.trace = parse_trace(t);
+    } catch (const Error&) {
+      c.trace = TraceSet{};  // braid record validated it; a hand-set bad value records all
     }
   }
   if (const char* cmd = getenv("BRAID_CAPTURE_COMMAND")) c.command = cmd;

@@ -44,6 +44,20 @@ std::optional<int64_t> step_from_range_name(std::string_view name);
 // synchronization and event record/wait (every other API would cost time and say little).
 bool is_recorded_api(std::string_view name);
 
+// What a capture records (`braid record --trace`): `cuda` kernels, copies, memsets and
+// synchronization; `nvtx` NVTX ranges and steps; `nccl` NCCL calls (interposer and profiler
+// plugin); `api` CUDA runtime/driver API records of launches, copies and synchronization (and the
+// external correlation that ties an NCCL call to its kernel, which CUPTI records only with them).
+// Windows work with any subset (their NVTX callbacks are separate from `nvtx`'s records).
+struct TraceSet {
+  bool cuda = true, nvtx = true, nccl = true, api = true;
+  bool operator==(const TraceSet&) const = default;
+};
+// "cuda,nvtx,nccl,api" (any non-empty subset, any order) or "all". Throws braid::Error(Usage)
+// naming the unknown word.
+TraceSet parse_trace(std::string_view text);
+std::string to_string(const TraceSet& t);
+
 struct CaptureConfig {
   std::string output;   // "dir/job.braid": each process writes dir/job.rank<R>.braid
   // Attach mode (BRAID_CAPTURE_ATTACH): register with the node daemon on this socket and capture
@@ -51,6 +65,7 @@ struct CaptureConfig {
   std::string attach_socket;
   std::string job;
   WindowSpec window;
+  TraceSet trace;       // BRAID_CAPTURE_TRACE
   std::string command;  // what was recorded (runs.source)
   size_t buffer_bytes = 8u << 20;
   size_t prealloc_buffers = 4;

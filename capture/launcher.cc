@@ -107,6 +107,7 @@ std::vector<std::pair<std::string, std::string>> capture_environment(const Recor
     env.emplace_back("BRAID_CAPTURE_OUTPUT", fs::absolute(o.output).string());
     env.emplace_back("BRAID_CAPTURE_WINDOW", to_string(o.window));
   }
+  env.emplace_back("BRAID_CAPTURE_TRACE", to_string(o.trace));
   env.emplace_back("BRAID_CAPTURE_COMMAND", join(o.command));
   env.emplace_back("BRAID_CAPTURE_BUFFER_MB", std::to_string(o.buffer_mb));
   env.emplace_back("BRAID_CAPTURE_MAX_BUFFERS", std::to_string(o.max_buffers));

@@ -12,6 +12,7 @@ struct RecordOptions {
   std::string output = "job.braid";  // each process writes <stem>.rank<R>.braid beside it
   std::vector<std::string> command;
   WindowSpec window;
+  TraceSet trace;
   bool force = false;   // replace outputs left by an earlier recording
   bool quiet = false;
   int buffer_mb = 8;

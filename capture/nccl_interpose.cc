@@ -104,6 +104,7 @@ struct Args {
 template <typename Call>
 ncclResult_t record_call(const Args& a, Call&& call) {
   Agent* ag = t_depth == 0 ? Agent::get() : nullptr;
+  if (ag && !ag->config().trace.nccl) ag = nullptr;  // --trace without nccl: passed through
   if (!ag) {
     ++t_depth;
     ncclResult_t r = call();

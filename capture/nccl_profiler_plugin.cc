@@ -59,7 +59,8 @@ struct Context {
 
 ncclResult_t init(void** context, uint64_t comm_id, int* mask, const char*, int, int nranks,
                   int rank, np::Logger) {
-  if (!Agent::get()) {  // no capture asked for: switch every event off
+  Agent* ag = Agent::get();
+  if (!ag || !ag->config().trace.nccl) {  // no capture (of NCCL) asked for: every event off
     *mask = 0;
     *context = nullptr;
     return ncclSuccess;

@@ -14,6 +14,7 @@ void register_record(CLI::App& app, Action& run) {
   struct Opts {
     capture::RecordOptions rec;
     std::string window = "all";
+    std::string trace = "cuda,nvtx,nccl,api";
     std::string steps;
     double duration = 0, delay = 0;
     bool profiler_api = false;
@@ -51,6 +52,11 @@ void register_record(CLI::App& app, Action& run) {
   cmd->add_option("--delay", o->delay, "With --duration: wait this many seconds first")
       ->check(CLI::NonNegativeNumber);
   g->require_option(0, 1);
+  cmd->add_option("--trace", o->trace,
+                  "What to record, a comma-separated subset of cuda (kernels, copies, memsets, "
+                  "syncs), nvtx (ranges, steps), nccl (NCCL calls), api (CUDA API records; NCCL "
+                  "calls are tied to their kernels only with it); or all")
+      ->default_val("cuda,nvtx,nccl,api");
   cmd->add_option("--buffer-mb", o->rec.buffer_mb, "CUPTI activity buffer size, 1-10 MB")
       ->default_val(8);
   cmd->add_option("--max-buffers", o->rec.max_buffers,
@@ -74,6 +80,7 @@ void register_record(CLI::App& app, Action& run) {
     bool file_only = output->count() > 0 || with_duration || o->delay > 0 || o->profiler_api ||
                      !o->nvtx.empty() || !o->steps.empty() || o->window != "all" || o->rec.force;
     run = [o, with_duration, with_attach, attach_only, file_only] {
+      o->rec.trace = capture::parse_trace(o->trace);
       if (!with_attach && attach_only)
         throw Error(ErrorCode::Usage, "record: --socket and --job go with --attach");
       if (with_attach && file_only)
@@ -100,11 +107,16 @@ void register_record(CLI::App& app, Action& run) {
         return capture::record(o->rec);
       }
       std::string w = o->window;
-      if (o->profiler_api) w = "cuda-profiler-api";
-      else if (!o->nvtx.empty()) w = "nvtx:" + o->nvtx;
-      else if (!o->steps.empty()) w = "steps:" + o->steps;
-      else if (with_duration) w = "duration:" + std::to_string(o->duration) + "@" + std::to_string(o->delay);
-      else if (o->delay > 0) throw Error(ErrorCode::Usage, "record: --delay needs --duration");
+      if (o->profiler_api)
+        w = "cuda-profiler-api";
+      else if (!o->nvtx.empty())
+        w = "nvtx:" + o->nvtx;
+      else if (!o->steps.empty())
+        w = "steps:" + o->steps;
+      else if (with_duration)
+        w = "duration:" + std::to_string(o->duration) + "@" + std::to_string(o->delay);
+      else if (o->delay > 0)
+        throw Error(ErrorCode::Usage, "record: --delay needs --duration");
       o->rec.window = capture::parse_window(w);
       return capture::record(o->rec);
     };

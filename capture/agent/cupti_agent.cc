@@ -37,6 +37,7 @@ std::atomic<bool> g_activity_on{false};  // the window's kinds, as last switched
 std::atomic<bool> g_want_on{false};      // as the window controller last decided
 std::atomic<bool> g_switching{false};
 std::atomic<bool> g_markers_for_run{false};
+bool g_trace_cuda = true, g_trace_nvtx = true;  // --trace, set before any kind is enabled
 std::atomic<int64_t> g_dropped{0};
 std::mutex g_window_mu;  // guards g_window; never held across a CUPTI call
 WindowController* g_window = nullptr;
@@ -118,7 +119,11 @@ void switch_kinds(bool on) {
   for (int i = 0; i < n; ++i) {
     auto k = static_cast<CUpti_ActivityKind>(kinds[i]);
     if (k == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) continue;  // on for the run
-    if (k == CUPTI_ACTIVITY_KIND_MARKER && markers_for_run) continue;
+    if (k == CUPTI_ACTIVITY_KIND_MARKER) {
+      if (markers_for_run || !g_trace_nvtx) continue;
+    } else if (!g_trace_cuda) {
+      continue;
+    }
     CUptiResult rc = on ? cuptiActivityEnable(k) : cuptiActivityDisable(k);
     if (rc != CUPTI_SUCCESS && rc != CUPTI_ERROR_NOT_COMPATIBLE) warn("cuptiActivityEnable", rc);
   }
@@ -183,7 +188,7 @@ void attach_open_duration() {
 }
 void attach_open_steps(int64_t n) {
   // Step ranges arrive as NVTX callbacks and markers; both stay on from now.
-  if (!g_markers_for_run.exchange(true)) enable_for_run(CUPTI_ACTIVITY_KIND_MARKER);
+  if (g_trace_nvtx && !g_markers_for_run.exchange(true)) enable_for_run(CUPTI_ACTIVITY_KIND_MARKER);
   cuptiEnableDomain(1, g_subscriber, CUPTI_CB_DOMAIN_NVTX);
   std::lock_guard lk(g_window_mu);
   if (g_window) g_window->open_steps(n);
@@ -332,11 +337,17 @@ bool start_cupti(Agent& a) {
     g_window = new WindowController(w);
     g_start = std::chrono::steady_clock::now();
   }
-  // On for the run; the collector keeps the window's rows.
-  enable_api_records();
-  enable_for_run(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+  // On for the run; the collector keeps the window's rows. External correlation comes only with
+  // API records, so it goes with `api`.
+  const TraceSet& trace = a.config().trace;
+  g_trace_cuda = trace.cuda;
+  g_trace_nvtx = trace.nvtx;
+  if (trace.api) {
+    enable_api_records();
+    enable_for_run(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+  }
   enable_for_run(CUPTI_ACTIVITY_KIND_DEVICE);
-  if (w.kind == WindowKind::Nvtx || w.kind == WindowKind::Steps) {
+  if (trace.nvtx && (w.kind == WindowKind::Nvtx || w.kind == WindowKind::Steps)) {
     g_markers_for_run.store(true);
     enable_for_run(CUPTI_ACTIVITY_KIND_MARKER);
   }

@@ -346,5 +346,40 @@ TEST(AgentCoexistence, AnotherCuptiSubscriberIsSaid) {
   EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nccl_calls"), 8);
 }
 
+// --trace: each choice switches its records off at the source (the CUPTI kinds are never enabled,
+// the NCCL calls pass through unrecorded) and leaves the others whole.
+TEST(AgentTrace, ChoicesRecordOnlyWhatWasAskedFor) {
+  {
+    test::TempDir tmp;  // cuda only: copies and kernels, no API records, no NCCL rows
+    JobRun r = run_job(tmp, {"onerank"}, {{"BRAID_CAPTURE_TRACE", "cuda"}});
+    ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status;
+    EXPECT_EQ(r.out, "onerank done\n");
+    EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM memcpys"), 4);
+    EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM kernels"), 1);  // the two-rank group's
+    EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM api_calls WHERE kind = 'runtime'"), 0);
+    EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nccl_calls"), 0);
+    EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM collectives"), 0);
+    EXPECT_EQ(r.log.find("cuptiActivityEnableRuntimeApi"), std::string::npos);
+  }
+  {
+    test::TempDir tmp;  // nccl and api: collectives linked, no kernel or copy rows
+    JobRun r = run_job(tmp, {"onerank"}, {{"BRAID_CAPTURE_TRACE", "nccl,api"}});
+    ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status;
+    EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM memcpys"), 0);
+    EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM kernels"), 0);
+    EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nccl_calls"), 8);
+    EXPECT_GT(count(r.file, "SELECT COUNT(*) FROM api_calls WHERE kind = 'runtime'"), 0);
+  }
+  {
+    test::TempDir tmp;  // steps window without nvtx records: kernels of steps 10-19, no ranges
+    JobRun r = run_job(tmp, {"steps", "30"},
+                       {{"BRAID_CAPTURE_WINDOW", "steps:10-19"}, {"BRAID_CAPTURE_TRACE", "cuda"}});
+    ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status;
+    EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM kernels"), 30);
+    EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nvtx_ranges"), 0);
+    EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM steps"), 0);
+  }
+}
+
 }  // namespace
 }  // namespace braid::capture

@@ -175,10 +175,27 @@ TEST(Config, PerProcessOutputNames) {
   EXPECT_EQ(output_path_for("/tmp/x/run", 0, 1), "/tmp/x/run.rank0.braid");
 }
 
+TEST(Config, ParsesTraceChoices) {
+  EXPECT_EQ(parse_trace("all"), TraceSet{});
+  EXPECT_EQ(parse_trace("api,nvtx,nccl,cuda"), TraceSet{});
+  TraceSet t = parse_trace("nccl,cuda");
+  EXPECT_TRUE(t.cuda && t.nccl && !t.nvtx && !t.api);
+  EXPECT_EQ(to_string(t), "cuda,nccl");
+  EXPECT_EQ(to_string(TraceSet{}), "cuda,nvtx,nccl,api");
+  for (const char* bad : {"", ",", "cuda,", "gpu", "cuda,nvtx,mpi"})
+    EXPECT_THROW(parse_trace(bad), Error) << bad;
+  try {
+    parse_trace("cuda,mpi");
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown 'mpi'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Config, FromEnvironmentWithBoundsOnBuffers) {
   std::map<std::string, std::string> m{{"BRAID_CAPTURE_OUTPUT", "/o/job.braid"},
                                        {"BRAID_CAPTURE_WINDOW", "steps:2-4"},
-                                       {"BRAID_CAPTURE_BUFFER_MB", "64"}};
+                                       {"BRAID_CAPTURE_BUFFER_MB", "64"},
+                                       {"BRAID_CAPTURE_TRACE", "nvtx,api"}};
   auto c = config_from_env([&](const char* k) -> const char* {
     auto it = m.find(k);
     return it == m.end() ? nullptr : it->second.c_str();
@@ -186,6 +203,7 @@ TEST(Config, FromEnvironmentWithBoundsOnBuffers) {
   EXPECT_TRUE(c.enabled);
   EXPECT_EQ(c.window.kind, WindowKind::Steps);
   EXPECT_EQ(c.buffer_bytes, 10u << 20);  // clamped to CUPTI's useful 1-10 MB
+  EXPECT_EQ(to_string(c.trace), "nvtx,api");
   EXPECT_FALSE(config_from_env([](const char*) -> const char* { return nullptr; }).enabled);
 }
 

@@ -66,15 +66,17 @@ TEST(RecordCli, WithoutGpuRunsTheCommandUnchangedAndSaysWhy) {
 TEST(RecordCli, OptionErrorsAreUsageErrors) {
   test::TempDir tmp;
   for (const char* args :
-       {"record --steps 5-2 -- true", "record --buffer-mb 20 -- true",
-        "record --delay 1 -- true", "record --duration 0 -- true",
-        "record --window sometimes -- true"}) {
+       {"record --steps 5-2 -- true", "record --buffer-mb 20 -- true", "record --delay 1 -- true",
+        "record --duration 0 -- true", "record --window sometimes -- true",
+        "record --trace cuda,gpu -- true", "record --trace , -- true"}) {
     auto r = braid(tmp, std::string(args));
     EXPECT_EQ(r.code, 2) << args << ": " << r.err;
     EXPECT_EQ(r.err.rfind("braid: error: ", 0), 0u) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
-  auto r = braid(tmp, "record");  // no command
+  auto r = braid(tmp, "record -q --trace cuda,nccl -o " + tmp.file("t.braid") + " -- true");
+  EXPECT_EQ(r.code, 0) << r.err;  // a valid choice (docs/cli.md's example)
+  r = braid(tmp, "record");       // no command
   EXPECT_NE(r.code, 0);
   r = braid(tmp, "record --steps 1-2 --nvtx x -- true");  // two windows
   EXPECT_NE(r.code, 0);

@@ -12,22 +12,7 @@
 #include <string>
 #include <vector>
 
-#define CUDA(x)                                                                      \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                   \
-      return 1;                                                                      \
-    }                                                                                \
-  } while (0)
-#define NCCL(x)                                                                      \
-  do {                                                                               \
-    ncclResult_t r_ = (x);                                                           \
-    if (r_ != ncclSuccess) {                                                         \
-      std::fprintf(stderr, "%s: %s\n", #x, ncclGetErrorString(r_));                   \
-      return 1;                                                                      \
-    }                                                                                \
-  } while (0)
+#include "tests/capture/cuda/check.h"
 
 __global__ void braid_scale(float* x, int n, float a) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -1,0 +1,28 @@
+// The capture overhead table (docs/BENCHMARKS.md, "Capture overhead") from the measurements
+// bench/capture_overhead.sh collects: lines "<config> <workload> <value>", where config is
+// `none` (no capture), `braid` (braid record) or `torch` (torch.profiler), and value one
+// measurement (ns per operation, or ms per step) of one interleaved run.
+#pragma once
+
+#include <iosfwd>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace braid::bench {
+
+struct OverheadRow {
+  std::string workload;
+  std::map<std::string, double> median;  // by config
+  std::map<std::string, int> runs;       // measurements per config
+};
+
+// Reads the measurements; throws braid::Error(BadFormat) naming `source` and the line of a
+// malformed one. Workloads keep their first-seen order.
+std::vector<OverheadRow> summarize_overhead(std::istream& in, const std::string& source);
+
+// The markdown table: workload, the three configs' medians, braid's and torch's ratio to no
+// capture and braid's added cost per operation.
+std::string overhead_table(const std::vector<OverheadRow>& rows);
+
+}  // namespace braid::bench
