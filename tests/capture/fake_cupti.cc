@@ -248,6 +248,15 @@ void runtime_call(CUpti_runtime_api_trace_cbid cbid, const char* name, Work&& wo
   deliver(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &cd);
 }
 
+// Kernel and marker names live as long as CUPTI's own copies do (the process), not as long as
+// the caller's.
+const char* keep_name(const char* name) {
+  if (!name) return nullptr;
+  static auto* names = new std::set<std::string>();
+  std::lock_guard lk(g_mu);
+  return names->insert(name).first->c_str();
+}
+
 struct RuntimeName {
   uint32_t cbid;
   const char* name;
@@ -480,7 +489,7 @@ FAKE void fakecuda_launch(uint32_t stream, const char* kernel) {
                  k.contextId = 1;
                  k.streamId = stream;
                  k.correlationId = corr;
-                 k.name = kernel;
+                 k.name = keep_name(kernel);
                  emit(k);
                });
 }
@@ -530,14 +539,6 @@ FAKE void fakecuda_profiler(int start) {
 }
 
 namespace {
-// Marker names live as long as CUPTI's own copies do (the process), not as long as the caller's.
-const char* keep_name(const char* name) {
-  if (!name) return nullptr;
-  static auto* names = new std::set<std::string>();
-  std::lock_guard lk(g_mu);
-  return names->insert(name).first->c_str();
-}
-
 void marker(CUpti_ActivityFlag flag, uint32_t id, const char* name) {
   if (!kind_on(CUPTI_ACTIVITY_KIND_MARKER)) return;
   CUpti_ActivityMarker2 m{};
