@@ -4,9 +4,9 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <regex>
 #include <string>
 
+#include "analysis/hardware.h"
 #include "fusion/interpreter.h"
 #include "fusion/pass_schedules.h"
 #include "fusion/schedule_store.h"
@@ -149,6 +149,26 @@ TEST_F(FuseCli, PredictionIsTheSimulatedDifferenceOnEveryPreset) {
     }
   }
   EXPECT_GE(saving_presets, 8);  // the rewrites shorten the simulated step on most presets
+}
+
+// The same at the shapes of Chimera's experiments (issue 22) on the RTX 4080 PCIe profile, where
+// the rewrites save seconds per step.
+TEST_F(FuseCli, PredictionIsTheSimulatedDifferenceAtChimeraShapes) {
+  const std::string rtx = std::string(BRAID_PROFILES_DIR) + "/rtx4080-pcie4.json";
+  const analysis::CostModel cm(analysis::load_profile(rtx));
+  for (const std::string preset : {"tp-pp", "tp-ep", "sp-ep", "pp-ep", "pp-sp"}) {
+    SCOPED_TRACE(preset);
+    std::filesystem::remove(file_);
+    const Preset p = testing::preset_at_chimera_shape(preset);
+    const int64_t base = store_schedule(file_, synthesize(p.model, p.layout, cm), -1, "[]", true);
+    Out f = run("fuse " + file_ + " --profile " + rtx + " --json");
+    ASSERT_EQ(f.status, 0) << f.text;
+    const double predicted = number_after(f.text, "\"predicted_saving_ns\":");
+    const int64_t fused = static_cast<int64_t>(number_after(f.text, "\"fused_schedule\":"));
+    const double a = replayed_step_ns(file_, base, rtx), b = replayed_step_ns(file_, fused, rtx);
+    EXPECT_GT(a - b, 1e8);  // more than 100 ms
+    EXPECT_NEAR(predicted, a - b, 0.01 * (a - b));
+  }
 }
 
 }  // namespace
