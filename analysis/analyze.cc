@@ -37,6 +37,7 @@ Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt) {
   a.path = reader.path();
   a.run_id = opt.run >= 0 ? opt.run : default_run(reader);
   a.step = opt.step;
+  a.hta_compat = opt.hta_compat;
   a.profile = load_profile(opt.profile);
   RunData run = load_run(reader, a.run_id);
   if (run.ranks.empty())
@@ -67,6 +68,7 @@ Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt) {
   MetricsOptions mo;
   mo.step = opt.step;
   mo.top_kernels = opt.top_kernels;
+  mo.hta_compat = opt.hta_compat;
   a.metrics = compute_metrics(run, a.match, a.clocks, mo);
 
   std::map<int32_t, RankTimeline> timelines;
@@ -122,6 +124,9 @@ std::string report_text(const Analysis& a) {
          (c.flagged ? "  FLAGGED: residual " + fmt("%.1f", c.residual_rms_ns / 1000) + " µs" : "") + "\n";
 
   o += "\ntime per rank (HTA temporal breakdown; overlap = HTA comm/comp overlap)\n";
+  if (a.hta_compat)
+    o += "  --hta-compat: the 'all' rows count only GPU work launched before the last step, in "
+         "whole µs\n";
   o += "  rank  step        span     compute        comm     exposed        idle  overlap\n";
   for (const RankMetrics& m : a.metrics.ranks) {
     char line[256];
@@ -224,7 +229,9 @@ std::string report_text(const Analysis& a) {
 
 std::string report_json(const Analysis& a) {
   std::string o = "{\"file\":" + q(a.path) + ",\"run\":" + std::to_string(a.run_id) +
-                  ",\"step\":" + std::to_string(a.step) + ",\"profile\":" + q(a.profile.name);
+                  ",\"step\":" + std::to_string(a.step) +
+                  ",\"hta_compat\":" + (a.hta_compat ? "true" : "false") +
+                  ",\"profile\":" + q(a.profile.name);
   o += ",\"clocks\":{\"reference\":" + std::to_string(a.clocks.reference) +
        ",\"anchors\":" + std::to_string(a.clocks.anchors_used) +
        ",\"anchors_dropped\":" + std::to_string(a.clocks.anchors_dropped) +

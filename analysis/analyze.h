@@ -25,6 +25,7 @@ struct AnalyzeOptions {
   std::string profile = "h100-nvlink";  // built-in name or JSON file
   bool solve_clocks = true;     // false: keep the offsets stored in the file
   int top_kernels = 10;
+  bool hta_compat = false;  // whole-run rows in HTA's default window (MetricsOptions)
 };
 
 struct CollectiveSummary {  // per (communicator, op, size)
@@ -42,6 +43,7 @@ struct Analysis {
   std::string path;
   int64_t run_id = -1;
   int64_t step = -1;
+  bool hta_compat = false;
   std::vector<int32_t> ranks;
   HardwareProfile profile;
   MatchResult match;

@@ -20,22 +20,33 @@ CriticalPath critical_path(const RunData& run, const MatchResult& match, const C
                            const CriticalPathOptions& opt) {
   CriticalPath cp;
   cp.step = opt.step;
-  // Windows on each rank's own clock.
-  std::map<int32_t, std::pair<Ns, Ns>> win;
-  for (const auto& [r, t] : run.ranks) {
-    Ns lo = INT64_MIN, hi = INT64_MAX;
-    if (opt.step >= 0) {
-      bool found = false;
-      for (const Step& s : t.steps)
-        if (s.step == opt.step) lo = s.start, hi = s.end, found = true;
-      if (!found) continue;
+  // The ops of the step (those it launched: RankTrace::kernel_step), and where each rank's
+  // share of them starts on its own clock.
+  auto step_of = [&](const RankTrace& t, const GpuOp& op) {
+    switch (op.type) {
+      case OpType::Kernel:
+        return t.kernel_step(t.kernels[op.index]);
+      case OpType::Memcpy:
+        return t.memcpy_step(t.memcpys[op.index]);
+      case OpType::HostCollective:
+        return t.collective_step(t.collectives[op.index]);
     }
-    win[r] = {lo, hi};
-  }
-  auto inside = [&](int32_t r, const GpuOp& op) {
-    auto it = win.find(r);
-    return it != win.end() && op.start >= it->second.first && op.start < it->second.second;
+    return int64_t{-1};
   };
+  auto inside = [&](int32_t r, const GpuOp& op) {
+    return opt.step < 0 || step_of(run.ranks.at(r), op) == opt.step;
+  };
+  std::map<int32_t, std::pair<Ns, Ns>> win;
+  for (const auto& [r, tl] : timelines) {
+    if (!run.ranks.count(r)) continue;
+    for (const StreamOps& so : tl.streams)
+      for (const GpuOp& op : so.ops) {
+        if (!inside(r, op)) continue;
+        auto [it, fresh] = win.try_emplace(r, op.start, op.end);
+        if (!fresh)
+          it->second = {std::min(it->second.first, op.start), std::max(it->second.second, op.end)};
+      }
+  }
 
   // The op that ends last (lowest rank, then stream, on ties).
   int32_t cur_rank = -1;
@@ -137,22 +148,32 @@ CriticalPath critical_path(const RunData& run, const MatchResult& match, const C
       if (inside(next_rank, p) && p.end + foff > pred_end)
         pred_rank = next_rank, pred = d->from, pred_end = p.end + foff;
     }
+    // Before a host collective the rank was running host code (a CPU job, or gloo next to the
+    // GPU): that time is "host" work on the path; before GPU work it is a gap the GPU waited.
+    const bool host = fop.type == OpType::HostCollective;
+    const char* gap_name = host ? "host work" : "host gap";
+    const char* gap_cat = host ? "host" : "gap";
     if (pred_rank < 0) {
-      if (opt.step >= 0 && want - (win[next_rank].first + foff) > opt.gap_ns)
-        rev.push_back({SegmentKind::Gap, next_rank, ftl.streams[from.stream].stream,
-                       win[next_rank].first + foff, want, "host gap", "gap", "", -1, -1});
+      Ns first = win[next_rank].first + foff;
+      if (host)  // from the start of the step on that rank's host
+        for (const Step& s : run.ranks.at(next_rank).steps)
+          if (s.step == opt.step) first = std::min(first, s.start + foff);
+      if (opt.step >= 0 && want - first > opt.gap_ns)
+        rev.push_back({SegmentKind::Gap, next_rank, ftl.streams[from.stream].stream, first, want,
+                       gap_name, gap_cat, "", -1, -1});
       break;
     }
     if (want - pred_end > opt.gap_ns)
       rev.push_back({SegmentKind::Gap, next_rank, ftl.streams[from.stream].stream, pred_end, want,
-                     "host gap", "gap", "", -1, -1});
+                     gap_name, gap_cat, "", -1, -1});
     explain_until = std::min(pred_end, want);
     cur_rank = pred_rank;
     cur = pred;
   }
   std::reverse(rev.begin(), rev.end());
   cp.chain = std::move(rev);
-  if (!cp.chain.empty() && opt.step < 0) cp.start = cp.chain.front().start;
+  if (!cp.chain.empty())
+    cp.start = opt.step < 0 ? cp.chain.front().start : std::min(cp.start, cp.chain.front().start);
   for (const PathSegment& s : cp.chain) {
     cp.by_category[s.category] += s.duration();
     if (s.kind == SegmentKind::Collective) cp.by_comm[s.comm] += s.duration();

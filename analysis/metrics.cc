@@ -45,49 +45,70 @@ int32_t group_nranks(const RunData& run, const CollGroup& g) {
 
 namespace {
 
-enum class Cls { Compute, Comm, Memory };
-
-Cls class_of(Category c) {
-  if (is_comm(c)) return Cls::Comm;
-  if (c == Category::Memory) return Cls::Memory;
-  return Cls::Compute;
-}
-
-RankMetrics window_metrics(const RankTrace& t, Ns off, Ns lo, Ns hi) {
-  RankMetrics m;
-  m.rank = t.info.rank;
+// GPU activity of one rank selected for a row, on the job axis.
+struct Activity {
   std::vector<Interval> all, comp, comm, mem;
-  auto clip = [&](Ns s, Ns e) { return Interval{std::max(s + off, lo), std::min(e + off, hi)}; };
-  for (const Kernel& k : t.kernels) {
-    if (k.start + off >= hi || k.end + off <= lo) continue;
-    Interval i = clip(k.start, k.end);
+  int64_t kernels = 0;
+  Ns lo = INT64_MAX, hi = INT64_MIN;
+  void add(Interval i, TimeClass c) {
+    lo = std::min(lo, i.start);
+    hi = std::max(hi, i.end);
     all.push_back(i);
-    switch (class_of(k.category)) {
-      case Cls::Compute: comp.push_back(i); break;
-      case Cls::Comm: comm.push_back(i); break;
-      case Cls::Memory: mem.push_back(i); break;
-    }
-    ++m.kernels;
+    (c == TimeClass::Comm ? comm : c == TimeClass::Memory ? mem : comp).push_back(i);
   }
-  for (const Memcpy& c : t.memcpys) {
-    if (c.start + off >= hi || c.end + off <= lo) continue;
-    all.push_back(clip(c.start, c.end));
-    mem.push_back(clip(c.start, c.end));
-  }
-  for (const Collective& c : t.collectives)
-    if (c.start + off >= lo && c.start + off < hi) ++m.collectives;
+};
+
+RankMetrics row_metrics(int32_t rank, Activity& a, Ns lo, Ns hi) {
+  RankMetrics m;
+  m.rank = rank;
+  m.kernels = a.kernels;
   m.start = lo;
   m.end = hi;
-  m.busy_ns = merge_intervals(all);
-  m.compute_ns = merge_intervals(comp);
-  m.comm_ns = merge_intervals(comm);
-  m.memory_ns = merge_intervals(mem);
+  m.busy_ns = merge_intervals(a.all);
+  m.compute_ns = merge_intervals(a.comp);
+  m.comm_ns = merge_intervals(a.comm);
+  m.memory_ns = merge_intervals(a.mem);
   m.idle_ns = m.span() - m.busy_ns;
   m.non_compute_ns = m.span() - m.compute_ns - m.idle_ns;
-  m.overlap_ns = intersect_length(comm, comp);
+  m.overlap_ns = intersect_length(a.comm, a.comp);
   m.exposed_comm_ns = m.comm_ns - m.overlap_ns;
   m.overlap_pct = m.comm_ns > 0 ? 100.0 * static_cast<double>(m.overlap_ns) / m.comm_ns : 0;
   return m;
+}
+
+constexpr Ns kUs = 1000;
+Ns ceil_us(Ns t) { return t >= 0 ? (t + kUs - 1) / kUs * kUs : -((-t) / kUs * kUs); }
+Ns floor_us(Ns t) { return t >= 0 ? t / kUs * kUs : -((-t + kUs - 1) / kUs * kUs); }
+
+// HTA's default window (TraceAnalysis without include_last_profiler_step): GPU activity counts
+// only when the runtime call that launched it is in the trace and started before the last
+// ProfilerStep did (with one step: before it ended; with none: any launch). Times are rounded
+// as HTA's parser rounds fractional-µs traces: start up to, end down to whole µs.
+struct HtaWindow {
+  bool filter = false;  // false: the rank has no launch calls (HTA keeps everything then)
+  Ns cutoff = INT64_MAX;
+  bool inclusive = false;
+  bool keeps(const RankTrace& t, int64_t correlation) const {
+    if (!filter) return true;
+    Ns l = t.launch_of(correlation);
+    if (l < 0) return false;
+    l = ceil_us(l);
+    return inclusive ? l <= cutoff : l < cutoff;
+  }
+};
+
+HtaWindow hta_window(const RankTrace& t) {
+  HtaWindow w;
+  w.filter = !t.launches.empty();
+  if (t.steps.size() >= 2) {
+    Ns last = INT64_MIN;
+    for (const Step& s : t.steps) last = std::max(last, s.start);
+    w.cutoff = ceil_us(last);
+  } else if (t.steps.size() == 1) {
+    w.cutoff = floor_us(t.steps[0].end);
+    w.inclusive = true;
+  }
+  return w;
 }
 
 }  // namespace
@@ -98,31 +119,53 @@ Metrics compute_metrics(const RunData& run, const MatchResult& match, const Cloc
   for (const auto& [r, t] : run.ranks) {
     const Ns off = clocks.offset(r);
     if (opt.step < 0) {
-      Ns lo = INT64_MAX, hi = INT64_MIN;
-      for (const Kernel& k : t.kernels) lo = std::min(lo, k.start), hi = std::max(hi, k.end);
-      for (const Memcpy& c : t.memcpys) lo = std::min(lo, c.start), hi = std::max(hi, c.end);
-      if (lo <= hi) {
-        RankMetrics m = window_metrics(t, off, lo + off, hi + off);
+      Activity a;
+      HtaWindow hw;
+      if (opt.hta_compat) hw = hta_window(t);
+      auto place = [&](Ns s, Ns e) {
+        return opt.hta_compat ? Interval{ceil_us(s) + off, floor_us(e) + off}
+                              : Interval{s + off, e + off};
+      };
+      for (const Kernel& k : t.kernels) {
+        if (opt.hta_compat && !hw.keeps(t, k.correlation)) continue;
+        a.add(place(k.start, k.end), time_class(k.category));
+        ++a.kernels;
+      }
+      for (const Memcpy& c : t.memcpys)
+        if (!opt.hta_compat || hw.keeps(t, c.correlation))
+          a.add(place(c.start, c.end), TimeClass::Memory);
+      if (a.lo <= a.hi) {
+        RankMetrics m = row_metrics(r, a, a.lo, a.hi);
         m.step = -1;
+        for (const Collective& c : t.collectives)
+          if (c.start + off >= a.lo && c.start + off < a.hi) ++m.collectives;
         out.ranks.push_back(m);
       }
     }
+    // Step rows: the GPU work each step launched, over its own span (the step's host window
+    // when it launched none).
     for (const Step& s : t.steps) {
       if (opt.step >= 0 && s.step != opt.step) continue;
-      RankMetrics m = window_metrics(t, off, s.start + off, s.end + off);
+      Activity a;
+      for (const Kernel& k : t.kernels)
+        if (t.kernel_step(k) == s.step) {
+          a.add({k.start + off, k.end + off}, time_class(k.category));
+          ++a.kernels;
+        }
+      for (const Memcpy& c : t.memcpys)
+        if (t.memcpy_step(c) == s.step) a.add({c.start + off, c.end + off}, TimeClass::Memory);
+      RankMetrics m = a.lo <= a.hi ? row_metrics(r, a, a.lo, a.hi)
+                                   : row_metrics(r, a, s.start + off, s.end + off);
       m.step = s.step;
+      for (const Collective& c : t.collectives)
+        if (t.collective_step(c) == s.step) ++m.collectives;
       out.ranks.push_back(m);
     }
     // Kernel breakdown.
     std::map<StrId, KernelStat> by_name;
     auto& cats = out.category_ns[r];
     for (const Kernel& k : t.kernels) {
-      if (opt.step >= 0) {
-        bool in = false;
-        for (const Step& s : t.steps)
-          in = in || (s.step == opt.step && k.start >= s.start && k.start < s.end);
-        if (!in) continue;
-      }
+      if (opt.step >= 0 && t.kernel_step(k) != opt.step) continue;
       Ns d = k.end - k.start;
       KernelStat& ks = by_name[k.name];
       if (ks.count == 0) {
@@ -177,9 +220,7 @@ Metrics compute_metrics(const RunData& run, const MatchResult& match, const Cloc
       cm.busbw_gbps = busbw_gbps(cm.op, cm.nranks, cm.bytes, cm.transfer_ns);
     }
     const RankTrace& t0 = run.ranks.at(grp.members[0].rank);
-    const Collective& c0 = t0.collectives[grp.members[0].index];
-    for (const Step& s : t0.steps)
-      if (c0.start >= s.start && c0.start < s.end) cm.step = s.step;
+    cm.step = t0.collective_step(t0.collectives[grp.members[0].index]);
     if (opt.step >= 0 && cm.step != opt.step) continue;
     out.collectives.push_back(std::move(cm));
   }

@@ -1,8 +1,9 @@
 // Metrics per rank and step, per collective, and per kernel.
 //
-// Per rank, over a window (a step of the steps table, or the whole run from the first to the
-// last GPU activity), with GPU activity classified as HTA does (communication: NCCL kernels;
-// memory: memcpy/memset; computation: every other kernel):
+// Per rank, for the whole run (first to last GPU activity) and per step (the GPU work the step
+// launched: RankTrace::kernel_step, over that work's own span), with GPU activity classified as
+// HTA does (trace/model.h time_class: communication: NCCL kernels; memory: memcpy/memset
+// activity; computation: every other kernel):
 //   compute_ns / comm_ns / memory_ns: length of the union of each class's intervals;
 //   busy_ns: union of all GPU activity; idle_ns = span - busy (HTA temporal breakdown "idle");
 //   non_compute_ns = span - compute - idle (HTA "non-compute");
@@ -59,7 +60,7 @@ struct CollectiveMetrics {
   CollOp op = CollOp::Unknown;
   int64_t bytes = -1;
   int32_t nranks = 0;
-  int64_t step = -1;  // step of the first member's start, -1 if in none
+  int64_t step = -1;  // the first member's step (RankTrace::collective_step), -1 if in none
   bool complete = false;
   Ns first_arrival = 0, last_arrival = 0, end = 0;  // job axis
   Ns wait_ns = 0, transfer_ns = 0;
@@ -86,6 +87,11 @@ struct Metrics {
 struct MetricsOptions {
   int64_t step = -1;     // only this step (and not the whole run); -1: whole run and all steps
   int top_kernels = 10;  // per rank
+  // The whole-run rows as HTA's TraceAnalysis computes them by default: only GPU activity
+  // launched before the last ProfilerStep started (with one step: before it ended) by a runtime
+  // call that is in the trace, times rounded to whole µs (start up, end down) as HTA's parser
+  // does. Step rows are unchanged.
+  bool hta_compat = false;
 };
 
 Metrics compute_metrics(const RunData& run, const MatchResult& match, const ClockFit& clocks,

@@ -50,6 +50,28 @@ Ns RankTrace::launch_of(int64_t correlation) const {
   return it == launches.end() ? -1 : it->second;
 }
 
+int64_t RankTrace::step_at(Ns host_time) const {
+  if (host_time < 0) return -1;
+  for (const Step& s : steps)
+    if (host_time >= s.start && host_time < s.end) return s.step;
+  return -1;
+}
+
+int64_t RankTrace::work_step(int64_t correlation, Ns start) const {
+  if (correlation != 0 && !launches.empty()) return step_at(launch_of(correlation));
+  return step_at(start);
+}
+
+int64_t RankTrace::kernel_step(const Kernel& k) const { return work_step(k.correlation, k.start); }
+
+int64_t RankTrace::memcpy_step(const Memcpy& m) const { return work_step(m.correlation, m.start); }
+
+int64_t RankTrace::collective_step(const Collective& c) const {
+  if (c.enqueue >= 0) return step_at(c.enqueue);
+  if (c.stream < 0) return step_at(c.start);  // host collective: host times
+  return work_step(c.kernel_ref, c.start);
+}
+
 const std::string& RunData::str(StrId id) const {
   static const std::string kEmpty;
   return reader ? reader->str(id) : kEmpty;

@@ -44,6 +44,18 @@ struct RankTrace {
   std::unordered_map<int64_t, Ns> launches;
 
   Ns launch_of(int64_t correlation) const;  // -1 when unknown
+
+  // Which step GPU work belongs to: the step whose host window holds the call that launched it
+  // (found by correlation id), so work the GPU runs after the host moved on stays with the step
+  // that issued it. Work whose launch the rank's trace lacks was launched outside the trace
+  // (before it started): in no step. Only when the trace has no launch calls or the work no
+  // correlation id does the window holding its own start decide. -1: in no step.
+  int64_t step_at(Ns host_time) const;
+  int64_t work_step(int64_t correlation, Ns start) const;
+  int64_t kernel_step(const Kernel& k) const;
+  int64_t memcpy_step(const Memcpy& m) const;
+  // A collective: by its host enqueue, else (host collectives) its start, else its kernel's launch.
+  int64_t collective_step(const Collective& c) const;
 };
 
 struct RunData {

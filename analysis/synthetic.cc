@@ -85,7 +85,8 @@ int64_t write_synthetic_job(const std::string& path, const SyntheticJob& job) {
       auto host = [&](StrId name, Ns at) {
         w.add(run, ApiCall{r, tid, at + skew, at + skew + 1 * us, name, ApiKind::Runtime, 0, 0});
       };
-      w.add_step(run, {r, s, S + skew, end_b + 20 * us + skew});
+      w.add_step(run,
+                 {r, s, S - 2 * us + skew, end_b + 20 * us + skew});  // host enters, then launches
       kernel(7, S, S + 100 * us, gemm, Category::Gemm, S - 1 * us);
       kernel(7, S + 100 * us, S + 200 * us + d, gemm, Category::Gemm, S + 5 * us);
       host(record, S + 8 * us);

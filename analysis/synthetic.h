@@ -14,6 +14,8 @@
 // The host launches every kernel well ahead of the GPU (cudaLaunchKernel calls with
 // correlation ids, cudaEventRecord / cudaStreamWaitEvent around the comm kernels), except the
 // first kernel of a step, launched 1 µs before it runs: the gap between steps is a host gap.
+// The host's ProfilerStep of step s spans [S - 2, end of the optimizer], so every kernel is
+// launched inside its own step.
 // Steps start every `step_period` on the true clock; rank r records every time as
 // true + clock_skew[r] (so the offset that aligns it is -clock_skew[r]).
 #pragma once

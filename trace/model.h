@@ -58,6 +58,15 @@ enum class Category : uint8_t {
 std::string_view to_string(Category c);
 std::optional<Category> category_from_string(std::string_view s);
 inline bool is_comm(Category c) { return static_cast<uint8_t>(c) >= 10; }
+// How time breakdowns and overlap count GPU activity (HTA's kernel types): communication (the
+// comm.* categories), memory (memcpy / memset activity, which the `memcpys` table holds: it does
+// not run kernels on the SMs) and computation: every kernel that is not communication, whatever
+// its finer category (copy, transpose and layout kernels are `memory` for the kernel breakdown
+// and the GUI's colours, but they occupy the SMs like any other kernel).
+enum class TimeClass : uint8_t { Compute, Comm, Memory };
+inline TimeClass time_class(Category kernel_category) {
+  return is_comm(kernel_category) ? TimeClass::Comm : TimeClass::Compute;
+}
 Category comm_category(CollOp op);
 
 // Normalized element types ("float32", "bfloat16", ...). Unknown names are kept verbatim.

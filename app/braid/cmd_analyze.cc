@@ -13,7 +13,7 @@ void register_analyze(CLI::App& app, Action& run) {
   struct Opts {
     std::string file, profile = "h100-nvlink";
     int64_t run_id = -1, step = -1;
-    bool json = false, no_store = false, keep_clocks = false;
+    bool json = false, no_store = false, keep_clocks = false, hta_compat = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
@@ -32,6 +32,10 @@ void register_analyze(CLI::App& app, Action& run) {
                   "Hardware profile for the cost model: h100-nvlink, h100-pcie, h100-ib,\n"
                   "a100-nvlink, cpu-shm, or a JSON file")
       ->capture_default_str();
+  cmd->add_flag("--hta-compat", o->hta_compat,
+                "Whole-run rows as HTA computes them by default: only GPU work launched before\n"
+                "the last ProfilerStep by a call in the trace, times rounded to whole µs (a view\n"
+                "for comparing with HTA: implies --no-store)");
   cmd->add_flag("--no-store", o->no_store, "Do not write the results into the file");
   cmd->add_flag("--keep-clocks", o->keep_clocks,
                 "Use the clock offsets stored in the file instead of solving them");
@@ -45,9 +49,10 @@ void register_analyze(CLI::App& app, Action& run) {
         opt.step = o->step;
         opt.profile = o->profile;
         opt.solve_clocks = !o->keep_clocks;
+        opt.hta_compat = o->hta_compat;
         a = analysis::analyze(reader, opt);
       }
-      if (!o->no_store) analysis::store_analysis(o->file, a);
+      if (!o->no_store && !o->hta_compat) analysis::store_analysis(o->file, a);
       std::string text = o->json ? analysis::report_json(a) : analysis::report_text(a);
       std::fwrite(text.data(), 1, text.size(), stdout);
       return 0;

@@ -22,11 +22,13 @@ void register_import(CLI::App& app, Action& run) {
       "Import trace files into a .braid file. Several files (one per rank) make one run.\n"
       "Formats: PyTorch profiler / Kineto Chrome-trace JSON (plain or .gz), Nsight Systems\n"
       "SQLite export (nsys export --type sqlite), Chakra execution traces (.et protobuf, JSON,\n"
-      "or a tar(.gz) of them). The output is written to a temporary file and renamed at the\n"
-      "end: an interrupted or failed import leaves any existing output untouched.");
+      "or a tar(.gz) of them), and the legacy autograd-profiler JSON of PyTorch without Kineto.\n"
+      "An input none of whose events can be read is an error. The output is written to a\n"
+      "temporary file and renamed at the end: an interrupted or failed import leaves any\n"
+      "existing output untouched.");
   cmd->add_option("files", o->files, "Trace files, one per rank")->required()->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", o->out, "Output .braid file (default: <first input>.braid)");
-  cmd->add_option("-f,--format", o->format, "Input format: auto, kineto, nsys, chakra")
+  cmd->add_option("-f,--format", o->format, "Input format: auto, kineto, nsys, chakra, legacy")
       ->capture_default_str();
   cmd->add_option("--rank", o->ranks,
                   "Rank of each file, in order (default: the rank the file names, else its "

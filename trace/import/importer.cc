@@ -14,6 +14,8 @@ std::string_view to_string(TraceFormat f) {
     case TraceFormat::Kineto: return "kineto";
     case TraceFormat::Nsys: return "nsys";
     case TraceFormat::Chakra: return "chakra";
+    case TraceFormat::Legacy:
+      return "legacy";
     default: return "auto";
   }
 }
@@ -23,8 +25,9 @@ TraceFormat trace_format_from_string(std::string_view s) {
   if (s == "kineto" || s == "pytorch" || s == "chrome") return TraceFormat::Kineto;
   if (s == "nsys") return TraceFormat::Nsys;
   if (s == "chakra") return TraceFormat::Chakra;
+  if (s == "legacy") return TraceFormat::Legacy;
   throw Error(ErrorCode::Usage, "unknown format '" + std::string(s) +
-                                    "' (expected auto, kineto, nsys or chakra)");
+                                    "' (expected auto, kineto, nsys, chakra or legacy)");
 }
 
 // Chakra protobuf ET: a varint length prefix, then the GlobalMetadata message, whose first field
@@ -81,6 +84,11 @@ TraceFormat detect_format(const std::string& path) {
          h.find("\"traceEvents\"") == std::string_view::npos &&
          h.find("\"schema\"") != std::string_view::npos))
       return TraceFormat::Chakra;
+    // The legacy autograd profiler (PyTorch without Kineto): a bare array of events whose pid
+    // is "CPU functions".
+    if (h[h.find_first_not_of(" \t\r\n")] == '[' &&
+        h.find("\"CPU functions\"") != std::string_view::npos)
+      return TraceFormat::Legacy;
     return TraceFormat::Kineto;
   }
   // A tar archive (ustar magic at offset 257) holding Chakra traces.
@@ -139,6 +147,9 @@ int64_t import_traces(TraceWriter& writer, const std::vector<std::string>& files
       case TraceFormat::Kineto: import_kineto(ctx, files[i], i); break;
       case TraceFormat::Nsys: import_nsys(ctx, files[i], i); break;
       case TraceFormat::Chakra: import_chakra(ctx, files[i], i); break;
+      case TraceFormat::Legacy:
+        import_legacy(ctx, files[i], i);
+        break;
       default: break;
     }
     ++stats.files;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,7 @@
 
 namespace braid {
 
-enum class TraceFormat { Auto, Kineto, Nsys, Chakra };
+enum class TraceFormat { Auto, Kineto, Nsys, Chakra, Legacy };
 std::string_view to_string(TraceFormat f);
 TraceFormat trace_format_from_string(std::string_view s);  // throws Usage on unknown names
 
@@ -58,5 +59,11 @@ int64_t import_traces(TraceWriter& writer, const std::vector<std::string>& files
 void import_kineto(ImportContext& ctx, const std::string& file, size_t index);
 void import_nsys(ImportContext& ctx, const std::string& file, size_t index);
 void import_chakra(ImportContext& ctx, const std::string& file, size_t index);
+void import_legacy(ImportContext& ctx, const std::string& file, size_t index);
+
+// The rank a file's name gives (legacy profiler traces name it nowhere else): the digits after
+// the last "rank" (rank-3.json, trace_rank3.json), else after "worker", else the name's last
+// number.
+std::optional<int32_t> rank_from_file_name(const std::string& path);
 
 }  // namespace braid

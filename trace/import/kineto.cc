@@ -966,6 +966,16 @@ void KinetoFile::handle_event(od::object obj) {
 
 void KinetoFile::finish() {
   if (events_ == 0 && stored_ == 0) throw Error(ErrorCode::Empty, path_ + ": no trace events");
+  if (stored_ == 0) {  // events, but none Braid reads: an error, not an empty run
+    std::string saw;
+    for (const auto& [what, n] : skipped_)
+      saw += (saw.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+    bool no_cat = skipped_.count("(no category)") > 0;
+    throw Error(
+        ErrorCode::BadFormat,
+        path_ + ": 0 of " + std::to_string(events_) + " events recognized (" + saw + ")" +
+            (no_cat ? ": no cat field; is this a legacy profiler trace? (--format legacy)" : ""));
+  }
   if (dist_rank_ >= 0 && index_ >= ctx_.options.ranks.size()) info_.rank = dist_rank_;
   else info_.rank = ctx_.default_rank(index_);
   int32_t final_rank = info_.rank;
