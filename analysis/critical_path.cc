@@ -22,19 +22,8 @@ CriticalPath critical_path(const RunData& run, const MatchResult& match, const C
   cp.step = opt.step;
   // The ops of the step (those it launched: RankTrace::kernel_step), and where each rank's
   // share of them starts on its own clock.
-  auto step_of = [&](const RankTrace& t, const GpuOp& op) {
-    switch (op.type) {
-      case OpType::Kernel:
-        return t.kernel_step(t.kernels[op.index]);
-      case OpType::Memcpy:
-        return t.memcpy_step(t.memcpys[op.index]);
-      case OpType::HostCollective:
-        return t.collective_step(t.collectives[op.index]);
-    }
-    return int64_t{-1};
-  };
   auto inside = [&](int32_t r, const GpuOp& op) {
-    return opt.step < 0 || step_of(run.ranks.at(r), op) == opt.step;
+    return opt.step < 0 || op_step(run.ranks.at(r), op) == opt.step;
   };
   std::map<int32_t, std::pair<Ns, Ns>> win;
   for (const auto& [r, tl] : timelines) {

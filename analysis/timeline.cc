@@ -99,4 +99,16 @@ RankTimeline build_timeline(const RankTrace& rank, const TimelineOptions& opt) {
   return tl;
 }
 
+int64_t op_step(const RankTrace& rank, const GpuOp& op) {
+  switch (op.type) {
+    case OpType::Kernel:
+      return rank.kernel_step(rank.kernels[op.index]);
+    case OpType::Memcpy:
+      return rank.memcpy_step(rank.memcpys[op.index]);
+    case OpType::HostCollective:
+      return rank.collective_step(rank.collectives[op.index]);
+  }
+  return -1;
+}
+
 }  // namespace braid::analysis

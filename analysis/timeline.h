@@ -68,4 +68,7 @@ struct TimelineOptions {
 
 RankTimeline build_timeline(const RankTrace& rank, const TimelineOptions& opt = {});
 
+// The step an op belongs to (RankTrace::kernel_step / memcpy_step / collective_step), -1 none.
+int64_t op_step(const RankTrace& rank, const GpuOp& op);
+
 }  // namespace braid::analysis

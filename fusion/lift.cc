@@ -91,15 +91,17 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
     prov.push_back(m);
   }
 
-  // Step windows per rank (own clock).
+  // Per rank (own clock): the step's ops are those it launched (analysis::op_step, as the
+  // analysis attributes them); `window` is where they start and end.
+  std::map<int32_t, RankTimeline> timelines;
   std::map<int32_t, std::pair<Ns, Ns>> window;
   for (int32_t r : ids) {
+    const RankTrace& t = run.ranks.at(r);
+    RankTimeline& tl = timelines[r] = analysis::build_timeline(t, opt.timeline);
     Ns lo = INT64_MIN, hi = INT64_MAX;
     if (opt.step >= 0) {
-      bool found = false;
-      for (const Step& st : run.ranks.at(r).steps)
-        if (st.step == opt.step) lo = st.start, hi = st.end, found = true;
-      if (!found) {
+      if (std::none_of(t.steps.begin(), t.steps.end(),
+                       [&](const Step& st) { return st.step == opt.step; })) {
         std::set<int64_t> have;
         for (const Step& st : run.ranks.at(r).steps) have.insert(st.step);
         std::string list;
@@ -110,12 +112,16 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
                         " has no step " + std::to_string(opt.step) +
                         (list.empty() ? " (the trace has no steps)" : " (steps: " + list + ")"));
       }
+      lo = INT64_MAX, hi = INT64_MIN;
+      for (const analysis::StreamOps& so : tl.streams)
+        for (const GpuOp& op : so.ops)
+          if (analysis::op_step(t, op) == opt.step)
+            lo = std::min(lo, op.start), hi = std::max(hi, op.end);
     }
     window[r] = {lo, hi};
   }
-  auto in_window = [&](int32_t r, Ns start) {
-    auto [lo, hi] = window[r];
-    return start >= lo && start < hi;
+  auto in_step = [&](int32_t r, const GpuOp& op) {
+    return opt.step < 0 || analysis::op_step(run.ranks.at(r), op) == opt.step;
   };
 
   // Which groups become IR collectives.
@@ -140,9 +146,10 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
     else if ((grp.op == CollOp::Broadcast || grp.op == CollOp::Reduce) &&
              (c0.peer_or_root < 0 || !srank.count(c0.peer_or_root)))
       why = "root not in the run";
-    if (why.empty())
+    if (why.empty() && opt.step >= 0)
       for (const CollRef& m : grp.members)
-        if (!in_window(m.rank, run.ranks.at(m.rank).collectives[m.index].start))
+        if (run.ranks.at(m.rank).collective_step(run.ranks.at(m.rank).collectives[m.index]) !=
+            opt.step)
           why = "partly outside the step";
     if (why.empty() && grp.op == CollOp::AllToAll)
       for (const CollRef& m : grp.members)
@@ -218,7 +225,7 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
     const RankTrace& t = run.ranks.at(r);
     const int32_t sr = srank[r];
     s.add_rank(sr);
-    RankTimeline tl = analysis::build_timeline(t, opt.timeline);
+    const RankTimeline& tl = timelines.at(r);
     any_wait_calls = any_wait_calls || std::any_of(t.syncs.begin(), t.syncs.end(),
         [](const analysis::SyncCall& c) { return c.kind == analysis::SyncKind::StreamWaitEvent; });
 
@@ -226,7 +233,7 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
     std::map<OpPos, std::vector<OpPos>> waits;  // consumer -> producers
     if (opt.infer_dependencies)
       for (const analysis::DepEdge& d : tl.deps) {
-        if (!in_window(r, tl.op(d.from).start) || !in_window(r, tl.op(d.to).start)) continue;
+        if (!in_step(r, tl.op(d.from)) || !in_step(r, tl.op(d.to))) continue;
         waits[d.to].push_back(d.from);
         ++deps;
         any_unknown_launch = any_unknown_launch || !d.launch_known;
@@ -237,7 +244,7 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
       std::vector<std::pair<Ns, OpPos>> colls;
       for (auto& [ci, pos] : tl.coll_pos) {
         int g = match.group({r, ci});
-        if (g >= 0 && liftable[g] && in_window(r, tl.op(pos).start))
+        if (g >= 0 && liftable[g] && in_step(r, tl.op(pos)))
           colls.emplace_back(tl.op(pos).start, pos);
       }
       std::sort(colls.begin(), colls.end());
@@ -268,7 +275,7 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
       Ns prev_end = INT64_MIN;
       for (int32_t i = 0; i < static_cast<int32_t>(st.ops.size()); ++i) {
         const GpuOp& op = st.ops[i];
-        if (!in_window(r, op.start)) continue;
+        if (!in_step(r, op)) continue;
         if (stream < 0)
           stream = s.add_stream(sr, st.stream < 0 ? "host" : "stream " + std::to_string(st.stream));
         OpPos pos{si, i};
