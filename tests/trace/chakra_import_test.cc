@@ -715,7 +715,8 @@ TEST(ChakraImport, TimesThatAreNotTimesAreRefused) {
 TEST(ChakraImport, UnreadableArchivesAreRefusedEachTime) {
   TempDir dir;
   std::string tar = dir.file("bad.tar.gz");
-  write_file(tar, std::string("\x1f\x8b\x08\x00garbage that is no gzip stream", 36));
+  const char kNotGzip[] = "\x1f\x8b\x08\x00garbage that is no gzip stream";
+  write_file(tar, std::string(kNotGzip, sizeof kNotGzip - 1));
   for (int i = 0; i < 3; ++i)
     expect_error([&] { import_one(dir, tar, TraceFormat::Chakra); }, ErrorCode::BadFormat, tar,
                  "");
