@@ -29,7 +29,6 @@ constexpr int kHangSeconds = 20;
 
 std::string g_scratch;
 std::atomic<int64_t> g_input_started_ms{0};  // 0: no input running
-std::string g_current;                       // path of the input being imported
 
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -89,8 +88,9 @@ void watchdog(const Target* t) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     int64_t started = g_input_started_ms.load();
     if (started && now_ms() - started > kHangSeconds * 1000) {
-      std::fprintf(stderr, "%s fuzz: FAILED: an input ran for over %d s (hang)\n  input: %s\n",
-                   t->name, kHangSeconds, g_current.c_str());
+      // The input being imported is the one file under <scratch>/in (set before this thread).
+      std::fprintf(stderr, "%s fuzz: FAILED: an input ran for over %d s (hang)\n  input: %s/in\n",
+                   t->name, kHangSeconds, g_scratch.c_str());
       std::fflush(stderr);
       std::_Exit(1);
     }
@@ -174,7 +174,6 @@ void run_one(const Target& t, const std::string& input) {
   fs::remove(out, ec);
   std::string file = t.materialize(input, dir);
   if (file.empty()) return;
-  g_current = file;
   g_input_started_ms = now_ms();
   bool committed = false;
   try {
@@ -216,6 +215,7 @@ int main(const Target& t, int argc, char** argv) {
     std::fprintf(stderr, "%s fuzz: no seeds found (is BRAID_TRACES_DIR right?)\n", t.name);
     return 2;
   }
+  scratch();  // created before the watchdog reads its path
   std::thread(watchdog, &t).detach();
   std::mt19937 rng(seed);
   // Every seed once as it is, then mutants until the time is up (and the minimum is reached).
