@@ -153,17 +153,12 @@ std::string report_text(const Analysis& a) {
     o += line;
   }
   // Stragglers: who arrives last, how often.
-  std::map<int32_t, std::pair<int64_t, Ns>> late;
-  for (const CollectiveMetrics& c : a.metrics.collectives)
-    if (c.late_rank >= 0 && c.complete) {
-      late[c.late_rank].first++;
-      late[c.late_rank].second += c.wait_ns;
-    }
+  std::map<int32_t, LateRank> late = late_ranks(a.metrics);
   if (!late.empty()) {
     o += "  last to arrive:";
     for (auto& [r, v] : late)
-      o += "  rank " + std::to_string(r) + " " + std::to_string(v.first) + "x (others waited " +
-           format_ns(v.second) + ")";
+      o += "  rank " + std::to_string(r) + " " + std::to_string(v.count) + "x (others waited " +
+           format_ns(v.waited_ns) + ")";
     o += "\n";
   }
 

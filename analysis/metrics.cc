@@ -113,11 +113,45 @@ HtaWindow hta_window(const RankTrace& t) {
 
 }  // namespace
 
+std::map<int64_t, Ns> step_spans(const Metrics& m) {
+  std::map<int64_t, std::pair<Ns, Ns>> w;
+  for (const RankMetrics& r : m.ranks) {
+    if (r.step < 0) continue;
+    auto [it, fresh] = w.emplace(r.step, std::make_pair(r.start, r.end));
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, r.start);
+      it->second.second = std::max(it->second.second, r.end);
+    }
+  }
+  std::map<int64_t, Ns> out;
+  for (auto& [s, v] : w) out[s] = v.second - v.first;
+  return out;
+}
+
+std::map<int32_t, LateRank> late_ranks(const Metrics& m) {
+  std::map<int32_t, LateRank> out;
+  for (const CollectiveMetrics& c : m.collectives)
+    if (c.late_rank >= 0 && c.complete) {
+      ++out[c.late_rank].count;
+      out[c.late_rank].waited_ns += c.wait_ns;
+    }
+  return out;
+}
+
 Metrics compute_metrics(const RunData& run, const MatchResult& match, const ClockFit& clocks,
                         const MetricsOptions& opt) {
   Metrics out;
+  // Per rank, the merged computation intervals on the job axis (collective exposure).
+  std::map<int32_t, std::vector<Interval>> computation;
   for (const auto& [r, t] : run.ranks) {
     const Ns off = clocks.offset(r);
+    {
+      std::vector<Interval>& comp = computation[r];
+      for (const Kernel& k : t.kernels)
+        if (time_class(k.category) == TimeClass::Compute)
+          comp.push_back({k.start + off, k.end + off});
+      merge_intervals(comp);
+    }
     if (opt.step < 0) {
       Activity a;
       HtaWindow hw;
@@ -212,7 +246,12 @@ Metrics compute_metrics(const RunData& run, const MatchResult& match, const Cloc
       cm.end = std::max(cm.end, mt.end);
     }
     if (grp.members.size() < 2) cm.late_rank = -1;
-    for (MemberTiming& mt : cm.members) mt.wait_ns = cm.last_arrival - mt.arrival;
+    for (MemberTiming& mt : cm.members) {
+      mt.wait_ns = cm.last_arrival - mt.arrival;
+      std::vector<Interval> self{{mt.arrival, std::max(mt.arrival, mt.end)}};
+      mt.exposed_ns = (self[0].end - self[0].start) - intersect_length(self, computation[mt.rank]);
+      cm.exposed_ns += mt.exposed_ns;
+    }
     cm.wait_ns = cm.last_arrival - cm.first_arrival;
     cm.transfer_ns = std::max<Ns>(0, cm.end - cm.last_arrival);
     if (cm.bytes > 0 && cm.transfer_ns > 0) {

@@ -15,7 +15,8 @@
 // Per matched collective, on the job axis (clock offsets applied): arrival_r = start on rank r;
 // wait_ns = last arrival - first arrival (arrival skew), transfer_ns = end - last arrival (end:
 // the latest member end); the late rank is the last to arrive; algbw = bytes / transfer,
-// busbw = algbw · nccl-tests factor.
+// busbw = algbw · nccl-tests factor; exposed_ns: the part of [arrival, end] on the member's rank
+// that no computation overlaps (summed over members for the collective).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,7 @@ struct MemberTiming {
   int32_t rank = 0;
   Ns arrival = 0, end = 0;  // job axis
   Ns wait_ns = 0;           // last arrival - this arrival
+  Ns exposed_ns = 0;        // of [arrival, end], the time no computation of the rank overlaps
 };
 
 struct CollectiveMetrics {
@@ -64,6 +66,7 @@ struct CollectiveMetrics {
   bool complete = false;
   Ns first_arrival = 0, last_arrival = 0, end = 0;  // job axis
   Ns wait_ns = 0, transfer_ns = 0;
+  Ns exposed_ns = 0;  // sum of the members' exposed_ns
   int32_t late_rank = -1;
   double algbw_gbps = 0, busbw_gbps = 0;
   std::vector<MemberTiming> members;
@@ -96,6 +99,18 @@ struct MetricsOptions {
 
 Metrics compute_metrics(const RunData& run, const MatchResult& match, const ClockFit& clocks,
                         const MetricsOptions& opt = {});
+
+// Step time: per step number, from the earliest start to the latest end of the step's rows
+// over all ranks (the GPU work the step launched). Empty when the metrics have no step rows.
+std::map<int64_t, Ns> step_spans(const Metrics& m);
+
+// Who made the others wait: per rank, the complete collectives it arrived last at and the sum
+// of their wait_ns (arrival skew), as `braid analyze` reports "last to arrive".
+struct LateRank {
+  int64_t count = 0;
+  Ns waited_ns = 0;
+};
+std::map<int32_t, LateRank> late_ranks(const Metrics& m);
 
 // The number of ranks a group's collective runs on: the trace's group size where known, else
 // the communicator members present.

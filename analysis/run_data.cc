@@ -88,13 +88,25 @@ const RankTrace* RunData::rank(int32_t r) const {
   return it == ranks.end() ? nullptr : &it->second;
 }
 
-RunData load_run(const TraceReader& reader, int64_t run) {
+RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick) {
   bool exists = false;
   for (const RunRow& r : reader.runs()) exists = exists || r.run_id == run;
   if (!exists) throw Error(ErrorCode::NotFound, reader.path() + ": no run " + std::to_string(run));
   RunData d;
   d.run_id = run;
   d.reader = &reader;
+  int64_t rows = 0;
+  bool stopped = false;
+  // True while the load goes on; counts the row and asks `tick` every 4096 rows.
+  auto more = [&] {
+    if (tick && (++rows & 4095) == 0 && !tick(rows)) stopped = true;
+    return !stopped;
+  };
+  auto check = [&] {
+    if (stopped)
+      throw Error(ErrorCode::Internal,
+                  reader.path() + ": loading run " + std::to_string(run) + " cancelled");
+  };
   for (RankInfo& r : reader.ranks(run)) d.ranks[r.rank].info = std::move(r);
   auto rank_of = [&](int32_t r) -> RankTrace& {
     RankTrace& t = d.ranks[r];
@@ -105,16 +117,19 @@ RunData load_run(const TraceReader& reader, int64_t run) {
     if (s.gpu) rank_of(s.rank).streams.push_back(std::move(s));
   reader.kernels(run, [&](const Kernel& k) {
     rank_of(k.rank).kernels.push_back(k);
-    return true;
+    return more();
   });
+  check();
   reader.memcpys(run, [&](const Memcpy& m) {
     rank_of(m.rank).memcpys.push_back(m);
-    return true;
+    return more();
   });
+  check();
   reader.collectives(run, [&](const Collective& c) {
     rank_of(c.rank).collectives.push_back(c);
-    return true;
+    return more();
   });
+  check();
   for (const Step& s : reader.steps(run)) rank_of(s.rank).steps.push_back(s);
   d.comms = reader.communicators(run);
 
@@ -129,13 +144,14 @@ RunData load_run(const TraceReader& reader, int64_t run) {
       if (auto k = sync_kind_of(s.text(1))) sync_names.emplace(s.i64(0), *k);
   }
   reader.api_calls(run, [&](const ApiCall& a) {
-    if (a.kind != ApiKind::Runtime && a.kind != ApiKind::Driver) return true;
+    if (a.kind != ApiKind::Runtime && a.kind != ApiKind::Driver) return more();
     RankTrace& t = rank_of(a.rank);
     if (a.correlation != 0) t.launches.emplace(a.correlation, a.start);
     auto it = sync_names.find(a.name);
     if (it != sync_names.end()) t.syncs.push_back({it->second, a});
-    return true;
+    return more();
   });
+  check();
   for (auto& [_, t] : d.ranks) {
     auto by_stream = [](const auto& a, const auto& b) {
       return a.stream != b.stream ? a.stream < b.stream : a.start < b.start;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -69,8 +70,12 @@ struct RunData {
   const RankTrace* rank(int32_t r) const;
 };
 
+// Called while a run loads with the number of rows read so far (every 4096 rows); returning
+// false stops the load, which then throws braid::Error (the GUI cancels a load this way).
+using LoadTick = std::function<bool(int64_t rows)>;
+
 // Loads `run` from `reader`. Throws braid::Error(NotFound) when the run does not exist.
-RunData load_run(const TraceReader& reader, int64_t run);
+RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick = nullptr);
 
 // The run `braid analyze` works on by default: the single run of the file, else the first
 // captured or imported run (replayed and simulated runs come later in the file).

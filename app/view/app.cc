@@ -41,6 +41,7 @@ void app_load(App& app, int s, int64_t run_id) {
   app.search_result = {};
   app.search_index = -1;
   app.links.clear();
+  app.selected_link = -1;
   app.diff.clear();
   app.fit_pending = true;
   RunSlot* p = &slot;
@@ -178,6 +179,38 @@ std::string short_name(const std::string& s, size_t max_chars) {
   if (s.size() <= max_chars) return s;
   if (max_chars <= 2) return s.substr(0, max_chars);
   return s.substr(0, max_chars - 2) + "..";
+}
+
+std::string elide_middle(const std::string& s, size_t max_chars) {
+  if (s.size() <= max_chars) return s;
+  if (max_chars <= 5) return s.substr(0, max_chars);
+  size_t keep = max_chars - 3, head = (keep + 1) / 2;
+  return s.substr(0, head) + "..." + s.substr(s.size() - (keep - head));
+}
+
+void text_elided(const std::string& s, float max_w) {
+  if (max_w <= 0) max_w = ImGui::GetContentRegionAvail().x;
+  if (ImGui::CalcTextSize(s.c_str()).x <= max_w) {
+    ImGui::TextUnformatted(s.c_str());
+    return;
+  }
+  // The longest middle-elided form that fits (text widths grow with the kept characters).
+  size_t lo = 0, hi = s.size();
+  while (lo < hi) {
+    size_t mid = (lo + hi + 1) / 2;
+    if (ImGui::CalcTextSize(elide_middle(s, mid).c_str()).x <= max_w)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  ImGui::TextUnformatted(elide_middle(s, std::max<size_t>(lo, 6)).c_str());
+  if (ImGui::IsItemHovered()) {
+    ImGui::BeginTooltip();
+    ImGui::PushTextWrapPos(ImGui::GetFontSize() * 50);
+    ImGui::TextUnformatted(s.c_str());
+    ImGui::PopTextWrapPos();
+    ImGui::EndTooltip();
+  }
 }
 
 std::string event_title(const RunData& d, const Event& e) {

@@ -62,6 +62,21 @@ struct FrameGeometry {
   };
   std::vector<SectionGeom> sections;
   float label_x0 = 0, label_x1 = 0;  // the lane-label column
+  // The Metrics tab's charts, when it is shown: a rank's stacked bar (x: the boundaries of its
+  // parts compute | overlapped | exposed | memory | idle, so 6 values) and the late-rank bars.
+  struct BarGeom {
+    int slot = 0;
+    int32_t rank = 0;
+    float y0 = 0, y1 = 0;
+    float x[6] = {};
+  };
+  std::vector<BarGeom> metric_bars;
+  struct LateGeom {
+    int slot = 0;
+    int32_t rank = 0;
+    float x0 = 0, x1 = 0, y0 = 0, y1 = 0;  // the bar of others' total wait
+  };
+  std::vector<LateGeom> late_bars;
 };
 
 enum class SideTab {
@@ -101,6 +116,7 @@ struct App {
   int search_index = -1;
 
   std::vector<FusedLink> links;  // compare mode: fused ops of B and what they replace in A
+  int selected_link = -1;        // the Compare tab's chosen fused op (summarize_links index)
   std::string links_error;
   std::vector<DiffRow> diff;
 
@@ -152,6 +168,12 @@ inline Ns to_axis(const App& app, int slot, Ns t) { return t - app.slots[slot].s
 // Text helpers for the panels.
 std::string event_title(const RunData& d, const Event& e);  // "allreduce 64.0 MiB" / kernel name
 std::string short_name(const std::string& s, size_t max_chars);
+// `s` cut in the middle to at most `max_chars` ("ncclDevKernel_...RING_LL"): long kernel names
+// differ at both ends.
+std::string elide_middle(const std::string& s, size_t max_chars);
+// Text that fits `max_w` pixels (<= 0: the rest of the line), elided in the middle, with the
+// whole text as a tooltip when it was cut.
+void text_elided(const std::string& s, float max_w = 0);
 
 namespace panels {
 void run_picker(App& app);

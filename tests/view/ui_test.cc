@@ -1,6 +1,7 @@
 // Frames built headless (an ImGui context, no GL backend): what is drawn where, hover, click
 // selection, wheel zoom at the cursor, drag to pan, keys, collapsing a rank, compare mode.
 #include <gtest/gtest.h>
+#include <simdjson.h>
 
 #include "app/view/app.h"
 #include "trace/test_util.h"
@@ -207,6 +208,59 @@ TEST_F(ViewHeadless, SearchJumpsToTheFirstMatch) {
   EXPECT_LE(app_.axis.t0(), kBase + us(45));
   EXPECT_GE(app_.axis.t1(), kBase + us(50));
   EXPECT_LT(app_.axis.t1() - app_.axis.t0(), us(10));
+}
+
+// One source of numbers: on a real two-rank trace, the Metrics tab shows per rank exactly what
+// `braid analyze` prints (its --json report), and the same ranks arriving last.
+TEST_F(ViewHeadless, MetricsTabShowsWhatBraidAnalyzePrintsOnARealTrace) {
+  std::string f = dir_.file("hta.braid");
+  test::CliResult imp = test::run_braid(
+      dir_, "import " + test::traces("hta/tests/data/trace_filter/sampled_rank-0.json.gz") + " " +
+                test::traces("hta/tests/data/trace_filter/sampled_rank-1.json.gz") + " -o " + f);
+  ASSERT_EQ(imp.code, 0) << imp.err;
+  test::CliResult an = test::run_braid(dir_, "analyze " + f + " --json");
+  ASSERT_EQ(an.code, 0) << an.err;
+  test::CliResult txt = test::run_braid(dir_, "analyze " + f);
+  ASSERT_EQ(txt.code, 0) << txt.err;
+  simdjson::dom::parser p;
+  simdjson::dom::element j = p.parse(an.out);
+  app_open(app_, f, int64_t(j["run"]));
+  app_wait(app_);
+  show_tab(app_, SideTab::Metrics);
+  frame();
+  frame();
+  ASSERT_TRUE(app_.all_ready());
+  EXPECT_EQ(app_.tab, SideTab::Metrics);
+  const RunMetrics& m = app_.slots[0].metrics;
+  size_t whole = 0;
+  for (simdjson::dom::element r : j["ranks"].get_array()) {
+    if (int64_t(r["step"]) >= 0) continue;
+    ++whole;
+    auto rank = static_cast<int32_t>(int64_t(r["rank"]));
+    const analysis::RankMetrics* g = nullptr;
+    for (const auto& x : m.ranks)
+      if (x.rank == rank) g = &x;
+    ASSERT_NE(g, nullptr) << "rank " << rank;
+    EXPECT_EQ(g->compute_ns, int64_t(r["compute_ns"])) << rank;
+    EXPECT_EQ(g->comm_ns, int64_t(r["comm_ns"])) << rank;
+    EXPECT_EQ(g->exposed_comm_ns, int64_t(r["exposed_comm_ns"])) << rank;
+    EXPECT_EQ(g->overlap_ns, int64_t(r["overlap_ns"])) << rank;
+    EXPECT_EQ(g->idle_ns, int64_t(r["idle_ns"])) << rank;
+    EXPECT_EQ(g->memory_ns, int64_t(r["memory_ns"])) << rank;
+    EXPECT_EQ(g->span(), int64_t(r["end_ns"]) - int64_t(r["start_ns"])) << rank;
+    // The stacked bar's parts are these numbers and fill the rank's span.
+    MetricsBar b = metrics_bar(*g);
+    EXPECT_EQ(b.compute + b.overlapped + b.exposed + b.memory + b.idle, g->span()) << rank;
+    EXPECT_EQ(b.exposed, g->exposed_comm_ns);
+    EXPECT_EQ(b.overlapped, g->overlap_ns);
+  }
+  EXPECT_EQ(whole, 2u);
+  EXPECT_EQ(m.ranks.size(), whole);
+  // Who made the others wait, as the text report's "last to arrive" line says.
+  for (auto& [rank, v] : analysis::late_ranks(app_.slots[0].data->metrics)) {
+    std::string says = "rank " + std::to_string(rank) + " " + std::to_string(v.count) + "x";
+    EXPECT_NE(txt.out.find(says), std::string::npos) << says << "\n" << txt.out;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <tuple>
 
 #include "trace/reader.h"
 #include "trace/sqlite_util.h"
@@ -60,39 +61,61 @@ void place(const RunData& d, OpportunityView& v) {
 
 }  // namespace
 
-std::vector<int32_t> colls_of_op(const RunData& d, const fusion::Schedule& s, int64_t op_id,
-                                 bool every_step) {
-  std::vector<int32_t> out;
-  auto ref = s.find_op(op_id);
-  if (!ref) return out;
-  const fusion::Collective* target = s.op(*ref).collective();
-  if (!target) return out;
-  // Position of the op among the rank's collectives on the same communicator, and how many
-  // the schedule has there (one step's worth).
+namespace {
+
+// Where op `op_id` sits among its rank's collectives on its communicator, and how many
+// collectives one repetition of the schedule runs there; order -1 when it is no collective.
+struct OpPlace {
+  int32_t rank = -1;
+  std::string comm;
   int64_t order = -1, per_step = 0;
+};
+
+OpPlace place_of_op(const fusion::Schedule& s, int64_t op_id) {
+  OpPlace p;
+  auto ref = s.find_op(op_id);
+  if (!ref) return p;
+  const fusion::Collective* target = s.op(*ref).collective();
+  if (!target) return p;
+  p.rank = ref->rank;
+  p.comm = target->comm;
   const fusion::RankSchedule& rs = s.ranks[ref->rank];
   for (size_t si = 0; si < rs.streams.size(); ++si)
     for (size_t oi = 0; oi < rs.streams[si].ops.size(); ++oi) {
       if (static_cast<int>(si) == ref->stream && static_cast<int>(oi) == ref->index)
-        order = per_step;
-      if (auto* c = rs.streams[si].ops[oi].collective(); c && c->comm == target->comm) ++per_step;
+        p.order = p.per_step;
+      if (auto* c = rs.streams[si].ops[oi].collective(); c && c->comm == target->comm) ++p.per_step;
     }
+  return p;
+}
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> colls_of_op_per_step(const RunData& d, const fusion::Schedule& s,
+                                                       int64_t op_id, size_t max_steps) {
+  std::vector<std::vector<int32_t>> out;
+  OpPlace p = place_of_op(s, op_id);
+  if (p.order < 0) return out;
   std::vector<int32_t> mine;
   for (size_t i = 0; i < d.colls.size(); ++i)
-    if (d.colls[i].c.rank == ref->rank && d.str(d.colls[i].c.comm) == target->comm)
+    if (d.colls[i].c.rank == p.rank && d.str(d.colls[i].c.comm) == p.comm)
       mine.push_back(static_cast<int32_t>(i));
   std::sort(mine.begin(), mine.end(),
             [&](int32_t a, int32_t b) { return d.colls[a].c.start < d.colls[b].c.start; });
-  for (int64_t k = order; k >= 0 && k < static_cast<int64_t>(mine.size()); k += per_step) {
+  for (int64_t k = p.order; k < static_cast<int64_t>(mine.size()) && out.size() < max_steps;
+       k += p.per_step) {
     int32_t c = mine[k];
     if (d.colls[c].match >= 0)
-      out.insert(out.end(), d.matches[d.colls[c].match].members.begin(),
-                 d.matches[d.colls[c].match].members.end());
+      out.push_back(d.matches[d.colls[c].match].members);
     else
-      out.push_back(c);
-    if (!every_step) break;
+      out.push_back({c});
   }
   return out;
+}
+
+std::vector<int32_t> colls_of_op(const RunData& d, const fusion::Schedule& s, int64_t op_id) {
+  auto steps = colls_of_op_per_step(d, s, op_id, 1);
+  return steps.empty() ? std::vector<int32_t>{} : steps[0];
 }
 
 Extras load_extras(const RunData& run, size_t max_rows) {
@@ -206,18 +229,49 @@ std::vector<FusedLink> fused_links(const RunData& baseline, const RunData& fused
         if (op.replaces.empty()) continue;
         FusedLink l;
         l.op_id = op.id;
+        l.rank = rs.rank;
         l.replaces = op.replaces;
-        std::string kind = op.collective() ? std::string(to_string(op.collective()->op)) + " on '" +
-                                                 op.collective()->comm + "'"
-                                           : std::string(fusion::to_string(op.kind()));
-        l.what = kind + " (rank " + std::to_string(rs.rank) + ", op " + std::to_string(op.id) + ")";
-        l.fused_colls = colls_of_op(fused, s, op.id, true);
-        std::set<int32_t> seen;
-        for (int64_t r : op.replaces)
-          for (int32_t c : colls_of_op(baseline, parent, r, true))
-            if (seen.insert(c).second) l.replaced_colls.push_back(c);
+        l.what = op.collective() ? std::string(to_string(op.collective()->op)) + " on '" +
+                                       op.collective()->comm + "'"
+                                 : std::string(fusion::to_string(op.kind()));
+        l.order = place_of_op(s, op.id).order;
+        auto fused_steps = colls_of_op_per_step(fused, s, op.id);
+        // What it replaces, step by step: the k-th repetition of each replaced op.
+        std::vector<std::vector<std::vector<int32_t>>> replaced;
+        for (int64_t r : op.replaces) replaced.push_back(colls_of_op_per_step(baseline, parent, r));
+        for (size_t k = 0; k < fused_steps.size(); ++k) {
+          FusedLink::Step step;
+          step.fused = fused_steps[k];
+          std::set<int32_t> seen;
+          for (const auto& r : replaced)
+            if (k < r.size())
+              for (int32_t c : r[k])
+                if (seen.insert(c).second) step.replaced.push_back(c);
+          l.steps.push_back(std::move(step));
+        }
         out.push_back(std::move(l));
       }
+  return out;
+}
+
+std::vector<FusedOpSummary> summarize_links(const std::vector<FusedLink>& links) {
+  std::vector<FusedOpSummary> out;
+  std::map<std::tuple<std::string, int64_t, size_t>, size_t> index;
+  for (size_t i = 0; i < links.size(); ++i) {
+    const FusedLink& l = links[i];
+    auto [it, fresh] =
+        index.emplace(std::make_tuple(l.what, l.order, l.replaces.size()), out.size());
+    if (fresh) {
+      FusedOpSummary s;
+      s.what = l.what;
+      s.replaces = l.replaces.size();
+      out.push_back(std::move(s));
+    }
+    FusedOpSummary& s = out[it->second];
+    s.links.push_back(i);
+    s.ranks.push_back(l.rank);
+    s.steps = std::max(s.steps, l.steps.size());
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 // name), fused operations and the operations they replace, and the analysis tables.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -54,23 +55,42 @@ Extras load_extras(const RunData& run, size_t max_rows = 5000);
 
 // The run's collectives that stand for op `op_id` of `s`: a schedule's collectives are matched
 // to a trace's by (communicator, order within the communicator on the rank), the same rule
-// that matches them across ranks. Returns every rank's instance of the matched collective; with
-// `every_step`, also those of the later repetitions of the schedule (a replay of several
-// steps runs the schedule's collectives on each communicator once per step).
-std::vector<int32_t> colls_of_op(const RunData& d, const fusion::Schedule& s, int64_t op_id,
-                                 bool every_step = false);
+// that matches them across ranks. Element k holds every rank's instance of the matched
+// collective in the k-th repetition of the schedule (a replay of several steps runs the
+// schedule's collectives on each communicator once per step); at most `max_steps` elements.
+std::vector<std::vector<int32_t>> colls_of_op_per_step(const RunData& d, const fusion::Schedule& s,
+                                                       int64_t op_id, size_t max_steps = SIZE_MAX);
+// The first repetition's instances (colls_of_op_per_step's element 0), or none.
+std::vector<int32_t> colls_of_op(const RunData& d, const fusion::Schedule& s, int64_t op_id);
 
 // A fused operation of the schedule a replayed run executed, and the parent-schedule
-// operations it replaces, each placed on its run (baseline: the parent's run).
+// operations it replaces, each placed on its run (baseline: the parent's run), step by step:
+// the fused collective of B's k-th step stands for what A ran in its k-th step only.
 struct FusedLink {
   int64_t op_id = -1;
-  std::string what;  // "allreduce on 'dp' (rank 0)"
+  int32_t rank = -1;
+  std::string what;    // "allreduce on 'dp'"
+  int64_t order = -1;  // the op's position among its rank's collectives on its communicator
   std::vector<int64_t> replaces;
-  std::vector<int32_t> fused_colls;     // in the fused run
-  std::vector<int32_t> replaced_colls;  // in the baseline run
+  struct Step {
+    std::vector<int32_t> fused;     // in the fused run (every rank's instance)
+    std::vector<int32_t> replaced;  // in the baseline run
+  };
+  std::vector<Step> steps;  // by repetition: steps[k] pairs B's k-th with A's k-th
 };
 // Empty when `fused` has no schedule or its schedule has no parent. Throws braid::Error on an
 // unreadable schedule.
 std::vector<FusedLink> fused_links(const RunData& baseline, const RunData& fused);
+
+// The fused operations once each (the Compare tab's list): links of the same collective on
+// different ranks (same description, communicator position and replaced count) together.
+struct FusedOpSummary {
+  std::string what;
+  size_t replaces = 0;         // ops of the parent each rank's instance replaces
+  std::vector<size_t> links;   // indexes into the fused_links result
+  std::vector<int32_t> ranks;  // ranks it runs on
+  size_t steps = 0;            // steps in which B ran it (and A what it replaces)
+};
+std::vector<FusedOpSummary> summarize_links(const std::vector<FusedLink>& links);
 
 }  // namespace braid::view

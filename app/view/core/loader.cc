@@ -5,6 +5,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "analysis/clock.h"
+#include "analysis/run_data.h"
 #include "trace/error.h"
 #include "trace/sqlite_util.h"
 
@@ -121,50 +123,6 @@ void fill_density(RunData& d) {
     for (float& v : d.gpu_density) v /= static_cast<float>(gpu_lanes);
 }
 
-// Groups the collectives into cross-rank matches: by (communicator, seq) when every instance
-// of the communicator has a sequence number, else by (communicator, position on each rank).
-void match_collectives(RunData& d) {
-  std::unordered_map<StrId, bool> has_seq;
-  for (const CollRec& c : d.colls) {
-    auto [it, fresh] = has_seq.emplace(c.c.comm, true);
-    if (c.c.seq < 0) it->second = false;
-  }
-  std::vector<int32_t> order(d.colls.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    const Collective &x = d.colls[a].c, &y = d.colls[b].c;
-    if (x.rank != y.rank) return x.rank < y.rank;
-    if (x.comm != y.comm) return x.comm < y.comm;
-    return x.start < y.start;
-  });
-  std::map<std::pair<int32_t, StrId>, int64_t> position;  // (rank, comm) -> next position
-  std::map<std::pair<StrId, int64_t>, int32_t> match_of;
-  for (int32_t i : order) {
-    CollRec& r = d.colls[i];
-    if (r.c.comm == 0) continue;  // no communicator identity: cannot match
-    int64_t pos = position[{r.c.rank, r.c.comm}]++;
-    int64_t key = has_seq[r.c.comm] ? r.c.seq : pos;
-    auto [it, fresh] = match_of.emplace(std::make_pair(r.c.comm, key), 0);
-    if (fresh) {
-      it->second = static_cast<int32_t>(d.matches.size());
-      Match m;
-      m.comm = r.c.comm;
-      m.order = key;
-      m.op = r.c.op;
-      m.latest_start = r.c.start;
-      m.earliest_end = r.c.end;
-      m.latest_end = r.c.end;
-      d.matches.push_back(m);
-    }
-    Match& m = d.matches[it->second];
-    m.members.push_back(i);
-    m.latest_start = std::max(m.latest_start, r.c.start);
-    m.earliest_end = std::min(m.earliest_end, r.c.end);
-    m.latest_end = std::max(m.latest_end, r.c.end);
-    r.match = it->second;
-  }
-}
-
 }  // namespace
 
 std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadProgress* progress) {
@@ -203,88 +161,79 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
     return it == offset.end() ? Ns{0} : it->second;
   };
 
+  // The API calls are read twice: by the analysis load (launches and synchronizations) and
+  // below for the CPU lanes.
   std::string where = " WHERE run_id=" + std::to_string(run_id);
   int64_t total = 0;
-  for (const char* t : {"kernels", "memcpys", "collectives", "api_calls", "nvtx_ranges"})
+  for (const char* t :
+       {"kernels", "memcpys", "collectives", "api_calls", "api_calls", "nvtx_ranges"})
     total += sql::scalar(db, std::string("SELECT COUNT(*) FROM ") + t + where);
   if (progress) progress->total = std::max<int64_t>(1, total);
-  int64_t done = 0;
+  auto cancelled = [&] { return Error(ErrorCode::Internal, path + ": loading cancelled"); };
+
+  // Kernels, memcpys, collectives and steps come from the analysis component's load, and the
+  // matching and the metrics are computed by it on that load, so the window and `braid
+  // analyze` show the same numbers (analysis/metrics.h).
+  analysis::RunData a;
+  try {
+    a = analysis::load_run(reader, run_id, [&](int64_t rows) {
+      if (progress) progress->done = rows;
+      return !(progress && progress->cancel);
+    });
+  } catch (const Error&) {
+    if (progress && progress->cancel) throw cancelled();
+    throw;
+  }
+  int64_t done = progress ? progress->done.load() : 0;
   auto tick = [&] {
     if (progress && (++done & 4095) == 0) {
       progress->done = done;
-      if (progress->cancel) throw Error(ErrorCode::Internal, path + ": loading cancelled");
+      if (progress->cancel) throw cancelled();
     }
   };
 
   LaneBuilder lanes(*d);
   for (const StreamInfo& s : reader.streams(run_id)) lanes.lane(s.rank, s.stream, s.gpu, s.label);
 
-  // Tables are read in storage order ("+run_id" keeps SQLite off the window index, whose order
-  // would cost a random row lookup per event); lanes are sorted afterwards.
-  auto scan = [&](const char* sql, auto&& row) {
-    sql::Stmt s(db, sql);
-    s.bind(1, run_id);
-    while (s.step()) {
-      row(s);
-      tick();
+  // Collectives are numbered rank by rank in the analysis load's order, so a collective of the
+  // analysis (rank, index) is RunData::colls[first_coll[rank] + index].
+  std::map<int32_t, int32_t> first_coll;
+  for (const auto& [rank, t] : a.ranks) {
+    const Ns o = off(rank);
+    for (const Kernel& k : t.kernels)
+      lanes.events(lanes.lane(rank, k.stream, true))
+          .push_back({k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category),
+                      EventKind::Kernel, 0, -1});
+    for (const Memcpy& m : t.memcpys)
+      lanes.events(lanes.lane(rank, m.stream, true))
+          .push_back({m.start + o, m.end + o, m.name, static_cast<uint8_t>(Category::Memory),
+                      EventKind::Memcpy, static_cast<uint16_t>(m.kind), -1});
+    first_coll[rank] = static_cast<int32_t>(d->colls.size());
+    for (Collective c : t.collectives) {
+      c.start += o;
+      c.end += o;
+      if (c.enqueue >= 0) c.enqueue += o;
+      CollRec r;
+      r.c = c;
+      d->colls.push_back(r);
     }
-  };
-  scan("SELECT rank, stream, start_ns, end_ns, name_id, category FROM kernels WHERE +run_id=?",
-       [&](const sql::Stmt& s) {
-         auto rank = static_cast<int32_t>(s.i64(0));
-         Ns o = off(rank);
-         lanes.events(lanes.lane(rank, s.i64(1), true))
-             .push_back({s.i64(2) + o, s.i64(3) + o, static_cast<StrId>(s.i64(4)),
-                         static_cast<uint8_t>(s.i64(5)), EventKind::Kernel, 0, -1});
-       });
-  scan("SELECT rank, stream, start_ns, end_ns, name_id, kind FROM memcpys WHERE +run_id=?",
-       [&](const sql::Stmt& s) {
-         auto rank = static_cast<int32_t>(s.i64(0));
-         Ns o = off(rank);
-         std::string kind = s.text(5);
-         uint16_t k = static_cast<uint16_t>(MemKind::Unknown);
-         for (auto m : {MemKind::HtoD, MemKind::DtoH, MemKind::DtoD, MemKind::HtoH, MemKind::PtoP,
-                        MemKind::Memset})
-           if (to_string(m) == kind) k = static_cast<uint16_t>(m);
-         lanes.events(lanes.lane(rank, s.i64(1), true))
-             .push_back({s.i64(2) + o, s.i64(3) + o, static_cast<StrId>(s.i64(4)),
-                         static_cast<uint8_t>(Category::Memory), EventKind::Memcpy, k, -1});
-       });
-  const std::string coll_sql =
-      std::string("SELECT ") + kCollectiveColumns + " FROM collectives WHERE +run_id=?";
-  scan(coll_sql.c_str(),
-       [&](const sql::Stmt& s) {
-         CollRec r;
-         Collective& c = r.c;
-         c = collective_from_row(s);
-         Ns o = off(c.rank);
-         c.start += o;
-         c.end += o;
-         if (c.enqueue >= 0) c.enqueue += o;
-         d->colls.push_back(r);
-       });
-  scan("SELECT rank, tid, start_ns, end_ns, name_id, kind FROM api_calls WHERE +run_id=?",
-       [&](const sql::Stmt& s) {
-         auto rank = static_cast<int32_t>(s.i64(0));
-         Ns o = off(rank);
-         std::string k = s.text(5);
-         ApiKind kind = k == "cpu_op"    ? ApiKind::CpuOp
-                        : k == "runtime" ? ApiKind::Runtime
-                        : k == "driver"  ? ApiKind::Driver
-                        : k == "python"  ? ApiKind::Python
-                                         : ApiKind::Other;
-         lanes.events(lanes.lane(rank, s.i64(1), false))
-             .push_back({s.i64(2) + o, s.i64(3) + o, static_cast<StrId>(s.i64(4)), kCategoryCpu,
-                         EventKind::CpuCall, static_cast<uint16_t>(kind), -1});
-       });
-  scan("SELECT rank, stream, on_gpu, start_ns, end_ns, name_id FROM nvtx_ranges WHERE +run_id=?",
-       [&](const sql::Stmt& s) {
-         auto rank = static_cast<int32_t>(s.i64(0));
-         Ns o = off(rank);
-         lanes.events(lanes.lane(rank, s.i64(1), s.i64(2) != 0))
-             .push_back({s.i64(3) + o, s.i64(4) + o, static_cast<StrId>(s.i64(5)),
-                         kCategoryAnnotation, EventKind::Annotation, 0, -1});
-       });
+  }
+  reader.api_calls(run_id, [&](const ApiCall& c) {
+    Ns o = off(c.rank);
+    lanes.events(lanes.lane(c.rank, c.tid, false))
+        .push_back({c.start + o, c.end + o, c.name, kCategoryCpu, EventKind::CpuCall,
+                    static_cast<uint16_t>(c.kind), -1});
+    tick();
+    return true;
+  });
+  reader.ranges(run_id, [&](const Range& r) {
+    Ns o = off(r.rank);
+    lanes.events(lanes.lane(r.rank, r.stream, r.on_gpu))
+        .push_back(
+            {r.start + o, r.end + o, r.name, kCategoryAnnotation, EventKind::Annotation, 0, -1});
+    tick();
+    return true;
+  });
 
   for (size_t i = 0; i < lanes.lane_count(); ++i) {
     auto& ev = lanes.events(static_cast<int>(i));
@@ -356,7 +305,36 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
           r.index = static_cast<int64_t>(k);
         }
     }
-  match_collectives(*d);
+
+  // Cross-rank matching and metrics, as `braid analyze` computes them, on the clock offsets the
+  // file holds (those `braid analyze` solved, once it has run).
+  analysis::MatchResult match = analysis::match_collectives(a);
+  d->metrics = analysis::compute_metrics(a, match, analysis::stored_clocks(a));
+  std::vector<int32_t> metrics_of(match.groups.size(), -1);
+  for (size_t i = 0; i < d->metrics.collectives.size(); ++i)
+    metrics_of[d->metrics.collectives[i].group] = static_cast<int32_t>(i);
+  for (size_t g = 0; g < match.groups.size(); ++g) {
+    const analysis::CollGroup& grp = match.groups[g];
+    if (grp.members.empty()) continue;
+    Match m;
+    m.order = grp.seq;
+    m.op = grp.op;
+    m.metrics = metrics_of[g];
+    m.latest_start = INT64_MIN;
+    m.earliest_end = INT64_MAX;
+    m.latest_end = INT64_MIN;
+    for (const analysis::CollRef& ref : grp.members) {
+      auto ci = first_coll.at(ref.rank) + ref.index;
+      CollRec& r = d->colls[ci];
+      m.comm = r.c.comm;
+      m.members.push_back(ci);
+      m.latest_start = std::max(m.latest_start, r.c.start);
+      m.earliest_end = std::min(m.earliest_end, r.c.end);
+      m.latest_end = std::max(m.latest_end, r.c.end);
+      r.match = static_cast<int32_t>(d->matches.size());
+    }
+    d->matches.push_back(std::move(m));
+  }
 
   // Lanes grouped per rank: GPU streams by stream id, then host lanes.
   std::map<int32_t, std::vector<int>> by_rank;
@@ -379,12 +357,13 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
     if (l.label.empty())
       l.label = l.gpu ? "stream " + std::to_string(l.stream) : "thread " + std::to_string(l.stream);
 
-  for (Step s : reader.steps(run_id)) {
-    Ns o = off(s.rank);
-    s.start += o;
-    s.end += o;
-    d->steps.push_back(s);
-  }
+  for (const auto& [rank, t] : a.ranks)
+    for (Step s : t.steps) {
+      Ns o = off(rank);
+      s.start += o;
+      s.end += o;
+      d->steps.push_back(s);
+    }
   fill_density(*d);
   if (progress) progress->done = progress->total.load();
   return d;

@@ -1,13 +1,15 @@
 // What the GUI shows of one run: per (rank, stream) lanes of events on the job's common time
 // axis, each lane split into rows of non-overlapping events sorted by start (so the visible
 // window of a row is a binary search on start and on end), plus the collectives with their
-// cross-rank matches. Built once by the loader; read-only afterwards, so frames never lock.
+// cross-rank matches and the analysis metrics. Built once by the loader; read-only afterwards,
+// so frames never lock.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "analysis/metrics.h"
 #include "trace/model.h"
 #include "trace/reader.h"
 
@@ -68,6 +70,7 @@ struct Match {
   Ns latest_start = 0;           // when the last rank arrived
   Ns earliest_end = 0;
   Ns latest_end = 0;  // when the last rank finished
+  int32_t metrics = -1;  // index into RunData::metrics.collectives, -1 when it has none
 };
 
 struct RunData {
@@ -77,7 +80,10 @@ struct RunData {
   std::vector<RankGroup> groups;  // one per rank, by rank
   std::vector<Lane> lanes;
   std::vector<CollRec> colls;
-  std::vector<Match> matches;
+  std::vector<Match> matches;  // analysis::match_collectives's groups
+  // What `braid analyze` computes for the run (analysis::compute_metrics on the file's clock
+  // offsets): per rank and step the time breakdown, per matched collective its timing.
+  analysis::Metrics metrics;
   std::vector<Step> steps;  // job axis
   std::vector<Communicator> communicators;
   std::vector<Diagnostic> diagnostics;

@@ -11,18 +11,18 @@
 
 namespace braid::view {
 
-// nccl-tests' bus-bandwidth factor: busbw = algbw * factor (allreduce 2(n-1)/n; allgather,
-// reducescatter and alltoall (n-1)/n; everything else 1), as `braid analyze` uses it.
-double bus_factor(CollOp op, int nranks);
-
-// The definitions of docs/analysis.md, so the GUI and `braid analyze` agree.
+// One rank's view of a collective, taken from the analysis metrics of its match
+// (analysis::CollectiveMetrics, the definitions of docs/analysis.md), so the GUI and `braid
+// analyze` agree; a collective the analysis has no timing for (unmatched, or host-only) gets
+// its own duration as transfer.
 struct CollTiming {
   Ns duration = 0;         // this rank's end - start
   Ns wait = 0;             // this rank's wait: the match's last arrival (start) - its own arrival
   Ns transfer = 0;         // the last member's end - the last arrival (unmatched: its duration)
   int nranks = 1;          // the trace's group size, else the members of the match
   int32_t late_rank = -1;  // the rank that arrived last
-  double algbw_gbs = 0, busbw_gbs = 0;  // bytes / transfer, and times bus_factor
+  double algbw_gbs = 0, busbw_gbs = 0;  // bytes / transfer, and times the bus factor
+  Ns exposed = 0;  // this rank's part not overlapped by its computation (-1: not computed)
 };
 CollTiming coll_timing(const RunData& d, int32_t coll);
 
@@ -39,31 +39,43 @@ struct RangeStats {
 };
 RangeStats range_stats(const RunData& d, Ns t0, Ns t1);
 
-struct RankMetrics {
-  int32_t rank = 0;
-  Ns span = 0;          // first to last GPU event
-  Ns compute = 0;       // union of non-communication GPU work
-  Ns comm = 0;          // union of communication
-  Ns exposed_comm = 0;  // communication not overlapped by compute
-  Ns idle = 0;          // span without any GPU activity
-  int64_t kernels = 0, collectives = 0;
-};
-
 struct OpTotals {
   int64_t count = 0, bytes = 0;
   Ns time = 0;  // sum of durations over ranks
 };
 
+// The run's numbers for the panels, from RunData::metrics (analysis::compute_metrics).
 struct RunMetrics {
-  std::vector<RankMetrics> ranks;
-  bool steps_from_trace = false;  // false: the whole run counts as one step
+  std::vector<analysis::RankMetrics> ranks;  // the whole-run row of each rank
+  bool steps_from_trace = false;             // false: the whole run counts as one step
   int64_t steps = 0;
-  Ns step_time = 0;              // mean over steps of (last end - first start over ranks)
+  Ns step_time = 0;              // mean of analysis::step_spans, else the ranks' whole GPU span
   Ns exposed_comm_per_rank = 0;  // mean over ranks
   Ns comm_per_rank = 0, compute_per_rank = 0;
   std::map<std::string, OpTotals> per_op;  // op name
 };
 RunMetrics run_metrics(const RunData& d);
+
+// One rank's stacked bar (Metrics tab): its span cut into computation alone, communication
+// overlapped by computation, exposed communication, memory traffic under neither, and idle
+// time; the parts sum to the span.
+struct MetricsBar {
+  Ns compute = 0, overlapped = 0, exposed = 0, memory = 0, idle = 0;
+};
+MetricsBar metrics_bar(const analysis::RankMetrics& r);
+
+// The collectives with the most exposed time (summed over instances and ranks), grouped by
+// (communicator, operation, size), largest first.
+struct ExposedColl {
+  std::string comm;
+  CollOp op = CollOp::Unknown;
+  int64_t bytes = -1;
+  int64_t count = 0;   // instances
+  Ns exposed = 0;      // sum over instances of analysis::CollectiveMetrics::exposed_ns
+  Ns transfer = 0;     // sum of transfer_ns
+  int32_t worst = -1;  // the instance with the most exposure: index into metrics.collectives
+};
+std::vector<ExposedColl> top_exposed(const RunData& d, size_t n);
 
 // The start of the first step (the earliest rank's), else the start of the run: compare mode
 // shows every run relative to this.
@@ -77,9 +89,5 @@ struct DiffRow {
   double percent() const { return a != 0 ? 100.0 * (b - a) / a : 0.0; }
 };
 std::vector<DiffRow> diff_runs(const RunMetrics& a, const RunMetrics& b);
-
-// Measure of the union of intervals (sorted or not), and of a \ b for two unions.
-Ns union_length(std::vector<std::pair<Ns, Ns>> iv);
-Ns difference_length(std::vector<std::pair<Ns, Ns>> a, std::vector<std::pair<Ns, Ns>> b);
 
 }  // namespace braid::view

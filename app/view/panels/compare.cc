@@ -2,6 +2,7 @@
 // run B against run A, and the fused operations of B with the operations of A they replace.
 #include <cinttypes>
 #include <cmath>
+#include <optional>
 
 #include "app/view/app.h"
 #include "trace/summary.h"
@@ -65,23 +66,61 @@ void compare(App& app) {
                            : "B's schedule replaces no operations of its parent.");
     return;
   }
-  ImGui::Text("%zu fused operations (lines join them to what they replace):", app.links.size());
-  for (size_t i = 0; i < app.links.size(); ++i) {
-    const FusedLink& l = app.links[i];
-    std::string label = l.what + " replaces " + std::to_string(l.replaces.size()) + " ops##link" +
-                        std::to_string(i);
-    if (ImGui::Selectable(label.c_str()) && !l.fused_colls.empty()) {
-      const CollRec& c = app.slots[1].data->colls[l.fused_colls.front()];
-      Ns t0 = to_axis(app, 1, c.c.start), t1 = to_axis(app, 1, c.c.end);
-      for (int32_t r : l.replaced_colls) {
-        const CollRec& o = app.slots[0].data->colls[r];
-        t0 = std::min(t0, to_axis(app, 0, o.c.start));
-        t1 = std::max(t1, to_axis(app, 0, o.c.end));
+  std::vector<FusedOpSummary> ops = summarize_links(app.links);
+  ImGui::TextWrapped(
+      "%zu fused operations; in each step, a line joins each to what it replaces in the same "
+      "step of A (click one to zoom to its first step):",
+      ops.size());
+  if (!ImGui::BeginTable(
+          "fused", 3,
+          ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_Borders))
+    return;
+  for (const char* h : {"fused operation", "replaces", "steps x ranks"}) ImGui::TableSetupColumn(h);
+  ImGui::TableHeadersRow();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const FusedOpSummary& o = ops[i];
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    std::string label = elide_middle(o.what, 36) + "##op" + std::to_string(i);
+    if (ImGui::Selectable(label.c_str(), app.selected_link == static_cast<int>(i),
+                          ImGuiSelectableFlags_SpanAllColumns)) {
+      app.selected_link = static_cast<int>(i);
+      // Zoom to its first step: B's instances and A's replaced ones, on every rank.
+      Ns t0 = INT64_MAX, t1 = INT64_MIN;
+      std::optional<Selection> first;
+      for (size_t li : o.links) {
+        const FusedLink& l = app.links[li];
+        if (l.steps.empty()) continue;
+        for (int32_t f : l.steps[0].fused) {
+          const CollRec& c = app.slots[1].data->colls[f];
+          t0 = std::min(t0, to_axis(app, 1, c.c.start));
+          t1 = std::max(t1, to_axis(app, 1, c.c.end));
+          if (!first && c.lane >= 0) first = Selection{1, Hit{c.lane, c.row, c.index, 1}};
+        }
+        for (int32_t r : l.steps[0].replaced) {
+          const CollRec& c = app.slots[0].data->colls[r];
+          t0 = std::min(t0, to_axis(app, 0, c.c.start));
+          t1 = std::max(t1, to_axis(app, 0, c.c.end));
+        }
       }
-      zoom_to(app, t0, t1);
-      if (c.lane >= 0) app.selected = Selection{1, Hit{c.lane, c.row, c.index, 1}};
+      if (t0 <= t1) zoom_to(app, t0, t1);
+      if (first) app.selected = first;
     }
+    if (ImGui::IsItemHovered()) {
+      ImGui::BeginTooltip();
+      ImGui::Text("%s: on ranks", o.what.c_str());
+      for (int32_t r : o.ranks) {
+        ImGui::SameLine();
+        ImGui::Text("%d", r);
+      }
+      ImGui::EndTooltip();
+    }
+    ImGui::TableNextColumn();
+    ImGui::Text("%zu ops", o.replaces);
+    ImGui::TableNextColumn();
+    ImGui::Text("%zu x %zu", o.steps, o.ranks.size());
   }
+  ImGui::EndTable();
 }
 
 }  // namespace braid::view::panels

@@ -326,19 +326,36 @@ void timeline(App& app, ImVec2 size) {
       }
     }
 
-  // Compare mode: each fused operation of B linked to the operations of A it replaces.
-  if (app.compare)
-    for (const FusedLink& link : app.links)
-      for (int32_t fc : link.fused_colls) {
-        auto pb = place_of(app, 1, places[1], fc, axis_x0, opt);
-        if (!pb) continue;
-        for (int32_t rc : link.replaced_colls) {
-          auto pa = place_of(app, 0, places[0], rc, axis_x0, opt);
-          if (pa && pa->rank == pb->rank)
-            dl->AddLine(ImVec2(pa->x, pa->y), ImVec2(pb->x, pb->y), IM_COL32(0, 230, 255, 160),
-                        1.5f);
-        }
+  // Compare mode: each fused operation of B linked to the operations of A it replaces, in the
+  // same step only (B's k-th instance to A's k-th), on the same rank. When more lines than
+  // fit the view would be drawn, only those of the fused op chosen in the Compare tab.
+  if (app.compare && !app.links.empty()) {
+    struct Line {
+      ImVec2 a, b;
+    };
+    std::vector<Line> lines;
+    std::vector<uint8_t> chosen(app.links.size(), 1);
+    if (app.selected_link >= 0) {
+      auto ops = summarize_links(app.links);
+      if (app.selected_link < static_cast<int>(ops.size())) {
+        std::fill(chosen.begin(), chosen.end(), 0);
+        for (size_t li : ops[app.selected_link].links) chosen[li] = 1;
       }
+    }
+    for (size_t li = 0; li < app.links.size(); ++li) {
+      if (!chosen[li]) continue;
+      for (const FusedLink::Step& st : app.links[li].steps)
+        for (int32_t fc : st.fused) {
+          auto pb = place_of(app, 1, places[1], fc, axis_x0, opt);
+          if (!pb || pb->x < axis_x0 - 50 || pb->x > axis_x0 + axis_w + 50) continue;
+          for (int32_t rc : st.replaced) {
+            auto pa = place_of(app, 0, places[0], rc, axis_x0, opt);
+            if (pa && pa->rank == pb->rank) lines.push_back({{pa->x, pa->y}, {pb->x, pb->y}});
+          }
+        }
+    }
+    for (const Line& l : lines) dl->AddLine(l.a, l.b, IM_COL32(0, 230, 255, 160), 1.5f);
+  }
 
   // The selected event: outline, and its collective's instances on every rank.
   if (app.selected && app.run(app.selected->slot)) {
