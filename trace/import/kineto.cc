@@ -177,6 +177,21 @@ struct PendingKernel {
   CommOp meta;  // metadata carried by the kernel itself (has_meta)
 };
 
+// Sorts records too large to move around cheaply (strings, vectors) by sorting their indices
+// and moving each record once (std::sort moved every CommOp O(n log n) times); ties keep the
+// file's order.
+template <typename T, typename Less>
+void sort_by_index(std::vector<T>& v, Less less) {
+  std::vector<uint32_t> order(v.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return less(v[a], v[b]); });
+  std::vector<T> sorted;
+  sorted.reserve(v.size());
+  for (uint32_t i : order) sorted.push_back(std::move(v[i]));
+  v = std::move(sorted);
+}
+
 struct Launch {
   int64_t correlation;
   int64_t tid;
@@ -1010,7 +1025,7 @@ void KinetoFile::finish() {
   // ---- link NCCL kernels to their CPU-side communication ops ----
   std::sort(launches_.begin(), launches_.end(),
             [](const Launch& a, const Launch& b) { return a.correlation < b.correlation; });
-  std::sort(comm_ops_.begin(), comm_ops_.end(), [](const CommOp& a, const CommOp& b) {
+  sort_by_index(comm_ops_, [](const CommOp& a, const CommOp& b) {
     return a.tid != b.tid ? a.tid < b.tid : a.start < b.start;
   });
   Ns max_comm_dur = 0;
@@ -1021,7 +1036,7 @@ void KinetoFile::finish() {
 
   int64_t unlinked = 0, no_meta = 0, from_dims = 0;
   std::map<std::string, int64_t> seq_by_comm;
-  std::sort(nccl_.begin(), nccl_.end(), [](const PendingKernel& a, const PendingKernel& b) {
+  sort_by_index(nccl_, [](const PendingKernel& a, const PendingKernel& b) {
     return a.coll.start < b.coll.start;
   });
   std::vector<Collective> colls;
