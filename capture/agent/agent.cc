@@ -242,6 +242,8 @@ void Agent::shutdown() {
   }
   // pop_ext_ stays: a thread between its push and its pop still pops.
   push_ext_.store(nullptr);
+  // The job is exiting: a daemon that is not reading may hold it only briefly.
+  if (client_) client_->set_send_patience_ms(daemon::AgentClient::kExitSendPatienceMs);
   if (pipeline_) pipeline_->stop();  // attach mode: the sink ends an open window, "job exiting"
   client_.reset();                   // after the last Done
 }

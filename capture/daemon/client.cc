@@ -37,19 +37,34 @@ int connect_unix(const std::string& path, int* err) {
   return fd;
 }
 
-bool send_all(int fd, const std::string& bytes) {
+// Sends all of `bytes`. A send that times out (SO_SNDTIMEO: the daemon is not reading, so the
+// socket is full) is retried while `patient()` says so; the frame is never left half-sent by a
+// timeout it outlives.
+template <typename Patient>
+bool send_all(int fd, const std::string& bytes, Patient patient) {
   size_t pos = 0;
+  auto last_progress = std::chrono::steady_clock::now();
   while (pos < bytes.size()) {
     ssize_t n = ::send(fd, bytes.data() + pos, bytes.size() - pos, MSG_NOSIGNAL);
     if (n > 0) {
       pos += static_cast<size_t>(n);
+      last_progress = std::chrono::steady_clock::now();
     } else if (n < 0 && errno == EINTR) {
       continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+               patient(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - last_progress)
+                           .count())) {
+      continue;
     } else {
-      return false;  // EPIPE, ECONNRESET, or the send timeout (EAGAIN)
+      return false;  // EPIPE, ECONNRESET, or no progress for longer than the caller waits
     }
   }
   return true;
+}
+
+bool send_all(int fd, const std::string& bytes) {
+  return send_all(fd, bytes, [](int64_t) { return false; });
 }
 
 }  // namespace
@@ -142,7 +157,15 @@ bool AgentClient::send_frame(const std::string& frame) {
   std::lock_guard<std::mutex> l(send_mu_);
   int fd = fd_.load();
   if (fd < 0 || !registered_) return false;
-  if (send_all(fd, frame)) return true;
+  // A daemon that falls behind (a loaded node, 64 processes sending at once) fills the socket:
+  // wait for it, since only this writer thread waits (the job's records queue up in front of
+  // it, and are dropped and counted there if the queue fills). A daemon that takes nothing for
+  // send_patience_ms counts as hung: give up the connection (the daemon counts this process
+  // lost) and keep the job running.
+  if (send_all(fd, frame, [this](int64_t stalled_ms) {
+        return !stop_.load() && stalled_ms < send_patience_ms_.load();
+      }))
+    return true;
   shutdown(fd, SHUT_RDWR);  // the reader thread sees the end and cleans up
   return false;
 }
@@ -154,8 +177,22 @@ void AgentClient::update_rank(int32_t rank, int32_t world_size) {
     id_.rank = rank;
     id_.world_size = world_size;
   }
-  // Not registered yet: the hello carries it. Lost on the way: the next hello carries it.
-  send_frame(encode(RankUpdate{rank, world_size}));
+  // Sent by the client's thread: this is a job thread (NCCL's communicator set-up), which must
+  // not wait behind a batch going to a slow daemon. Not registered yet: the hello carries it.
+  // Lost on the way: the next hello carries it.
+  rank_dirty_.store(true);
+  char b = 1;
+  [[maybe_unused]] auto n = write(wake_[1], &b, 1);
+}
+
+void AgentClient::send_rank_if_dirty() {
+  if (!rank_dirty_.exchange(false)) return;
+  RankUpdate r;
+  {
+    std::lock_guard<std::mutex> l(state_mu_);
+    r = RankUpdate{id_.rank, id_.world_size};
+  }
+  send_frame(encode(r));
 }
 
 void AgentClient::done(uint64_t capture_id, int64_t dropped, const std::string& reason) {
@@ -176,7 +213,8 @@ bool AgentClient::connect_once() {
   int err = 0;
   int fd = connect_unix(path_, &err);
   if (fd < 0) return false;
-  timeval tv{2, 0};  // a stalled daemon never holds the agent's writer thread for long
+  // A send into a full socket returns after 250 ms, so send_frame rechecks its patience and stop.
+  timeval tv{0, 250'000};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   Hello h;
   h.pid = id_.pid;
@@ -228,6 +266,12 @@ void AgentClient::loop() {
     int n = poll(p, 2, 1000);
     if (n < 0 && errno != EINTR) break;
     if (n <= 0 || stop_) continue;
+    if (p[1].revents & POLLIN) {
+      char drain[64];
+      while (::read(wake_[0], drain, sizeof drain) > 0) {
+      }
+      if (registered_) send_rank_if_dirty();
+    }
     if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     char buf[65536];
     ssize_t r = ::read(p[0].fd, buf, sizeof buf);
@@ -247,6 +291,7 @@ void AgentClient::loop() {
             {
               std::lock_guard<std::mutex> l(state_mu_);
               registered_ = true;
+              rank_dirty_.store(false);  // the learnt rank goes now, if any
               if (id_.rank != hello_rank_ || id_.world_size != hello_world_)
                 learnt = RankUpdate{id_.rank, id_.world_size};
             }

@@ -67,8 +67,15 @@ class AgentClient {
   bool wait_registered(int timeout_ms);
 
   // Sends a whole frame; false (and the bytes counted as dropped by the caller) when there is
-  // no daemon. Thread-safe; never blocks longer than the send timeout (2 s).
+  // no daemon, or the daemon took none of it for send_patience_ms (then the connection is
+  // given up). Thread-safe; only the calling thread waits.
   bool send_frame(const std::string& frame);
+  // How long a send waits for a daemon that is not reading: kSendPatienceMs while the job runs
+  // (longer than the daemon's default close grace, so the daemon's policy decides who is
+  // late), shorter at exit so a hung daemon cannot hold the job's exit.
+  static constexpr int kSendPatienceMs = 30'000;
+  static constexpr int kExitSendPatienceMs = 2'000;
+  void set_send_patience_ms(int ms) { send_patience_ms_.store(ms); }
   // The process learnt its rank (from its largest communicator): tells the daemon now when
   // registered (a Rank message: `braid status` and a capture in progress follow it), and
   // registers with it from then on. Thread-safe; repeating the same rank sends nothing.
@@ -83,6 +90,7 @@ class AgentClient {
   void loop();
   bool connect_once();
   void disconnect(const std::string& why);
+  void send_rank_if_dirty();  // on the client's thread
 
   std::string path_;
   AgentIdentity id_;  // rank and world_size guarded by state_mu_ (update_rank)
@@ -92,6 +100,8 @@ class AgentClient {
   std::atomic<bool> registered_{false};
   std::atomic<uint64_t> agent_id_{0};
   std::atomic<int> fd_{-1};
+  std::atomic<int> send_patience_ms_{kSendPatienceMs};
+  std::atomic<bool> rank_dirty_{false};  // update_rank asked the client's thread to send it
   int wake_[2] = {-1, -1};
   std::mutex send_mu_;
   std::mutex state_mu_;

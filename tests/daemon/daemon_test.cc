@@ -1,3 +1,5 @@
+#include "capture/daemon/daemon.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -11,10 +13,12 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
-#include "capture/daemon/daemon.h"
+#include "capture/daemon/client.h"
+#include "capture/daemon/protocol.h"
 #include "daemon/fake_agent.h"
 #include "trace/error.h"
 #include "trace/reader.h"
@@ -24,8 +28,8 @@
 namespace braid::daemon {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FakeAgent;
+using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 int count_fds() {
@@ -254,14 +258,17 @@ TEST(Daemon, AgentDeathMidCaptureKeepsItsRecordsAndEndsTheCapture) {
   uint64_t cap = decode_open(open->payload).capture_id;
   RecordEncoder enc;
   enc.string(1, "last_kernel_before_death");
-  for (int i = 0; i < 10; ++i) enc.add(Kernel{1, 3, 100 + i * 10, 105 + i * 10, 1, Category::Gemm, 0, 0});
+  for (int i = 0; i < 10; ++i)
+    enc.add(Kernel{1, 3, 100 + i * 10, 105 + i * 10, 1, Category::Gemm, 0, 0});
   dying.send(enc.take_frame(cap));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   dying.kill();
   t.join();  // the capture still runs to its 1.5 s end for the live agent
   EXPECT_EQ(o.done.agents_lost, 1u);
   EXPECT_EQ(rows(o.done.path, "SELECT COUNT(*) FROM kernels WHERE rank = 1"), 10);
-  EXPECT_EQ(rows(o.done.path, "SELECT COUNT(*) FROM diagnostics WHERE code = 'daemon.agent_lost' AND rank = 1"), 1);
+  EXPECT_EQ(rows(o.done.path,
+                 "SELECT COUNT(*) FROM diagnostics WHERE code = 'daemon.agent_lost' AND rank = 1"),
+            1);
   EXPECT_GT(rows(o.done.path, "SELECT COUNT(*) FROM kernels WHERE rank = 0"), 0);
   EXPECT_EQ(d.get().stats().agents_now, 1);
 }
@@ -337,8 +344,9 @@ TEST(Daemon, RestartLosesNoCompletedCaptureAndAgentsReconnect) {
   ASSERT_TRUE(a.client().wait_registered(5000)) << "the agent re-registers with the new daemon";
   Outcome o2 = trigger(sock, "train", WindowMode::Duration, 200'000'000);
   EXPECT_NE(o2.done.path, first);
-  EXPECT_EQ(rows(first, "SELECT COUNT(*) FROM kernels") + rows(first, "SELECT COUNT(*) FROM collectives"),
-            first_rows);
+  EXPECT_EQ(
+      rows(first, "SELECT COUNT(*) FROM kernels") + rows(first, "SELECT COUNT(*) FROM collectives"),
+      first_rows);
   EXPECT_GT(o2.done.records, 0);
 }
 
@@ -390,6 +398,110 @@ TEST(Daemon, RefusesOtherUsers) {
   EXPECT_EQ(d.get().stats().refused_peers, 1);
 }
 
+// A daemon that stops reading (a loaded node: 64 processes sending at once, a slow disk): the
+// agent's writer waits for it instead of giving up the connection. The issue-23 stress test lost
+// agents this way under ASan: a send into a full socket timed out after 2 s and the agent hung up.
+class StalledDaemon {
+ public:
+  explicit StalledDaemon(const std::string& path) {
+    listen_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strcpy(a.sun_path, path.c_str());
+    EXPECT_EQ(bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(listen(listen_, 4), 0);
+  }
+  ~StalledDaemon() {
+    if (conn_ >= 0) close(conn_);
+    close(listen_);
+  }
+  // Accepts the agent, reads its hello, registers it and opens capture 7.
+  void welcome() {
+    conn_ = accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+    ASSERT_GE(conn_, 0);
+    auto f = next();
+    ASSERT_TRUE(f && f->type == MsgType::Hello);
+    std::string w = encode(Welcome{kProtocolVersion, 1}) + encode(Open{7, WindowMode::Duration, 0});
+    ASSERT_EQ(write(conn_, w.data(), w.size()), static_cast<ssize_t>(w.size()));
+  }
+  // Reads frames until Done (or the agent hangs up); counts the records frames' bytes.
+  bool read_until_done() {
+    while (auto f = next()) {
+      if (f->type == MsgType::Records) record_bytes += f->payload.size();
+      if (f->type == MsgType::Done) return true;
+    }
+    return false;
+  }
+  size_t record_bytes = 0;
+
+ private:
+  std::optional<FrameReader::Frame> next() {
+    for (;;) {
+      if (auto f = in_.next()) return f;
+      char buf[65536];
+      ssize_t r = read(conn_, buf, sizeof buf);
+      if (r <= 0) return std::nullopt;
+      in_.feed(buf, static_cast<size_t>(r));
+    }
+  }
+  int listen_ = -1, conn_ = -1;
+  FrameReader in_;
+};
+
+TEST(Daemon, AgentWaitsForADaemonThatStopsReadingInsteadOfHangingUp) {
+  test::TempDir dir;
+  std::string sock = dir.file("stalled.sock");
+  StalledDaemon daemon(sock);
+  AgentIdentity id;
+  id.pid = getpid();
+  id.job_id = "train";
+  AgentClient client(sock, id, {}, 50);
+  daemon.welcome();
+  ASSERT_TRUE(client.wait_registered(5000));
+  // 8 MB of records: far more than a Unix socket holds, so the sender blocks while the daemon
+  // sleeps 3 s (longer than the 2 s after which the agent used to hang up).
+  int64_t sent_rows = 0, dropped = -1;
+  std::thread agent([&] {
+    DaemonSink sink(client, 7, 64 << 10);
+    StrId k = sink.intern("gemm");
+    for (int i = 0; i < 200'000; ++i)
+      sink.add(Kernel{0, 7, i * 10, i * 10 + 5, k, Category::Gemm, i, 0});
+    sink.close();
+    sent_rows = sink.sent_rows();
+    dropped = sink.dropped();
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_TRUE(daemon.read_until_done()) << "the agent hung up on a daemon that was only slow";
+  agent.join();
+  EXPECT_EQ(sent_rows, 200'000);
+  EXPECT_EQ(dropped, 0);
+  EXPECT_GT(daemon.record_bytes, size_t{4} << 20);
+  EXPECT_TRUE(client.registered());
+}
+
+// At exit the agent waits briefly: a hung daemon cannot hold the job's exit.
+TEST(Daemon, AgentGivesUpOnAHungDaemonAfterItsPatience) {
+  test::TempDir dir;
+  std::string sock = dir.file("hung.sock");
+  StalledDaemon daemon(sock);
+  AgentIdentity id;
+  id.pid = getpid();
+  id.job_id = "train";
+  AgentClient client(sock, id, {}, 50);
+  daemon.welcome();
+  ASSERT_TRUE(client.wait_registered(5000));
+  client.set_send_patience_ms(500);
+  DaemonSink sink(client, 7, 64 << 10);
+  StrId k = sink.intern("gemm");
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 200'000; ++i)
+    sink.add(Kernel{0, 7, i * 10, i * 10 + 5, k, Category::Gemm, i, 0});
+  sink.close();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(sink.dropped(), 0) << "nothing can be delivered to a daemon that never reads";
+  EXPECT_LT(s, 10.0) << "a hung daemon held the sender for " << s << " s";
+}
+
 TEST(Daemon, StressSixtyFourAgentsNoLostRecordsNoLeakedDescriptors) {
   test::TempDir dir;
   std::string sock = dir.file("d.sock");
@@ -407,7 +519,9 @@ TEST(Daemon, StressSixtyFourAgentsNoLostRecordsNoLeakedDescriptors) {
     std::vector<Outcome> out(8);
     std::vector<std::thread> ts;
     for (int j = 0; j < 8; ++j)
-      ts.emplace_back([&, j] { out[j] = trigger(sock, "job" + std::to_string(j), WindowMode::Duration, 300'000'000); });
+      ts.emplace_back([&, j] {
+        out[j] = trigger(sock, "job" + std::to_string(j), WindowMode::Duration, 300'000'000);
+      });
     for (auto& t : ts) t.join();
     ASSERT_TRUE(wait_for([&] {
       for (auto& a : agents)
@@ -515,8 +629,9 @@ TEST(Daemon, CloseWaitsForAgentsStillSendingAndCountsTheSilentOnesLost) {
   EXPECT_EQ(done.agents_lost, 1u) << "only the silent agent";
   EXPECT_EQ(rows(done.path, "SELECT COUNT(*) FROM kernels WHERE rank = 0"), 3 * batches);
   EXPECT_EQ(rows(done.path, "SELECT COUNT(*) FROM kernels WHERE rank = 1"), 2);
-  EXPECT_EQ(rows(done.path, "SELECT COUNT(*) FROM diagnostics WHERE code = 'daemon.agent_timeout' "
-                            "AND rank = 1"),
+  EXPECT_EQ(rows(done.path,
+                 "SELECT COUNT(*) FROM diagnostics WHERE code = 'daemon.agent_timeout' "
+                 "AND rank = 1"),
             1);
 }
 
