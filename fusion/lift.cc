@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "fusion/schedule_store.h"
 #include "fusion/validate.h"
 #include "trace/error.h"
 #include "trace/summary.h"
@@ -465,6 +466,19 @@ std::vector<std::string> lift_summary(const Schedule& s) {
   v.push_back("provenance:");
   for (const std::string& p : s.provenance) v.push_back("  " + p);
   return v;
+}
+
+LiftedRun lift_into_file(const std::string& path, int64_t run, int64_t step) {
+  LiftedRun out;
+  {
+    TraceReader reader(path);
+    out.run_id = run >= 0 ? run : analysis::default_run(reader);
+    LiftOptions opt;
+    opt.step = step;
+    out.schedule = lift_run(reader, out.run_id, opt);
+  }
+  out.schedule_id = store_schedule(path, out.schedule);
+  return out;
 }
 
 }  // namespace braid::fusion

@@ -61,6 +61,17 @@ LiftSource lifted_from(const Schedule& s);
 // The schedule communicator id lift gives a trace communicator ("" -> "default").
 std::string lifted_comm_id(std::string_view trace_comm);
 
+// Lifts `run` (-1: analysis::default_run) of the `.braid` file at `path`, optionally one step,
+// and stores the schedule in the file as a root schedule (what `braid lift` does, and
+// `braid fuse` and braid-view's "Lift" on a file with a run and no schedule). Throws
+// braid::Error with nothing stored on bad input.
+struct LiftedRun {
+  int64_t run_id = -1;
+  int64_t schedule_id = -1;
+  Schedule schedule;
+};
+LiftedRun lift_into_file(const std::string& path, int64_t run = -1, int64_t step = -1);
+
 // What `braid lift` prints: ranks and ops, collectives by operation with bytes, the collectives
 // left opaque (by label), and the provenance (every assumption, and why what stayed opaque did).
 std::vector<std::string> lift_summary(const Schedule& s);

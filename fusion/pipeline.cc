@@ -39,6 +39,8 @@ std::string PipelineResult::passes_json() const {
   return o + "]";
 }
 
+FindingKey key_of(const Finding& f) { return FindingKey{f.pass, f.ops}; }
+
 namespace {
 
 // Ids of the ops `after` has that `before` had not: passes give new ops fresh ids, above every
@@ -155,9 +157,17 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
     std::vector<Finding> last;
     Focus everything;
     const bool by_step = step >= 0 && pass.judged_by_step();
+    if (opt.progress) opt.progress(pi, order.size());
+    auto skipped = [&](const Finding& f) { return !opt.skip.empty() && opt.skip.count(key_of(f)); };
+    auto forced = [&](const Finding& f) {
+      return f.legal && !opt.force.empty() && opt.force.count(key_of(f));
+    };
+    // Worth applying (and chosen): a legal finding with a positive saving, or one forced in.
+    auto wanted = [&](const Finding& f) { return (worth(f) || forced(f)) && !skipped(f); };
     int rounds = 0;
     bool settled = false;  // a round applied nothing
     for (int round = 0; round < opt.max_rounds; ++round) {
+      if (opt.cancel && opt.cancel->load()) throw Error(ErrorCode::Usage, "cancelled");
       ++rounds;
       // The data flow of the schedule as this round starts, shared by the pass's search and
       // the look-aheads on it (valid until the round changes the schedule).
@@ -181,7 +191,7 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
         std::map<std::string, std::vector<const Finding*>> families;
         std::vector<std::string> order_of;
         for (const Finding& f : last) {
-          if (!worth(f) || rejected.count(f.ops)) continue;
+          if (!wanted(f) || rejected.count(f.ops)) continue;
           if (std::any_of(f.ops.begin(), f.ops.end(), [&](int64_t id) { return used.count(id); }))
             continue;
           used.insert(f.ops.begin(), f.ops.end());
@@ -202,13 +212,16 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
           const auto& fam = families[key];
           Schedule next = res.schedule;
           Ns t = step;
+          bool ok = true;
           try {
             for (const Finding* f : fam) pass.apply(next, *f);
             t = opt.step_ns(next);
           } catch (const Error&) {
-            t = step;
+            ok = false;
           }
-          if (t >= step) {
+          const bool force_family =
+              std::any_of(fam.begin(), fam.end(), [&](const Finding* f) { return forced(*f); });
+          if (!ok || (t >= step && !force_family)) {
             for (const Finding* f : fam) rejected.insert(f->ops);
             continue;
           }
@@ -228,7 +241,7 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
       {
         std::vector<const Finding*> batch;
         for (const Finding& f : last) {
-          if (!worth(f) || rejected.count(f.ops)) continue;
+          if (!wanted(f) || rejected.count(f.ops)) continue;
           if (std::any_of(f.ops.begin(), f.ops.end(), [&](int64_t id) { return used.count(id); }))
             continue;
           used.insert(f.ops.begin(), f.ops.end());
@@ -257,7 +270,7 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
       }
       // (After a batch every finding overlaps `used`: nothing more here.)
       for (const Finding& f : last) {
-        if (!worth(f) || rejected.count(f.ops)) continue;
+        if (!wanted(f) || rejected.count(f.ops)) continue;
         if (std::any_of(f.ops.begin(), f.ops.end(), [&](int64_t id) { return used.count(id); }))
           continue;
         Schedule next;
@@ -278,7 +291,7 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
       // when it enables something (most candidates enable nothing).
       for (const Finding& f : last) {
         if (applied) break;
-        if (!f.legal || !f.enabling || rejected.count(f.ops)) continue;
+        if (!f.legal || !f.enabling || rejected.count(f.ops) || skipped(f)) continue;
         Focus focus;
         focus.ranks = f.ranks;
         std::sort(focus.ranks.begin(), focus.ranks.end());
@@ -318,10 +331,15 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
     for (Finding& f : last) {
       bool was_applied = false;
       for (const Finding& a : res.applied) was_applied = was_applied || (a.pass == f.pass && a.ops == f.ops);
-      if (was_applied || (f.legal && f.enabling)) continue;
-      if (f.legal && worth(f) && !by_step) continue;  // rejected by validation
-      if (f.legal && worth(f))
-        f.summary += "; not applied: the simulated step does not get shorter";
+      if (was_applied) continue;
+      if (skipped(f)) {
+        f.summary += "; not applied: deselected";
+      } else {
+        if (f.legal && f.enabling) continue;
+        if (f.legal && (worth(f) || forced(f)) && !by_step) continue;  // rejected by validation
+        if (f.legal && worth(f))
+          f.summary += "; not applied: the simulated step does not get shorter";
+      }
       f.rewrite = nullptr;
       res.advice.push_back(std::move(f));
     }

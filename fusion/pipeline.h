@@ -5,7 +5,10 @@
 // later pass then fires on the ops it touched or created. Advice is collected, never applied.
 #pragma once
 
+#include <atomic>
+#include <compare>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,16 @@
 #include "fusion/pass.h"
 
 namespace braid::fusion {
+
+// Names a finding across runs of the pipeline on the same input: its pass and the ids of the ops
+// it rewrites (ids of the schedule it was found on; untouched ops keep their ids, new ops get
+// the same fresh ids when the same rewrites come first).
+struct FindingKey {
+  std::string pass;
+  std::vector<int64_t> ops;
+  auto operator<=>(const FindingKey&) const = default;
+};
+FindingKey key_of(const Finding& f);
 
 struct PipelineOptions {
   // Pass names in the order to run; empty: every pass in the default order.
@@ -27,6 +40,14 @@ struct PipelineOptions {
   // Must throw (braid::Error) for a schedule that is not valid (replay::simulate validates):
   // the findings are then not applied.
   std::function<Ns(const Schedule&)> step_ns = nullptr;
+  // A choice of rewrites (braid-view's explorer): findings in `skip` are never applied (they
+  // are reported with the advice, "not applied: deselected"); legal findings in `force` are
+  // applied even without a positive saving or a shorter simulated step.
+  std::set<FindingKey> skip = {}, force = {};
+  // Polled between rounds: when it becomes true the pipeline throws braid::Error(Usage,
+  // "cancelled"). `progress`, when set, is told each pass as it starts (index, count).
+  const std::atomic<bool>* cancel = nullptr;
+  std::function<void(size_t pass, size_t passes)> progress = nullptr;
 };
 
 struct PipelineResult {

@@ -2,10 +2,12 @@
 
 #include <filesystem>
 
+#include "fusion/pipeline.h"
 #include "trace/error.h"
 #include "trace/reader.h"
 #include "trace/sqlite_util.h"
 #include "trace/store_update.h"
+#include "trace/summary.h"
 #include "trace/writer.h"
 
 namespace braid::fusion {
@@ -82,6 +84,41 @@ int64_t store_schedule(const std::string& path, const Schedule& s, int64_t paren
   int64_t id = insert_schedule(u.db(), s, parent_id, passes_json);
   u.commit();
   return id;
+}
+
+int64_t store_fused(const std::string& path, int64_t parent_id, const Schedule& input,
+                    PipelineResult& res, const std::string& profile) {
+  auto opportunity = [](int64_t schedule_id, const Finding& f, bool applied) {
+    StoredOpportunity o;
+    o.schedule_id = schedule_id;
+    o.pass = f.pass;
+    o.ranks = f.ranks;
+    o.ops = f.ops;
+    o.predicted_saving_ns = f.saving_ns;
+    o.detail = finding_detail_json(f, applied);
+    return o;
+  };
+  StoreUpdate up(path);
+  res.schedule.name = input.name + " (fused)";
+  const int64_t fused_id = insert_schedule(up.db(), res.schedule, parent_id, res.passes_json());
+  std::vector<StoredOpportunity> ops;
+  for (const auto& f : res.applied) ops.push_back(opportunity(parent_id, f, true));
+  for (const auto& f : res.advice) ops.push_back(opportunity(fused_id, f, false));
+  // The prediction: the simulated step saving of all applied rewrites together (what `braid
+  // ab` quotes).
+  StoredOpportunity pred;
+  pred.schedule_id = fused_id;
+  pred.pass = "pipeline";
+  for (const auto& r : res.schedule.ranks) pred.ranks.push_back(r.rank);
+  pred.predicted_saving_ns = res.predicted_saving_ns();
+  pred.detail = "{\"simulated\":true,\"baseline_step_ns\":" + std::to_string(res.baseline_step_ns) +
+                ",\"fused_step_ns\":" + std::to_string(res.fused_step_ns) + ",\"profile\":\"" +
+                json_escape(profile) +
+                "\",\"local_saving_ns\":" + std::to_string(res.local_saving_ns()) + "}";
+  ops.push_back(std::move(pred));
+  insert_opportunities(up.db(), ops);
+  up.commit();
+  return fused_id;
 }
 
 std::vector<StoredSchedule> list_schedules(const std::string& path) {

@@ -42,6 +42,17 @@ void insert_opportunities(sqlite3* db, const std::vector<StoredOpportunity>& v);
 int64_t store_schedule(const std::string& path, const Schedule& s, int64_t parent_id = -1,
                        std::string_view passes_json = "[]", bool create = false);
 
+struct PipelineResult;
+// Stores what `braid fuse` stores, in one transaction: the fused schedule `res.schedule` (named
+// after `input`, with `parent_id` = the schedule it was fused from and the passes run), the
+// applied findings as opportunities of the parent (they name its ops, or those of an
+// intermediate step), the advice (including deselected and skipped findings) as opportunities
+// of the fused schedule, and the prediction as an opportunity of pass "pipeline" on the fused
+// schedule (detail: simulated, baseline_step_ns, fused_step_ns, profile, local_saving_ns).
+// Names `res.schedule` "<input's name> (fused)". Returns the fused schedule's id.
+int64_t store_fused(const std::string& path, int64_t parent_id, const Schedule& input,
+                    PipelineResult& res, const std::string& profile);
+
 std::vector<StoredSchedule> list_schedules(const std::string& path);
 // Throws braid::Error(NotFound) naming the ids present when `id` is not stored.
 Schedule load_stored_schedule(const std::string& path, int64_t id);

@@ -3,18 +3,15 @@
 #include <cstdio>
 #include <memory>
 
-#include "analysis/cost_model.h"
-#include "analysis/hardware.h"
 #include "app/braid/cli.h"
 #include "app/braid/lift_run.h"
 #include "fusion/pass.h"
 #include "fusion/pipeline.h"
 #include "fusion/schedule_store.h"
 #include "replay/calibrate.h"
-#include "replay/sim.h"
+#include "replay/fuse.h"
 #include "trace/error.h"
 #include "trace/reader.h"
-#include "trace/store_update.h"
 
 namespace braid::cli {
 
@@ -44,33 +41,6 @@ std::string where(const fusion::Finding& f) {
   return t;
 }
 
-// The pipeline's prediction, stored on the fused schedule as an opportunity of pass "pipeline":
-// the simulated step saving of all applied rewrites together (what `braid ab` quotes).
-fusion::StoredOpportunity prediction(int64_t fused_id, const fusion::PipelineResult& res,
-                                     const std::string& profile) {
-  fusion::StoredOpportunity o;
-  o.schedule_id = fused_id;
-  o.pass = "pipeline";
-  for (const auto& r : res.schedule.ranks) o.ranks.push_back(r.rank);
-  o.predicted_saving_ns = res.predicted_saving_ns();
-  o.detail = "{\"simulated\":true,\"baseline_step_ns\":" + std::to_string(res.baseline_step_ns) +
-             ",\"fused_step_ns\":" + std::to_string(res.fused_step_ns) +
-             ",\"profile\":" + json_str(profile) +
-             ",\"local_saving_ns\":" + std::to_string(res.local_saving_ns()) + "}";
-  return o;
-}
-
-fusion::StoredOpportunity opportunity(int64_t schedule_id, const fusion::Finding& f, bool applied) {
-  fusion::StoredOpportunity o;
-  o.schedule_id = schedule_id;
-  o.pass = f.pass;
-  o.ranks = f.ranks;
-  o.ops = f.ops;
-  o.predicted_saving_ns = f.saving_ns;
-  o.detail = fusion::finding_detail_json(f, applied);
-  return o;
-}
-
 // A file with a run and no schedule: lift the run first (braid lift), and say so.
 int64_t lift_first(const std::string& file, bool dry) {
   bool has_run = false;
@@ -87,7 +57,7 @@ int64_t lift_first(const std::string& file, bool dry) {
     throw Error(ErrorCode::Usage, file +
                                       " holds no schedule: --dry-run stores nothing, so lift "
                                       "its run first with `braid lift`");
-  LiftedRun l = lift_into_file(file, -1);
+  fusion::LiftedRun l = fusion::lift_into_file(file, -1);
   std::printf("%s holds no schedule: lifted its run first (as `braid lift` does)\n", file.c_str());
   print_lifted(file, l);
   std::printf("\n");
@@ -160,28 +130,10 @@ void register_fuse(CLI::App& app, Action& run) {
       // The profile as `braid replay --backend sim --profile` loads it (calibrated compute
       // costs included), so the prediction is the sim backend's difference.
       const replay::SimProfile sp = replay::load_sim_profile(o->profile);
-      analysis::CostModel cm(sp.profile);
-      const replay::SimOptions so = sp.sim_options();
-      opt.step_ns = [&cm, so](const fusion::Schedule& x) {
-        return replay::simulate(x, cm, so).step_ns();
-      };
-      fusion::PipelineResult res = fusion::run_pipeline(s, cm, opt);
+      fusion::PipelineResult res = replay::fuse_simulated(s, sp, opt);
 
       int64_t fused_id = -1;
-      if (!o->dry) {
-        StoreUpdate up(o->file);
-        res.schedule.name = s.name + " (fused)";
-        fused_id = fusion::insert_schedule(up.db(), res.schedule, id, res.passes_json());
-        std::vector<fusion::StoredOpportunity> ops;
-        // Applied findings name ops of the input schedule (or of an intermediate step, for a
-        // rewrite that followed another): stored on the input. Advice names ops of the fused
-        // schedule: stored on it.
-        for (const auto& f : res.applied) ops.push_back(opportunity(id, f, true));
-        for (const auto& f : res.advice) ops.push_back(opportunity(fused_id, f, false));
-        ops.push_back(prediction(fused_id, res, cm.profile().name));
-        fusion::insert_opportunities(up.db(), ops);
-        up.commit();
-      }
+      if (!o->dry) fused_id = fusion::store_fused(o->file, id, s, res, sp.profile.name);
 
       if (o->json) {
         std::string t =
@@ -234,7 +186,7 @@ void register_fuse(CLI::App& app, Action& run) {
       std::printf(
           "predicted step time (simulated, profile %s): %.3f ms -> %.3f ms, change "
           "%+.3f ms\n",
-          cm.profile().name.c_str(), res.baseline_step_ns / 1e6, res.fused_step_ns / 1e6,
+          sp.profile.name.c_str(), res.baseline_step_ns / 1e6, res.fused_step_ns / 1e6,
           -res.predicted_saving_ns() / 1e6);
       std::printf(
           "local estimates (each finding alone, not additive): %.3f ms applied, up to "

@@ -2,30 +2,13 @@
 // the same file as a root schedule that `braid fuse`, `replay` and `ab` then work on.
 #include <cstdio>
 
-#include "analysis/run_data.h"
 #include "app/braid/cli.h"
 #include "app/braid/lift_run.h"
 #include "fusion/lift.h"
-#include "fusion/schedule_store.h"
-#include "trace/error.h"
-#include "trace/reader.h"
 
 namespace braid::cli {
 
-LiftedRun lift_into_file(const std::string& file, int64_t run, int64_t step) {
-  LiftedRun out;
-  {
-    TraceReader reader(file);
-    out.run_id = run >= 0 ? run : analysis::default_run(reader);
-    fusion::LiftOptions opt;
-    opt.step = step;
-    out.schedule = fusion::lift_run(reader, out.run_id, opt);
-  }
-  out.schedule_id = fusion::store_schedule(file, out.schedule);
-  return out;
-}
-
-void print_lifted(const std::string& file, const LiftedRun& l) {
+void print_lifted(const std::string& file, const fusion::LiftedRun& l) {
   std::printf("lifted run %lld of %s into schedule %lld '%s'\n", static_cast<long long>(l.run_id),
               file.c_str(), static_cast<long long>(l.schedule_id), l.schedule.name.c_str());
   for (const std::string& line : fusion::lift_summary(l.schedule))
@@ -52,7 +35,7 @@ void register_lift(CLI::App& app, Action& run) {
                   "Only this step (ProfilerStep number; default: the whole run)");
   cmd->callback([o, &run] {
     run = [o] {
-      print_lifted(o->file, lift_into_file(o->file, o->run_id, o->step));
+      print_lifted(o->file, fusion::lift_into_file(o->file, o->run_id, o->step));
       return 0;
     };
   });

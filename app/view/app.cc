@@ -4,6 +4,8 @@
 #include <chrono>
 #include <thread>
 
+#include "fusion/lift.h"
+#include "fusion/schedule_store.h"
 #include "trace/error.h"
 #include "trace/summary.h"
 
@@ -26,10 +28,12 @@ double App::load_fraction() const {
   return n ? f / n : 1.0;
 }
 
-void app_load(App& app, int s, int64_t run_id) {
+void app_load(App& app, int s, int64_t run_id, const std::string& file, const std::string& title) {
   RunSlot& slot = app.slots[s];
   slot.load.reset();  // joins a load in flight before its storage is reused
   slot.run_id = run_id;
+  slot.file = file;
+  slot.title = title;
   slot.data.reset();
   slot.error.clear();
   slot.collapsed.clear();
@@ -45,17 +49,28 @@ void app_load(App& app, int s, int64_t run_id) {
   app.diff.clear();
   app.fit_pending = true;
   RunSlot* p = &slot;
-  slot.load = std::make_unique<BackgroundLoad>(app.path, run_id, [p](const RunData& d) {
-    p->pending_metrics = run_metrics(d);
-    p->pending_extras = load_extras(d);
-  });
+  slot.load = std::make_unique<BackgroundLoad>(file.empty() ? app.path : file, run_id,
+                                               [p](const RunData& d) {
+                                                 p->pending_metrics = run_metrics(d);
+                                                 p->pending_extras = load_extras(d);
+                                               });
 }
 
 void app_open(App& app, const std::string& path, int64_t run_a, int64_t run_b) {
   TraceReader reader(path);  // fails here, with the file named, when it is not a .braid
   app.path = path;
   app.runs = reader.runs();
-  if (app.runs.empty()) throw Error(ErrorCode::Empty, path + ": the file has no runs");
+  if (app.runs.empty()) {
+    // A schedule and no run (`braid synth -o`): the explorer simulates it.
+    if (default_root_schedule(path) < 0)
+      throw Error(ErrorCode::Empty, path + ": the file has no runs and no schedule");
+    if (run_a >= 0 || run_b >= 0)
+      throw Error(ErrorCode::NotFound, path + ": the file has no runs, only schedules");
+    app.compare = false;
+    explore_start(app);
+    show_tab(app, SideTab::Opportunities);
+    return;
+  }
   auto known = [&](int64_t id) {
     for (const RunRow& r : app.runs)
       if (r.run_id == id) return true;
@@ -100,7 +115,8 @@ void app_derive(App& app) {
 }
 
 bool app_poll(App& app) {
-  bool changed = false;
+  bool changed = explore_poll(app);
+  changed = replay_poll(app) || changed;
   for (int s = 0; s < 2; ++s) {
     RunSlot& slot = app.slots[s];
     if (!slot.load || !slot.load->finished()) continue;
@@ -125,12 +141,110 @@ bool app_poll(App& app) {
   return changed;
 }
 
-void app_wait(App& app) {
-  while (app.loading()) {
-    app_poll(app);
-    if (app.loading()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+void explore_start(App& app) {
+  ExplorePanel& x = app.explore;
+  ExploreRequest r = x.explorer.request();
+  const bool same = x.started && r.path == app.path && r.profile == x.profile;
+  if (!same) r = ExploreRequest{};
+  r.path = app.path;
+  r.profile = x.profile;
+  x.started = true;
+  x.saved.clear();
+  x.explorer.start(std::move(r));
+}
+
+bool explore_poll(App& app) {
+  ExplorePanel& x = app.explore;
+  if (!x.explorer.poll()) return false;
+  if (!x.explorer.error().empty()) {
+    app.status = "explorer: " + x.explorer.error();
+    return true;
   }
-  app_poll(app);
+  const ExploreResult& r = *x.explorer.result();
+  x.findings = r.findings;
+  if (x.follow) {
+    // Keep the zoom when the explorer's runs were already shown (a new choice of rewrites).
+    const bool was_shown = app.compare && !app.slots[0].file.empty() && app.all_ready();
+    const TimeAxis axis = app.axis;
+    app.compare = true;
+    app_load(app, 0, r.baseline_run, r.scratch, "explorer: simulated baseline");
+    app_load(app, 1, r.fused_run, r.scratch, "explorer: simulated fused");
+    if (was_shown) {
+      app.fit_pending = false;
+      app.axis = axis;
+    }
+  }
+  return true;
+}
+
+void explore_lift(App& app) {
+  try {
+    const int64_t run = app.slots[0].file.empty() ? app.slots[0].run_id : -1;
+    fusion::LiftedRun l = fusion::lift_into_file(app.path, run);
+    app.status = "lifted run " + std::to_string(l.run_id) + " into schedule " +
+                 std::to_string(l.schedule_id) + " (as `braid lift` does)";
+    app.slots[0].extras.has_schedules = true;
+    explore_start(app);
+  } catch (const std::exception& e) {
+    app.status = std::string("lift: ") + e.what();
+  }
+}
+
+void replay_start(App& app, const AbRequest& r) {
+  ReplayPanel& p = app.replay;
+  p.child.reset();  // cancels and waits for one still running
+  p.request = r;
+  if (p.request.file.empty()) p.request.file = app.path;
+  if (p.request.braid.empty()) p.request.braid = find_braid_exe();
+  if (p.request.backend != AbBackend::Sim && p.request.ranks < 1) {
+    // mpirun needs one process per rank of the pair.
+    try {
+      for (const auto& st : fusion::list_schedules(app.path))
+        if (st.parent_id >= 0 && (r.fused < 0 || st.id == r.fused))
+          p.request.ranks =
+              static_cast<int>(fusion::load_stored_schedule(app.path, st.id).ranks.size());
+    } catch (const std::exception&) {
+    }
+    if (p.request.ranks < 1) p.request.ranks = 2;
+  }
+  const AbRequest& q = p.request;
+  const std::vector<std::string> argv = ab_command(q);
+  p.command = shell_line(argv);
+  p.outcome = AbOutcome{};
+  p.opened = false;
+  p.started = steady_seconds();
+  p.ended = 0;
+  p.child = std::make_unique<ChildProcess>(argv);
+}
+
+bool replay_poll(App& app) {
+  ReplayPanel& p = app.replay;
+  if (!p.child || !p.child->finished() || p.opened) return false;
+  p.opened = true;
+  p.ended = steady_seconds();
+  p.outcome = parse_ab_output(p.child->log());
+  if (p.child->exit_status() != 0 || p.outcome.fused_run < 0) return true;
+  // The stored runs, side by side.
+  try {
+    app.runs = TraceReader(app.path).runs();
+  } catch (const std::exception& e) {
+    app.status = e.what();
+    return true;
+  }
+  app.explore.follow = false;
+  app.compare = true;
+  app_load(app, 0, p.outcome.baseline_run);
+  app_load(app, 1, p.outcome.fused_run);
+  return true;
+}
+
+void app_wait(App& app) {
+  // A poll may start loads (the explorer's or a replay's runs): wait for those too.
+  for (;;) {
+    app_poll(app);
+    if (!app.loading() && !app.explore.explorer.busy()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 void relayout(App& app, int s) {
@@ -173,6 +287,15 @@ void select_event(App& app, int slot, const Hit& hit, bool zoom) {
 void show_tab(App& app, SideTab tab) {
   app.tab = tab;
   app.tab_requested = true;
+}
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void note_widget(App& app, const std::string& name) {
+  const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
+  app.widgets[name] = ImVec4(a.x, a.y, b.x, b.y);
 }
 
 std::string short_name(const std::string& s, size_t max_chars) {

@@ -5,11 +5,14 @@
 
 #include <imgui.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "app/view/core/child.h"
+#include "app/view/core/explore.h"
 #include "app/view/core/extras.h"
 #include "app/view/core/layout.h"
 #include "app/view/core/loader.h"
@@ -22,6 +25,10 @@ namespace braid::view {
 // One run being shown: loading in the background, then its data and what is derived from it.
 struct RunSlot {
   int64_t run_id = -1;
+  // Where the run is: empty for the open file; the explorer's scratch file for its simulated
+  // runs (then `title` names them in the run picker).
+  std::string file;
+  std::string title;
   std::unique_ptr<BackgroundLoad> load;
   std::shared_ptr<RunData> data;
   Extras extras;
@@ -87,7 +94,32 @@ enum class SideTab {
   Metrics,
   Diagnostics,
   Communicators,
-  Compare
+  Compare,
+  Replay
+};
+
+// The "Replay A/B..." panel: `braid ab` for a pair as a child process.
+struct ReplayPanel {
+  AbRequest request;
+  std::unique_ptr<ChildProcess> child;
+  std::string command;  // the command line shown
+  double started = 0;   // steady-clock seconds
+  double ended = 0;
+  bool opened = false;  // its runs were opened in compare mode
+  AbOutcome outcome;
+  bool visible = false;  // the tab is offered
+};
+
+// The explorer in the window (Opportunities tab).
+struct ExplorePanel {
+  Explorer explorer;
+  bool started = false;
+  bool follow = true;  // show its simulated runs in compare mode as they come
+  std::string profile = "h100-nvlink";
+  std::vector<ExploreFinding> findings;  // the checkboxes (the last result's, as ticked)
+  int selected = -1;                     // the finding shown in full (hovered last)
+  std::string saved;                     // "saved as schedule N (parent M) in FILE"
+  int64_t saved_id = -1;
 };
 
 struct App {
@@ -129,7 +161,14 @@ struct App {
   Ns drag_t = 0;
   bool drag_moved = false;
 
+  ExplorePanel explore;
+  ReplayPanel replay;
+
   FrameGeometry geom;
+  // Where named widgets were drawn in the last frame (min x, min y, max x, max y), for the UI
+  // tests to click them: "finding N" (the explorer's checkboxes), "save", "replay run",
+  // "replay cancel".
+  std::map<std::string, ImVec4> widgets;
   std::string status;  // one line under the toolbar (errors, hints)
   float sidebar_width = 470.f;
 
@@ -143,8 +182,20 @@ struct App {
 // Opens `path` and starts loading run `run_a` (-1: the first run), and `run_b` in compare mode
 // (-1: no compare). Throws braid::Error when the file cannot be opened.
 void app_open(App& app, const std::string& path, int64_t run_a, int64_t run_b = -1);
-// Starts loading another run into slot `s`.
-void app_load(App& app, int s, int64_t run_id);
+// Starts loading another run into slot `s` (of `file`, default the open file).
+void app_load(App& app, int s, int64_t run_id, const std::string& file = "",
+              const std::string& title = "");
+// The explorer: (re)starts it on the open file's newest root schedule with the panel's choice.
+void explore_start(App& app);
+// Takes a finished explorer run in: its simulated runs into compare mode when following.
+bool explore_poll(App& app);
+// Lifts the run of slot A into a schedule (fusion::lift_into_file, as `braid lift`) and starts
+// the explorer on it. Errors go to the status line.
+void explore_lift(App& app);
+// Starts `braid ab` as a child process (cancelling one still running).
+void replay_start(App& app, const AbRequest& r);
+// Takes a finished child in: the stored runs into compare mode on success.
+bool replay_poll(App& app);
 // Takes finished background loads in; call once per frame. Returns true when something changed.
 bool app_poll(App& app);
 // Recomputes layouts, alignment shifts, the diff and the fused links from the loaded runs.
@@ -164,6 +215,10 @@ void select_event(App& app, int slot, const Hit& hit, bool zoom);
 void show_tab(App& app, SideTab tab);
 // The time shown on the axis for a run's time (its shift applied) and back.
 inline Ns to_axis(const App& app, int slot, Ns t) { return t - app.slots[slot].shift; }
+
+double steady_seconds();  // a monotonic clock, in seconds
+// Records the last ImGui item as widget `name` (App::widgets).
+void note_widget(App& app, const std::string& name);
 
 // Text helpers for the panels.
 std::string event_title(const RunData& d, const Event& e);  // "allreduce 64.0 MiB" / kernel name
@@ -190,6 +245,8 @@ void metrics(App& app);
 void diagnostics(App& app);
 void communicators(App& app);
 void compare(App& app);
+void replay(App& app);
+void explore_toolbar(App& app);
 }  // namespace panels
 
 }  // namespace braid::view

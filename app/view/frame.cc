@@ -59,6 +59,7 @@ void side_panel(App& app) {
   tab("Diagnostics", SideTab::Diagnostics, panels::diagnostics);
   tab("Communicators", SideTab::Communicators, panels::communicators);
   if (app.compare) tab("Compare", SideTab::Compare, panels::compare);
+  if (app.replay.visible) tab("Replay", SideTab::Replay, panels::replay);
   app.tab_requested = false;
   ImGui::EndTabBar();
 }
@@ -67,6 +68,7 @@ void side_panel(App& app) {
 
 void build_frame(App& app) {
   app_poll(app);
+  app.widgets.clear();
   const ImGuiIO& io = ImGui::GetIO();
   ImGui::SetNextWindowPos(ImVec2(0, 0));
   ImGui::SetNextWindowSize(io.DisplaySize);
@@ -88,6 +90,13 @@ void build_frame(App& app) {
     ImGui::SameLine();
     ImGui::Checkbox("Critical path", &app.show_critical_path);
   }
+  ImGui::SameLine();
+  if (ImGui::Button("Replay A/B...")) {
+    app.replay.visible = true;
+    show_tab(app, SideTab::Replay);
+  }
+  note_widget(app, "replay button");
+  panels::explore_toolbar(app);
   if (app.loading()) {
     ImGui::SameLine();
     char buf[64];

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "app/view/app.h"
 #include "app/view/png_io.h"
@@ -83,12 +84,13 @@ SideTab tab_from_name(const std::string& n) {
                                                           {"metrics", SideTab::Metrics},
                                                           {"diagnostics", SideTab::Diagnostics},
                                                           {"communicators", SideTab::Communicators},
-                                                          {"compare", SideTab::Compare}};
+                                                          {"compare", SideTab::Compare},
+                                                          {"replay", SideTab::Replay}};
   for (auto& [k, v] : kTabs)
     if (n == k) return v;
   throw Error(ErrorCode::Usage, "--tab: unknown panel '" + n +
                                     "' (details, range, search, opportunities, metrics, "
-                                    "diagnostics, communicators, compare)");
+                                    "diagnostics, communicators, compare, replay)");
 }
 
 std::string geometry_json(const App& app, int w, int h) {
@@ -109,7 +111,14 @@ std::string geometry_json(const App& app, int w, int h) {
     }
     o << "]}";
   }
-  o << "]}\n";
+  o << "],\"widgets\":{";
+  bool first = true;
+  for (const auto& [name, r] : app.widgets) {
+    o << (first ? "" : ",") << "\"" << json_escape(name) << "\":[" << r.x << "," << r.y << ","
+      << r.z << "," << r.w << "]";
+    first = false;
+  }
+  o << "}}\n";
   return o.str();
 }
 
@@ -118,7 +127,22 @@ struct Options {
   int64_t run = -1;
   std::vector<int64_t> compare;
   std::string screenshot, geometry, size = "1600x900", tab;
+  std::string replay;  // start `braid ab` on this backend at open
+  int replay_np = 0;
 };
+
+void start_replay(App& app, const Options& opt) {
+  AbRequest r;
+  r.braid = find_braid_exe();
+  r.file = opt.file;
+  r.backend = opt.replay == "sim"   ? AbBackend::Sim
+              : opt.replay == "mpi" ? AbBackend::Mpi
+                                    : AbBackend::Nccl;
+  r.ranks = opt.replay_np;
+  app.replay.visible = true;
+  show_tab(app, SideTab::Replay);
+  replay_start(app, r);
+}
 
 int run_view(const Options& opt) {
   int w = 1600, h = 900;
@@ -136,6 +160,7 @@ int run_view(const Options& opt) {
   }
   app_open(app, opt.file, run_a, run_b);  // errors about the file come before any window
   if (!opt.tab.empty()) show_tab(app, tab_from_name(opt.tab));
+  if (app.tab == SideTab::Replay) app.replay.visible = true;
 
   glfwSetErrorCallback(on_glfw_error);
   if (!glfwInit())
@@ -167,6 +192,12 @@ int run_view(const Options& opt) {
   int rc = 0;
   if (headless) {
     Fbo fbo(w, h);
+    if (!opt.replay.empty()) {
+      // The replay panel after `braid ab` ended (its runs then load in compare mode).
+      start_replay(app, opt);
+      while (!app.replay.child->finished())
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     app_wait(app);
     for (int s = 0; s < 2; ++s)
       if (app.slot_active(s) && !app.slots[s].error.empty())
@@ -214,6 +245,7 @@ int run_view(const Options& opt) {
     }
     std::printf("braid-view: wrote %s (%dx%d)\n", opt.screenshot.c_str(), w, h);
   } else {
+    if (!opt.replay.empty()) start_replay(app, opt);
     while (!glfwWindowShouldClose(win)) {
       // Idle (nothing loading, no input): wait for events instead of spinning.
       if (app.loading())
@@ -267,6 +299,13 @@ int main(int argc, char** argv) {
   cli.add_option("--tab", opt.tab,
                  "Side panel to show: details, range, search, opportunities, metrics, diagnostics, "
                  "communicators, compare");
+  cli.add_option("--replay", opt.replay,
+                 "Open the Replay tab and run `braid ab` on this backend at once (with "
+                 "--screenshot: the panel after it ended)")
+      ->check(CLI::IsMember({"sim", "mpi", "nccl"}));
+  cli.add_option("--np", opt.replay_np,
+                 "--replay mpi/nccl: mpirun -np (default: the ranks of "
+                 "the fused schedule)");
   cli.add_option("--geometry", opt.geometry,
                  "With --screenshot: also write where the axis, sections and lanes were drawn "
                  "(JSON, for tests)");

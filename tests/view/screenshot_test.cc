@@ -4,11 +4,16 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 
 #include "app/view/core/colors.h"
 #include "app/view/png_io.h"
+#include "fusion/pass_schedules.h"
+#include "fusion/schedule_store.h"
+#include "trace/reader.h"
 #include "trace/test_util.h"
 #include "view/known_trace.h"
 
@@ -27,8 +32,10 @@ struct LaneGeo {
 struct Geometry {
   double axis_x0, axis_x1, label_x0, label_x1;
   Ns t0, t1;
-  std::vector<Ns> shift;  // per section
+  std::vector<Ns> shift;         // per section
+  std::vector<int64_t> run_ids;  // per section
   std::vector<LaneGeo> lanes;
+  std::map<std::string, std::array<double, 4>> widgets;  // x0, y0, x1, y1
 };
 
 bool have_xvfb() { return std::system("command -v xvfb-run >/dev/null 2>&1") == 0; }
@@ -59,8 +66,15 @@ std::pair<Image, Geometry> screenshot(const test::TempDir& dir, const std::strin
   g.label_x1 = j["label_x1"].get_double();
   g.t0 = j["t0"].get_int64();
   g.t1 = j["t1"].get_int64();
+  for (auto [k, v] : j["widgets"].get_object()) {
+    std::array<double, 4> r{};
+    size_t i = 0;
+    for (auto x : v.get_array()) r[i++] = x.get_double();
+    g.widgets[std::string(k)] = r;
+  }
   for (auto s : j["sections"].get_array()) {
     g.shift.push_back(s["shift"].get_int64());
+    g.run_ids.push_back(s["run_id"].get_int64());
     for (auto l : s["lanes"].get_array())
       g.lanes.push_back({static_cast<int>(int64_t(s["slot"].get_int64())),
                          static_cast<int>(int64_t(l["rank"].get_int64())), l["stream"].get_int64(),
@@ -208,6 +222,75 @@ TEST_F(ViewScreenshot, CompareModeShowsBothRunsAligned) {
   EXPECT_TRUE(is_color(img, x_at(g, us(80)), ya, ar));
   EXPECT_TRUE(is_color(img, x_at(g, us(80)), yb, kLaneBackground));
   EXPECT_TRUE(is_color(img, x_at(g, us(65)), yb, ar));
+}
+
+// ImGui's dark style: the check mark, and the panels' green "finished" / good-delta text.
+constexpr Rgb kCheckMark{66, 150, 250};
+constexpr Rgb kGoodText{127, 229, 127};
+constexpr Rgb kAssumptionText{229, 204, 114};
+
+int count_in(const Image& img, const std::array<double, 4>& r, Rgb c) {
+  return count_near(img, static_cast<int>(r[0]), static_cast<int>(r[2]), static_cast<int>(r[1]),
+                    static_cast<int>(r[3]), c);
+}
+
+TEST_F(ViewScreenshot, TheExplorerOnAPresetTicksAppliedFindingsAndShowsBothSimulatedSteps) {
+  const std::string braid = dir_.file("tp-sp.braid");
+  fusion::store_schedule(braid, fusion::testing::preset_at_test_shape("tp-sp"), -1, "[]", true);
+  auto [img, g] = screenshot(dir_, braid, "");
+  // The simulated baseline (A) above the simulated fused step (B).
+  ASSERT_EQ(g.run_ids.size(), 2u);
+  const LaneGeo& a = lane(g, 0, 0, 0);
+  const LaneGeo& b = lane(g, 1, 0, 0);
+  EXPECT_GT(b.y0, a.y1);
+  // Every finding is applied here: ticked, its box holds the check mark.
+  ASSERT_TRUE(g.widgets.count("finding 0"));
+  EXPECT_GT(count_in(img, g.widgets["finding 0"], kCheckMark), 10);
+  // The toolbar's B - A step, shorter: in green, right of the Replay button.
+  ASSERT_TRUE(g.widgets.count("replay button"));
+  const auto& rb = g.widgets["replay button"];
+  EXPECT_GT(count_near(img, static_cast<int>(rb[2]), static_cast<int>(rb[2]) + 400,
+                       static_cast<int>(rb[1]), static_cast<int>(rb[3]), kGoodText),
+            30);
+  ASSERT_TRUE(g.widgets.count("save"));
+}
+
+TEST_F(ViewScreenshot, TheExplorerShowsAdviceUntickedWithItsAssumption) {
+  // pp-ep with stages cut at layer boundaries: compute sits between the P2P and the
+  // All-to-All, so every finding is advice.
+  const std::string braid = dir_.file("pp-ep.braid");
+  const std::string synth = std::string(BRAID_CLI) + " synth --preset pp-ep --no-pp-moe-cut " +
+                            "--layers 4 --hidden 16 --seq 8 --heads 4 --ffn 32 --micro-batches 2 " +
+                            "-q -o '" + braid + "' > /dev/null";
+  ASSERT_EQ(std::system(synth.c_str()), 0);
+  auto [img, g] = screenshot(dir_, braid, "");
+  ASSERT_TRUE(g.widgets.count("finding 0"));
+  const auto& box = g.widgets["finding 0"];
+  EXPECT_EQ(count_in(img, box, kCheckMark), 0);
+  // Its assumption, in yellow, on its row right of the box.
+  EXPECT_GT(count_near(img, static_cast<int>(box[2]), static_cast<int>(box[2]) + 500,
+                       static_cast<int>(box[1]), static_cast<int>(box[3]), kAssumptionText),
+            30);
+}
+
+TEST_F(ViewScreenshot, TheReplayPanelAfterBraidAbOpensItsRuns) {
+  const std::string braid = dir_.file("tp-sp.braid");
+  fusion::store_schedule(braid, fusion::testing::preset_at_test_shape("tp-sp"), -1, "[]", true);
+  const std::string fuse = std::string(BRAID_CLI) + " fuse '" + braid + "' > /dev/null";
+  ASSERT_EQ(std::system(fuse.c_str()), 0);
+  auto [img, g] = screenshot(dir_, braid, "--replay sim");
+  // The runs `braid ab` stored, A and B.
+  const auto runs = TraceReader(braid).runs();
+  ASSERT_EQ(runs.size(), 2u);
+  ASSERT_EQ(g.run_ids.size(), 2u);
+  EXPECT_EQ(g.run_ids[0], runs[0].run_id);
+  EXPECT_EQ(g.run_ids[1], runs[1].run_id);
+  // "finished (exit status 0)" in green in the panel, below the Run button.
+  ASSERT_TRUE(g.widgets.count("replay run"));
+  const auto& run = g.widgets["replay run"];
+  EXPECT_GT(count_near(img, static_cast<int>(run[0]), static_cast<int>(run[0]) + 300,
+                       static_cast<int>(run[3]), static_cast<int>(run[3]) + 60, kGoodText),
+            30);
 }
 
 TEST_F(ViewScreenshot, BadInputGetsOneLineAndNoFile) {

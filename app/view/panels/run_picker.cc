@@ -17,13 +17,21 @@ std::string run_label(const RunRow& r) {
 
 void picker(App& app, int s, const char* id) {
   const RunRow* cur = nullptr;
-  for (const RunRow& r : app.runs)
-    if (r.run_id == app.slots[s].run_id) cur = &r;
+  const RunSlot& slot = app.slots[s];
+  if (slot.file.empty())
+    for (const RunRow& r : app.runs)
+      if (r.run_id == slot.run_id) cur = &r;
   ImGui::SetNextItemWidth(240);
-  if (ImGui::BeginCombo(id, cur ? run_label(*cur).c_str() : "(choose a run)")) {
+  const std::string shown = cur                   ? run_label(*cur)
+                            : !slot.title.empty() ? slot.title
+                                                  : std::string("(choose a run)");
+  if (ImGui::BeginCombo(id, shown.c_str())) {
     for (const RunRow& r : app.runs) {
       bool sel = cur == &r;
-      if (ImGui::Selectable(run_label(r).c_str(), sel) && !sel) app_load(app, s, r.run_id);
+      if (ImGui::Selectable(run_label(r).c_str(), sel) && !sel) {
+        app.explore.follow = false;  // the user's choice of runs replaces the explorer's
+        app_load(app, s, r.run_id);
+      }
       if (ImGui::IsItemHovered() && !r.source.empty()) ImGui::SetTooltip("%s", r.source.c_str());
     }
     ImGui::EndCombo();
@@ -36,7 +44,7 @@ void run_picker(App& app) {
   picker(app, 0, app.compare ? "A##run" : "run##run");
   ImGui::SameLine();
   bool cmp = app.compare;
-  if (ImGui::Checkbox("Compare", &cmp) && app.runs.size() > 0) {
+  if (ImGui::Checkbox("Compare", &cmp) && app.runs.size() > 0 && app.slots[0].file.empty()) {
     app.compare = cmp;
     if (cmp) {
       // Default: the last run that is not A (a replay or simulation is usually added last).

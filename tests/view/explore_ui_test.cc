@@ -1,0 +1,238 @@
+// The explorer and the replay panel in whole frames built headless (ImGui, no GL): clicking a
+// finding's checkbox on a preset re-runs the pipeline and the sim, and the fused run's step is
+// what `braid replay --backend sim` gives for the saved choice (the test runs both); save,
+// reopen and find the saved schedule; `braid ab` as a child that fails shows its error and
+// leaves the file as it was; cancel ends the child; a good one opens its runs in compare mode.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "app/view/app.h"
+#include "fusion/pass_schedules.h"
+#include "fusion/schedule_store.h"
+#include "trace/test_util.h"
+#include "view/process_group.h"
+
+namespace braid::view {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs a shell command; returns its stdout (asserting exit 0).
+std::string run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << cmd << "\n" << out;
+  return out;
+}
+
+class ViewExploreUi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("BRAID_EXE", BRAID_CLI, 1);
+    ImGui::CreateContext();
+    ImGuiIO& io = ImGui::GetIO();
+    io.IniFilename = nullptr;
+    unsigned char* px;
+    int w, h;
+    io.Fonts->GetTexDataAsRGBA32(&px, &w, &h);
+    io.DisplaySize = ImVec2(1600, 900);
+    io.DeltaTime = 1.f / 60;
+    path_ = dir_.file("tp-sp.braid");
+    fusion::store_schedule(path_, fusion::testing::preset_at_test_shape("tp-sp"), -1, "[]", true);
+  }
+  void TearDown() override {
+    app_.reset();
+    ImGui::DestroyContext();
+  }
+  void frame() {
+    ImGui::NewFrame();
+    build_frame(*app_);
+    ImGui::Render();
+  }
+  void open() {
+    app_ = std::make_unique<App>();
+    app_open(*app_, path_, -1);
+    settle();
+  }
+  void settle() {
+    app_wait(*app_);
+    for (int i = 0; i < 3; ++i) frame();
+  }
+  void click(const std::string& widget) {
+    ASSERT_TRUE(app_->widgets.count(widget)) << widget;
+    const ImVec4 r = app_->widgets[widget];
+    ImGuiIO& io = ImGui::GetIO();
+    io.MousePos = ImVec2((r.x + r.z) / 2, (r.y + r.w) / 2);
+    frame();
+    io.MouseDown[0] = true;
+    frame();
+    io.MouseDown[0] = false;
+    frame();
+  }
+  void wait_child() {
+    while (app_->replay.child && !app_->replay.child->finished())
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    settle();
+  }
+  // `braid replay --backend sim` of stored schedule `id`: its "simulated step: N ns".
+  Ns replayed_step(int64_t id) {
+    const std::string out =
+        run(std::string(BRAID_CLI) + " replay '" + path_ + "' --schedule " + std::to_string(id) +
+            " --backend sim --profile h100-nvlink --no-store 2>&1");
+    long long ns = -1;
+    const size_t at = out.find("simulated step: ");
+    if (at != std::string::npos) std::sscanf(out.c_str() + at, "simulated step: %lld", &ns);
+    return ns;
+  }
+
+  test::TempDir dir_;
+  std::string path_;
+  std::unique_ptr<App> app_;
+};
+
+TEST_F(ViewExploreUi, TickingFindingsGivesTheStepBraidReplaySimulatesForTheSavedChoice) {
+  open();
+  App& app = *app_;
+  ASSERT_TRUE(app.explore.explorer.result()) << app.explore.explorer.error() << app.status;
+  EXPECT_EQ(app.tab, SideTab::Opportunities);
+  // The explorer's simulated runs, A above B.
+  const ExploreResult* r = &*app.explore.explorer.result();
+  ASSERT_TRUE(app.compare);
+  ASSERT_TRUE(app.all_ready());
+  EXPECT_EQ(app.slots[0].file, r->scratch);
+  EXPECT_EQ(app.slots[1].run_id, r->fused_run);
+  const Ns baseline = r->baseline_step_ns(), all = r->fused_step_ns();
+  EXPECT_LT(all, baseline);
+  // The loaded run B spans the fused step (one simulated step).
+  EXPECT_EQ(app.slots[1].data->end - app.slots[1].data->start, all);
+  EXPECT_EQ(app.slots[0].data->end - app.slots[0].data->start, baseline);
+  ASSERT_FALSE(app.explore.findings.empty());
+  ASSERT_TRUE(app.explore.findings[0].ticked);
+
+  // Untick the first applied finding: the pipeline and the sim run again, B's step gets longer.
+  const fusion::FindingKey key = app.explore.findings[0].key;
+  click("finding 0");
+  EXPECT_TRUE(app.explore.explorer.busy());
+  settle();
+  r = &*app.explore.explorer.result();
+  const Ns fewer = r->fused_step_ns();
+  EXPECT_GT(fewer, all);
+  // Listed again, unticked, as deselected.
+  int deselected = 0;
+  for (const ExploreFinding& f : app.explore.findings)
+    if (f.key == key) {
+      EXPECT_FALSE(f.ticked);
+      EXPECT_EQ(f.status, ExploreFinding::Status::Deselected);
+      ++deselected;
+    }
+  EXPECT_EQ(deselected, 1);
+  EXPECT_EQ(app.slots[1].data->end - app.slots[1].data->start, fewer);
+  EXPECT_EQ(app.slots[1].file, r->scratch);
+
+  // Save, then `braid replay --backend sim` of the saved schedule gives the same step, and of
+  // the baseline the baseline's.
+  click("save");
+  const int64_t saved = app.explore.saved_id;
+  ASSERT_GE(saved, 0) << app.explore.saved;
+  EXPECT_EQ(replayed_step(saved), fewer);
+  EXPECT_EQ(replayed_step(r->schedule_id), baseline);
+
+  // Tick it again: the first result's step.
+  int again = -1;
+  for (size_t i = 0; i < app.explore.findings.size(); ++i)
+    if (app.explore.findings[i].status == ExploreFinding::Status::Deselected)
+      again = static_cast<int>(i);
+  ASSERT_GE(again, 0);
+  click("finding " + std::to_string(again));
+  settle();
+  EXPECT_EQ(app.explore.explorer.result()->fused_step_ns(), all);
+
+  // Reopen the file: the saved schedule is there (parent: the explored one), and the replay
+  // panel's default pair is it and its parent.
+  open();
+  bool found = false;
+  for (const auto& st : fusion::list_schedules(path_))
+    if (st.id == saved) found = st.parent_id == app_->explore.explorer.result()->schedule_id;
+  EXPECT_TRUE(found);
+  AbRequest ab;
+  ab.steps = 2;
+  replay_start(*app_, ab);
+  wait_child();
+  const ReplayPanel& p = app_->replay;
+  ASSERT_EQ(p.child->exit_status(), 0) << p.child->log();
+  ASSERT_GE(p.outcome.fused_run, 0) << p.child->log();
+  EXPECT_NE(p.outcome.speedup.find("speedup"), std::string::npos);
+  EXPECT_NE(p.outcome.data_check.find("data check passed"), std::string::npos) << p.child->log();
+  // Its runs are open in compare mode, B the replay of the saved schedule.
+  EXPECT_TRUE(app_->compare);
+  EXPECT_TRUE(app_->slots[0].file.empty());
+  EXPECT_EQ(app_->slots[1].run_id, p.outcome.fused_run);
+  ASSERT_TRUE(app_->slots[1].ready());
+  EXPECT_EQ(app_->slots[1].data->run.schedule_id, saved);
+}
+
+TEST_F(ViewExploreUi, AFailingReplayShowsItsErrorAndLeavesTheFileAsItWas) {
+  open();
+  frame();
+  const std::string before = slurp(path_);
+  const int64_t a = app_->slots[0].run_id;
+  AbRequest ab;
+  ab.fused = 99;  // no such schedule
+  replay_start(*app_, ab);
+  wait_child();
+  const ReplayPanel& p = app_->replay;
+  EXPECT_NE(p.child->exit_status(), 0);
+  EXPECT_NE(p.outcome.first_error.find("error"), std::string::npos) << p.child->log();
+  EXPECT_NE(p.outcome.first_error.find("99"), std::string::npos) << p.outcome.first_error;
+  EXPECT_EQ(slurp(path_), before);
+  // The window still shows what it showed.
+  EXPECT_EQ(app_->slots[0].run_id, a);
+  EXPECT_FALSE(app_->slots[0].file.empty());
+}
+
+TEST_F(ViewExploreUi, CancelEndsTheChild) {
+  open();
+  click("save");  // a pair to replay
+  ASSERT_GE(app_->explore.saved_id, 0) << app_->explore.saved;
+  const std::string before = slurp(path_);
+  show_tab(*app_, SideTab::Replay);
+  app_->replay.visible = true;
+  frame();
+  frame();
+  app_->replay.request.steps = 10000000;  // runs for minutes
+  click("replay run");
+  ASSERT_TRUE(app_->replay.child);
+  const pid_t group = app_->replay.child->pid();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  frame();
+  ASSERT_FALSE(app_->replay.child->finished()) << app_->replay.child->log();
+  click("replay cancel");
+  wait_child();
+  EXPECT_TRUE(app_->replay.child->cancelled());
+  EXPECT_EQ(app_->replay.child->exit_status(), 128 + SIGTERM);
+  // Nothing of its process group runs any more.
+  for (int i = 0; i < 100 && braid::test::live_in_group(group) > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(braid::test::live_in_group(group), 0);
+  EXPECT_EQ(slurp(path_), before);
+  EXPECT_EQ(app_->replay.outcome.fused_run, -1);
+}
+
+}  // namespace
+}  // namespace braid::view
