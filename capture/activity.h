@@ -10,10 +10,14 @@
 
 namespace braid::capture {
 
+// graph_node/graph: the CUDA graph node (and graph) whose launch ran it, 0 outside graphs; then
+// `correlation` is that of the graph launch.
 struct KernelActivity {
   uint32_t device = 0, context = 0, stream = 0, correlation = 0;
   int64_t start = 0, end = 0;
   const char* name = nullptr;
+  uint64_t graph_node = 0;
+  uint32_t graph = 0;
 };
 
 struct MemActivity {
@@ -21,6 +25,8 @@ struct MemActivity {
   int64_t bytes = 0;
   uint32_t device = 0, context = 0, stream = 0, correlation = 0;
   int64_t start = 0, end = 0;
+  uint64_t graph_node = 0;
+  uint32_t graph = 0;
 };
 
 struct ApiActivity {

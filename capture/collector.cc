@@ -87,7 +87,9 @@ void Collector::on_kernel(const KernelActivity& a) {
   row.category = kn.category;
   row.correlation = a.correlation;
   auto it = corr_to_ext_.find(a.correlation);
-  if (it != corr_to_ext_.end()) {
+  if (a.graph_node != 0) {
+    graph_record(a.correlation, a.graph_node, k);
+  } else if (it != corr_to_ext_.end()) {
     row.external_id = static_cast<int64_t>(it->second);
     link_kernel(it->second, k);
   } else if (is_comm(row.category)) {
@@ -130,6 +132,25 @@ void Collector::link_kernel(uint64_t ext, const KernelSpan& k) {
   }
 }
 
+void Collector::graph_record(uint32_t correlation, uint64_t node, const KernelSpan& k) {
+  GraphKey key{correlation, node};
+  auto it = graph_links_.find(key);
+  if (it != graph_links_.end()) {
+    for (uint64_t ext : it->second) link_kernel(ext, k);
+    return;
+  }
+  bound(graph_unlinked_);
+  graph_unlinked_[key].push_back(k);
+}
+
+void Collector::on_graph_link(const NcclGraphLink& l) {
+  GraphKey key{l.correlation, l.node};
+  bound(graph_links_);
+  graph_links_[key].push_back(l.external_id);
+  if (auto it = graph_unlinked_.find(key); it != graph_unlinked_.end())
+    for (const KernelSpan& k : it->second) link_kernel(l.external_id, k);
+}
+
 void Collector::on_external_correlation(const ExternalCorrelationActivity& e) {
   if (e.kind != ext_kind_) return;
   bound(corr_to_ext_);
@@ -155,8 +176,11 @@ void Collector::on_mem(const MemActivity& a) {
   m.correlation = a.correlation;
   note_stream(a.stream);
   // NCCL on one rank copies instead of launching a kernel: the copy carries the collective.
-  if (auto it = corr_to_ext_.find(a.correlation); it != corr_to_ext_.end())
-    link_kernel(it->second, {m.start, m.end, m.stream, a.correlation, m.name, 0});
+  KernelSpan span{m.start, m.end, m.stream, a.correlation, m.name, 0};
+  if (a.graph_node != 0)
+    graph_record(a.correlation, a.graph_node, span);
+  else if (auto it = corr_to_ext_.find(a.correlation); it != corr_to_ext_.end())
+    link_kernel(it->second, span);
   sink_.add(m);
 }
 
@@ -286,11 +310,17 @@ void Collector::on_nccl_call(const NcclCall& c) {
   sink_.add(row);
   if (c.comm) on_comm(*c.comm);
   call_keys_[c.call_id] = {p.comm, c.seq};
-  pending_.emplace(c.call_id, p);
   if (auto it = early_proxies_.find(c.call_id); it != early_proxies_.end()) {
     for (auto& op : it->second) write_proxy_op(op);
     early_proxies_.erase(it);
   }
+  if (c.graph == kGraphCaptured) {  // launches nothing now: its collectives are the replays
+    count("capture.nccl_graph_captured", 1, Severity::Info,
+          "NCCL calls made during CUDA stream capture (nccl_calls rows with seq -1): they ran "
+          "nothing then; each graph launch adds a row and a collective per captured call");
+    return;
+  }
+  pending_.emplace(c.call_id, p);
 }
 
 void Collector::on_nccl_detail(const NcclCallDetail& d) {
@@ -381,7 +411,7 @@ void Collector::emit(const Pending& p, const KernelSpan* k) {
   row.seq = c.seq;
   row.op = c.op;
   row.dtype = sink_.intern(c.dtype);
-  counts_for(c, c.comm ? c.comm->nranks : 1, row.in_count, row.out_count);
+  counts_for(c, c.comm ? c.comm->nranks.load() : 1, row.in_count, row.out_count);
   row.bytes = c.dtype_bytes > 0 ? std::max(row.in_count, row.out_count) * c.dtype_bytes : -1;
   row.peer_or_root = c.peer_or_root;
   row.enqueue = c.enqueue;
@@ -462,6 +492,10 @@ void Collector::end_cycle(bool final) {
     markers_.clear();
   }
   if (call_keys_.size() > kMaxInFlight) call_keys_.clear();
+  if (final) {
+    graph_links_.clear();
+    graph_unlinked_.clear();
+  }
   if (details_.size() > kMaxInFlight) details_.clear();
   if (info_dirty_) {
     sink_.set_rank_info(info_);

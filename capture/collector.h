@@ -46,6 +46,7 @@ class Collector final : public ActivityHandler {
   void window_edge(bool open, int64_t device_ts, const std::string& opener);
 
   void on_nccl_call(const NcclCall& c);
+  void on_graph_link(const NcclGraphLink& l);
   void on_nccl_detail(const NcclCallDetail& d);
   void on_nccl_proxy_op(const NcclProxyOp& p);
   void on_comm(const CommRecord& c);
@@ -89,6 +90,9 @@ class Collector final : public ActivityHandler {
   void write_proxy_op(const NcclProxyOp& p);
   void note_stream(int64_t stream);
   bool in_window(int64_t device_ts) const;
+  // A record of a graph launch: linked to the replayed calls of its node, or kept until their
+  // links arrive.
+  void graph_record(uint32_t correlation, uint64_t node, const KernelSpan& k);
   // A record with no start or ending before it (an incomplete one from a forced flush): counted.
   bool incomplete(int64_t start, int64_t end);
   Ns host(int64_t device_ts) const { return clock_.to_host(device_ts); }
@@ -109,6 +113,18 @@ class Collector final : public ActivityHandler {
   std::unordered_map<int64_t, std::vector<NcclProxyOp>> early_proxies_;  // by call id
   std::unordered_map<int64_t, std::pair<StrId, int64_t>> call_keys_;  // call id -> (comm, seq)
   std::unordered_map<uint32_t, uint32_t> api_tid_;                    // correlation -> thread
+  struct GraphKey {
+    uint32_t correlation;
+    uint64_t node;
+    bool operator==(const GraphKey&) const = default;
+  };
+  struct GraphKeyHash {
+    size_t operator()(const GraphKey& k) const {
+      return k.node * 0x9e3779b97f4a7c15ull ^ k.correlation;
+    }
+  };
+  std::unordered_map<GraphKey, std::vector<uint64_t>, GraphKeyHash> graph_links_;  // -> ext ids
+  std::unordered_map<GraphKey, std::vector<KernelSpan>, GraphKeyHash> graph_unlinked_;
   struct Window {
     int64_t open, close;  // device clock; close INT64_MAX while open
     std::string opener;

@@ -23,7 +23,9 @@ struct CommRecord {
   std::string identity;
   std::string parent;   // identity of the communicator it was split from, "" if none
   std::string how;      // "uid", "uids", "split", "shrink", "all"
-  int rank = -1, nranks = -1;
+  // -1 until known: a non-blocking communicator's shape is learnt after ncclCommSplit returns
+  // (from NCCL's profiler plugin, or asked again at its first call); read by the writer thread.
+  std::atomic<int> rank{-1}, nranks{-1};
   int device = -1;
   // Taken by calls as they are recorded (through const pointers too: records in flight keep one).
   mutable std::atomic<int64_t> next_seq{0};

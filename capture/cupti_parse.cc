@@ -78,28 +78,29 @@ ParseStats parse_activity_buffer(const uint8_t* buffer, size_t valid, ActivityHa
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         auto* r = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
         h.on_kernel({r->deviceId, r->contextId, r->streamId, r->correlationId,
-                     static_cast<int64_t>(r->start), static_cast<int64_t>(r->end), r->name});
+                     static_cast<int64_t>(r->start), static_cast<int64_t>(r->end), r->name,
+                     r->graphNodeId, r->graphId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         auto* r = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-        h.on_mem({mem_kind(r->copyKind), static_cast<int64_t>(r->bytes), r->deviceId,
-                  r->contextId, r->streamId, r->correlationId, static_cast<int64_t>(r->start),
-                  static_cast<int64_t>(r->end)});
+        h.on_mem({mem_kind(r->copyKind), static_cast<int64_t>(r->bytes), r->deviceId, r->contextId,
+                  r->streamId, r->correlationId, static_cast<int64_t>(r->start),
+                  static_cast<int64_t>(r->end), r->graphNodeId, r->graphId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY2: {
         auto* r = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(rec);
         h.on_mem({MemKind::PtoP, static_cast<int64_t>(r->bytes), r->deviceId, r->contextId,
                   r->streamId, r->correlationId, static_cast<int64_t>(r->start),
-                  static_cast<int64_t>(r->end)});
+                  static_cast<int64_t>(r->end), r->graphNodeId, r->graphId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         auto* r = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
         h.on_mem({MemKind::Memset, static_cast<int64_t>(r->bytes), r->deviceId, r->contextId,
                   r->streamId, r->correlationId, static_cast<int64_t>(r->start),
-                  static_cast<int64_t>(r->end)});
+                  static_cast<int64_t>(r->end), r->graphNodeId, r->graphId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_RUNTIME:

@@ -28,14 +28,6 @@ std::string agent_path() {
 #endif
 }
 
-std::string cupti_path() {
-#ifdef BRAID_CUPTI_LIB
-  return BRAID_CUPTI_LIB;
-#else
-  return "";
-#endif
-}
-
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (auto& a : v) {
@@ -95,9 +87,10 @@ std::vector<std::pair<std::string, std::string>> capture_environment(const Recor
   // NCCL >= 2.23 loads its profiler plugin from here; the same library serves as one.
   if (const char* p = std::getenv("NCCL_PROFILER_PLUGIN"); !p || !*p)
     env.emplace_back("NCCL_PROFILER_PLUGIN", lib);
-  // NVTX ranges reach CUPTI only through NVTX's injection hook.
-  if (const char* p = std::getenv("NVTX_INJECTION64_PATH"); (!p || !*p) && !cupti_path().empty())
-    env.emplace_back("NVTX_INJECTION64_PATH", cupti_path());
+  // NVTX ranges reach CUPTI only through NVTX's injection hook. The agent serves it and hands NVTX
+  // to the libcupti it loaded in the job (not one named at build time, which may be another copy).
+  if (const char* p = std::getenv("NVTX_INJECTION64_PATH"); !p || !*p)
+    env.emplace_back("NVTX_INJECTION64_PATH", lib);
   if (o.attach) {
     env.emplace_back("BRAID_CAPTURE_ATTACH", o.socket);
     env.emplace_back("BRAID_CAPTURE_JOB",

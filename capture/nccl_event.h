@@ -28,6 +28,21 @@ struct NcclCall {
   int64_t enqueue = 0, ret = 0;  // host ns
   int32_t result = 0;
   bool in_window = true;  // made while the capture window was open
+  // CUDA graphs: kGraphCaptured, a call made while its stream was being captured (it launches
+  // nothing then and takes no sequence number: seq -1; its collectives are the graph's replays);
+  // kGraphReplay, one execution of such a call by a graph launch (its GPU work is found by
+  // NcclGraphLink).
+  uint8_t graph = 0;
+};
+inline constexpr uint8_t kGraphCaptured = 1, kGraphReplay = 2;
+
+// A graph node whose replayed records belong to a replayed call: the records of node `node`
+// launched by the graph launch with correlation id `correlation` are the GPU work of the call
+// whose external id is `external_id`.
+struct NcclGraphLink {
+  uint32_t correlation = 0;
+  uint64_t node = 0;
+  uint64_t external_id = 0;
 };
 
 // Algorithm, protocol and channels of one call, from the profiler plugin's Coll/P2p events.

@@ -28,6 +28,34 @@ thread_local int t_group_depth = 0;    // ncclGroupStart nesting
 thread_local int64_t t_group_id = 0;
 thread_local std::vector<NcclCall>* t_group_calls = nullptr;
 thread_local int64_t t_current_call = 0;
+// CUDA graphs: the external id of the call (or group end) running on this thread, the graph nodes
+// created inside it, and whether NCCL said it is being captured.
+struct GraphNode {
+  uint32_t graph;
+  uint64_t node;
+};
+thread_local uint64_t t_current_ext = 0;
+thread_local CommRecord* t_current_comm = nullptr;
+thread_local std::vector<GraphNode>* t_nodes = nullptr;
+thread_local bool t_captured = false;
+
+void begin_graph_watch(uint64_t ext) {
+  t_current_ext = ext;
+  if (!t_nodes) t_nodes = new std::vector<GraphNode>();
+  t_nodes->clear();
+  t_captured = false;
+}
+// After the call: whether it was captured; its nodes are registered as this call's.
+bool end_graph_watch(Agent* ag, const NcclCall& c) {
+  t_current_ext = 0;
+  bool captured = t_captured || (t_nodes && !t_nodes->empty());
+  if (captured && ag && t_nodes) {
+    NcclCall tmpl = c;
+    tmpl.graph = kGraphCaptured;
+    for (const GraphNode& n : *t_nodes) ag->graphs().captured(n.graph, {n.node}, tmpl);
+  }
+  return captured;
+}
 
 int64_t now_ns() {
   timespec ts;
@@ -100,6 +128,8 @@ struct Args {
   cudaStream_t stream;
 };
 
+void learn_shape(Agent* ag, CommRecord* rec, ncclComm_t comm);
+
 // Runs one collective or point-to-point call, recording it.
 template <typename Call>
 ncclResult_t record_call(const Args& a, Call&& call) {
@@ -114,6 +144,7 @@ ncclResult_t record_call(const Args& a, Call&& call) {
   NcclCall c;
   c.call_id = ag->next_id();
   CommRecord* rec = ag->comms().find_or_add_unknown(a.comm);
+  learn_shape(ag, rec, a.comm);
   c.comm = rec;
   c.op = a.op;
   c.dtype = dtype_name(a.dtype, c.dtype_bytes);
@@ -127,23 +158,29 @@ ncclResult_t record_call(const Args& a, Call&& call) {
   c.in_window = ag->window_open();
   bool grouped = t_group_depth > 0;
   c.group_id = grouped ? t_group_id : 0;
-  // A grouped call takes its sequence number when its group really ends: a simulated group
-  // (ncclGroupSimulateEnd) launches nothing and takes none.
-  if (!grouped) c.seq = rec->next_seq.fetch_add(1, std::memory_order_relaxed);
+  // Sequence numbers are taken when the call has run: a grouped call's when its group really ends
+  // (a simulated group, ncclGroupSimulateEnd, launches nothing and takes none), none for a call
+  // captured into a CUDA graph (each launch of the graph takes one for it).
   // The call's own id, pushed around the call grouped or not: NCCL 2.28 does a one-rank
   // collective's copy inside the call itself. A group's kernels launch at ncclGroupEnd, under the
   // group's id (the collector looks for the call's id first, then its group's).
   c.external_id = static_cast<uint64_t>(c.call_id);
   ++t_depth;
   t_current_call = c.call_id;
+  t_current_comm = rec;
+  begin_graph_watch(c.external_id);
   bool pushed = ag->push_external(c.external_id);
   c.enqueue = now_ns();
   ncclResult_t r = call();
   c.ret = now_ns();
   if (pushed) ag->pop_external();
   t_current_call = 0;
+  t_current_comm = nullptr;
   --t_depth;
   c.result = static_cast<int32_t>(r);
+  if (end_graph_watch(ag, c)) c.graph = kGraphCaptured;
+  if (!grouped && c.graph != kGraphCaptured)
+    c.seq = rec->next_seq.fetch_add(1, std::memory_order_relaxed);
   if (grouped && t_group_calls) t_group_calls->push_back(c);  // posted at ncclGroupEnd
   else ag->pipeline().post(c);
   return r;
@@ -166,6 +203,18 @@ void comm_shape(ncclComm_t comm, int& rank, int& nranks) {
   if (count && count(comm, &nranks) != ncclSuccess) nranks = -1;
 }
 
+// A communicator whose shape is still unknown (a non-blocking ncclCommSplit/Shrink returns before
+// NCCL made it): asked again, and recorded once known.
+void learn_shape(Agent* ag, CommRecord* rec, ncclComm_t comm) {
+  if (rec->nranks >= 0 && rec->rank >= 0) return;
+  int rank = -1, nranks = -1;
+  comm_shape(comm, rank, nranks);
+  if (nranks <= 0 || rank < 0) return;
+  rec->rank = rank;
+  rec->nranks = nranks;
+  ag->on_comm(rec);
+}
+
 void note_version() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -181,6 +230,29 @@ void note_version() {
 }  // namespace
 
 int64_t current_nccl_call() { return t_current_call; }
+
+uint64_t current_nccl_launch_id() {
+  if (t_group_depth > 0) return static_cast<uint64_t>(t_group_id);
+  return t_current_ext;
+}
+
+void note_comm_shape(int rank, int nranks) {
+  CommRecord* rec = t_current_comm;
+  if (!rec || nranks <= 0 || rank < 0 || (rec->nranks >= 0 && rec->rank >= 0)) return;
+  rec->rank = rank;
+  rec->nranks = nranks;
+  if (Agent* ag = Agent::running()) ag->on_comm(rec);
+}
+
+bool note_graph_node(uint32_t graph, uint64_t node) {
+  if (t_current_ext == 0 || !t_nodes) return false;
+  t_nodes->push_back({graph, node});
+  return true;
+}
+
+void note_graph_captured() {
+  if (t_current_ext != 0) t_captured = true;
+}
 
 }  // namespace braid::capture
 
@@ -324,19 +396,34 @@ BRAID_EXPORT ncclResult_t ncclGroupEnd() {
   }
   bool outermost = t_group_depth == 1;
   Agent* ag = outermost ? Agent::running() : nullptr;
-  // The group's kernels launch here.
+  // The group's kernels launch here (or, while its stream is captured, become graph nodes).
+  if (ag) begin_graph_watch(static_cast<uint64_t>(t_group_id));
   bool pushed = ag && ag->push_external(static_cast<uint64_t>(t_group_id));
   ++t_depth;
   ncclResult_t r = real_fn();
   --t_depth;
   if (pushed) ag->pop_external();
+  t_current_ext = 0;
   --t_group_depth;
   if (outermost) {
     if (ag && t_group_calls) {
       int32_t n = static_cast<int32_t>(t_group_calls->size());
+      bool group_nodes = t_nodes && !t_nodes->empty();
+      bool group_captured = t_captured || group_nodes;
       for (NcclCall& c : *t_group_calls) {
         c.group_size = n;
-        c.seq = c.comm->next_seq.fetch_add(1, std::memory_order_relaxed);
+        group_captured = group_captured || c.graph == kGraphCaptured;
+        if (group_nodes) {  // the group's nodes belong to each of its calls
+          NcclCall tmpl = c;
+          tmpl.graph = kGraphCaptured;
+          for (const GraphNode& g : *t_nodes) ag->graphs().captured(g.graph, {g.node}, tmpl);
+        }
+      }
+      for (NcclCall& c : *t_group_calls) {
+        if (group_captured)
+          c.graph = kGraphCaptured;
+        else
+          c.seq = c.comm->next_seq.fetch_add(1, std::memory_order_relaxed);
         ag->pipeline().post(c);
       }
     }

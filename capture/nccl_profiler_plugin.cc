@@ -4,7 +4,14 @@
 // and the proxy operations that move its data (ProxyOp events, one per channel and peer).
 //
 // Linking: a CollApi/P2pApi event starts inside the interposed call on the calling thread, so it
-// takes that call's id; Coll/P2p events name it as parent, ProxyOp events name those. Event
+// takes that call's id; Coll/P2p events name it as parent, ProxyOp events name those.
+//
+// Launches: a GroupApi event (NCCL starts one at the first call of a group, or in an ungrouped
+// call) takes the id the group's GPU work is correlated by (the group's, else the call's); its
+// KernelLaunch events (the launch of the group's kernels, on NCCL's own thread for a non-blocking
+// communicator, whose CUPTI external-correlation stack is otherwise empty) push that id around
+// the launch and pop exactly it. The communicator's rank and size come from init, and fill in a
+// communicator the interposer could not ask (a non-blocking split still being made). Event
 // handles come from a fixed ring of slots claimed atomically: nothing is allocated per event,
 // and a late child naming a recycled parent reads a valid slot (at worst a wrong id, never freed
 // memory).
@@ -27,7 +34,8 @@ using agent::Agent;
 
 struct Slot {
   uint64_t type = 0;
-  int64_t call_id = 0;
+  int64_t call_id = 0;  // GroupApi: the external id its launches carry
+  bool pushed = false;  // KernelLaunch: an id was pushed around it
   // ProxyOp
   int32_t channel = -1, peer = -1, steps = -1, chunk = -1;
   bool is_send = false;
@@ -66,17 +74,39 @@ ncclResult_t init(void** context, uint64_t comm_id, int* mask, const char*, int,
     return ncclSuccess;
   }
   *context = new Context{comm_id, rank, nranks};
-  *mask = np::kCollApi | np::kP2pApi | np::kColl | np::kP2p | np::kProxyOp;
+  *mask = np::kGroupApi | np::kCollApi | np::kP2pApi | np::kKernelLaunch | np::kColl | np::kP2p |
+          np::kProxyOp;
   return ncclSuccess;
 }
 
-ncclResult_t start_event(void*, void** handle, np::EventDescr* d) {
+ncclResult_t start_event(void* context, void** handle, np::EventDescr* d) {
   *handle = nullptr;
   Agent* ag = Agent::running();
   if (!ag || !d) return ncclSuccess;
   switch (d->type) {
+    case np::kGroupApi: {
+      Slot* s = claim();
+      s->type = d->type;
+      s->call_id = static_cast<int64_t>(current_nccl_launch_id());
+      *handle = s;
+      break;
+    }
+    case np::kKernelLaunch: {
+      int64_t id = parent_call(d->parent);
+      if (!id) break;
+      Slot* s = claim();
+      s->type = d->type;
+      s->call_id = id;
+      s->pushed = ag->push_external(static_cast<uint64_t>(id));
+      *handle = s;
+      break;
+    }
     case np::kCollApi:
     case np::kP2pApi: {
+      if (auto* ctx = static_cast<Context*>(context)) note_comm_shape(ctx->rank, ctx->nranks);
+      // NCCL knows whether the call's stream is being captured into a CUDA graph.
+      if (d->type == np::kCollApi ? d->coll_api.graph_captured : d->p2p_api.graph_captured)
+        note_graph_captured();
       Slot* s = claim();
       s->type = d->type;
       s->call_id = current_nccl_call();
@@ -135,6 +165,12 @@ ncclResult_t start_event(void*, void** handle, np::EventDescr* d) {
 
 ncclResult_t stop_event(void* handle) {
   auto* s = static_cast<Slot*>(handle);
+  if (s && s->type == np::kKernelLaunch) {
+    if (s->pushed)
+      if (Agent* ag = Agent::running()) ag->pop_external();
+    s->pushed = false;
+    return ncclSuccess;
+  }
   if (!s || s->type != np::kProxyOp) return ncclSuccess;
   if (Agent* ag = Agent::running()) {
     NcclProxyOp p;

@@ -36,6 +36,7 @@ void Pipeline::push(Item item) {
 }
 
 void Pipeline::post(NcclCall c) { push(std::move(c)); }
+void Pipeline::post(NcclGraphLink l) { push(l); }
 void Pipeline::post(NcclCallDetail d) { push(std::move(d)); }
 void Pipeline::post(NcclProxyOp p) { push(std::move(p)); }
 void Pipeline::post(NcclCommEvent e) { push(std::move(e)); }
@@ -119,6 +120,8 @@ void Pipeline::drain(bool final) {
       if (pool_) pool_->release(b->data);
     } else if (auto* c = std::get_if<NcclCall>(&item)) {
       col.on_nccl_call(*c);
+    } else if (auto* l = std::get_if<NcclGraphLink>(&item)) {
+      col.on_graph_link(*l);
     } else if (auto* d = std::get_if<NcclCallDetail>(&item)) {
       col.on_nccl_detail(*d);
     } else if (auto* p = std::get_if<NcclProxyOp>(&item)) {

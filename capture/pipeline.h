@@ -54,6 +54,7 @@ class Pipeline {
 
   // Any thread; never blocks on I/O.
   void post(NcclCall c);
+  void post(NcclGraphLink l);
   void post(NcclCallDetail d);
   void post(NcclProxyOp p);
   void post(NcclCommEvent e);
@@ -84,8 +85,8 @@ class Pipeline {
     uint8_t* data;
     size_t valid;
   };
-  using Item = std::variant<NcclCall, NcclCallDetail, NcclProxyOp, NcclCommEvent, RankInfo,
-                            Diagnostic, Buffer, Control>;
+  using Item = std::variant<NcclCall, NcclGraphLink, NcclCallDetail, NcclProxyOp, NcclCommEvent,
+                            RankInfo, Diagnostic, Buffer, Control>;
   void push(Item item);
   void run();
   void drain(bool final);

@@ -186,7 +186,9 @@ void Agent::end_window(uint64_t id, const std::string& reason, bool activity_alr
   pipeline_->post_control([this, id, reason](Collector&) {
     if (!wsink_) return;
     wsink_->close_window(id, reason);
-    pipeline_->request_flush(true);  // next cycle: CUPTI's last buffers in, then Done
+    // Next cycles: CUPTI's buffers whose records are complete come in, then Done. Not forced: a
+    // forced flush mid-run hands over records still in flight (no end), which are lost.
+    pipeline_->request_flush();
   });
   pipeline_->request_flush();
 }

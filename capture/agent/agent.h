@@ -18,6 +18,7 @@
 #include "capture/buffer_pool.h"
 #include "capture/comm_book.h"
 #include "capture/config.h"
+#include "capture/graph_book.h"
 #include "capture/pipeline.h"
 
 namespace braid::daemon {
@@ -51,6 +52,7 @@ class Agent {
   const CaptureConfig& config() const { return config_; }
   Pipeline& pipeline() { return *pipeline_; }
   CommBook& comms() { return comms_; }
+  GraphBook& graphs() { return graphs_; }
   BufferPool& buffers() { return *pool_; }
   int64_t next_id() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
   // Whether the capture window is open (records are kept).
@@ -100,6 +102,7 @@ class Agent {
   std::unique_ptr<BufferPool> pool_;
   std::unique_ptr<Pipeline> pipeline_;
   CommBook comms_;
+  GraphBook graphs_;
   std::atomic<int64_t> next_id_{1};
   std::atomic<bool> window_open_{true};
   std::atomic<bool (*)(uint64_t)> push_ext_{nullptr};

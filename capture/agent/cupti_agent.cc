@@ -14,20 +14,34 @@
 // Locking: g_window_mu guards the window controller and is never held across a CUPTI call (CUPTI
 // may hold its own locks while it calls us back); the CUPTI kinds are switched afterwards by
 // whichever thread finds them out of date (reconcile()).
+//
+// Other CUPTI clients (torch.profiler's Kineto, Nsight Systems): CUDA 13.0's CUPTI has one
+// subscriber and one set of activity buffers per process. The agent subscribes under its name
+// (cuptiSubscribe_v2), so a refusal names the holder; it exports the CUPTI calls by which another
+// client takes CUPTI (subscribe, buffer registration, disabling a kind, finalize) and forwards them
+// to the libcupti it loaded, saying when one refused that client (its trace has no GPU activity)
+// or took records from braid; and, for clients that reach CUPTI by other ways, it checks while a
+// window is open that its own buffers still arrive (a DEVICE record dumped every recalibration).
+// The agent's own calls of those functions go to that libcupti directly (real()).
 #include <cupti.h>
+#include <dlfcn.h>
 #include <generated_nvtx_meta.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "capture/agent/agent.h"
 #include "capture/cupti_parse.h"
+#include "capture/nccl_interpose.h"
 
 namespace braid::capture::agent {
 namespace {
@@ -71,6 +85,113 @@ void warn(const char* what, CUptiResult rc) {
   cuptiGetResultString(rc, &s);
   std::fprintf(stderr, "braid capture: %s failed: %s\n", what, s ? s : "unknown CUPTI error");
 }
+
+// The libcupti this library loaded (found from a CUPTI function it does not define) and the
+// functions of it that this library also exports for other clients.
+struct RealCupti {
+  void* handle = nullptr;
+  const char* path = nullptr;
+  decltype(&cuptiSubscribe) subscribe = nullptr;
+  decltype(&cuptiSubscribe_v2) subscribe_v2 = nullptr;
+  decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
+  decltype(&cuptiActivityDisable) disable = nullptr;
+  decltype(&cuptiFinalize) finalize = nullptr;
+  int (*nvtx_init)(void*) = nullptr;  // InitializeInjectionNvtx2
+};
+static_assert(std::is_trivially_destructible_v<RealCupti>);  // used during exit
+const RealCupti& real() {
+  static const RealCupti r = [] {
+    RealCupti c;
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&cuptiGetTimestamp), &info) && info.dli_fname) {
+      c.path = info.dli_fname;
+      c.handle = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    }
+    if (!c.handle) return c;
+    auto get = [&](const char* n) { return dlsym(c.handle, n); };
+    c.subscribe = reinterpret_cast<decltype(c.subscribe)>(get("cuptiSubscribe"));
+    c.subscribe_v2 = reinterpret_cast<decltype(c.subscribe_v2)>(get("cuptiSubscribe_v2"));
+    c.register_callbacks =
+        reinterpret_cast<decltype(c.register_callbacks)>(get("cuptiActivityRegisterCallbacks"));
+    c.disable = reinterpret_cast<decltype(c.disable)>(get("cuptiActivityDisable"));
+    c.finalize = reinterpret_cast<decltype(c.finalize)>(get("cuptiFinalize"));
+    c.nvtx_init = reinterpret_cast<decltype(c.nvtx_init)>(get("InitializeInjectionNvtx2"));
+    return c;
+  }();
+  return r;
+}
+
+// What another CUPTI client did, said once per code on stderr and counted in diagnostics.
+std::atomic<bool> g_said_contended{false}, g_said_taken{false};
+std::atomic<bool> g_registered{false};  // braid's activity buffers are registered
+void report_other_client(bool taken, const std::string& detail) {
+  std::atomic<bool>& said = taken ? g_said_taken : g_said_contended;
+  if (!said.exchange(true)) std::fprintf(stderr, "braid capture: %s\n", detail.c_str());
+  Agent* a = Agent::running();
+  if (!a) return;
+  Diagnostic d;
+  d.severity = taken ? Severity::Error : Severity::Warning;
+  d.code = taken ? "capture.cupti_taken" : "capture.cupti_contended";
+  d.detail = detail;
+  a->pipeline().post(d);
+}
+std::string result_name(CUptiResult rc) {
+  const char* s = nullptr;
+  cuptiGetResultString(rc, &s);
+  return s ? s : "CUPTI error " + std::to_string(static_cast<int>(rc));
+}
+
+// Canary: while a window is open, a DEVICE record dumped into braid's buffers every
+// recalibration period must come back through them; two in a row that do not mean another
+// client took the activity API by a way the exported functions do not see.
+std::atomic<bool> g_canary_out{false};
+int g_canary_misses = 0;                              // writer thread only
+std::chrono::steady_clock::time_point g_last_canary;  // writer thread only
+void canary_tick(int period_ms) {
+  if (!g_activity_on.load() || !g_registered.load() || g_said_taken.load()) {
+    g_canary_out.store(false);
+    g_canary_misses = 0;
+    return;
+  }
+  auto now = std::chrono::steady_clock::now();
+  if (now - g_last_canary < std::chrono::milliseconds(period_ms)) return;
+  g_last_canary = now;
+  if (g_canary_out.load()) {
+    if (++g_canary_misses >= 2) {
+      report_other_client(true,
+                          "no activity buffer has reached braid for two checks although its window "
+                          "is open: another CUPTI client took CUPTI's activity buffers (braid's "
+                          "kernel, copy and API records stop here)");
+      return;
+    }
+  } else {
+    g_canary_misses = 0;
+  }
+  g_canary_out.store(true);
+  cuptiActivityEnableAndDump(CUPTI_ACTIVITY_KIND_DEVICE);
+}
+
+// Hands parsed records on, noting the canary's DEVICE record.
+class CanaryHandler final : public ActivityHandler {
+ public:
+  explicit CanaryHandler(ActivityHandler& h) : h_(h) {}
+  void on_kernel(const KernelActivity& k) override { h_.on_kernel(k); }
+  void on_mem(const MemActivity& m) override { h_.on_mem(m); }
+  void on_api(const ApiActivity& a) override { h_.on_api(a); }
+  void on_sync(const SyncActivity& s) override { h_.on_sync(s); }
+  void on_marker(const MarkerActivity& m) override { h_.on_marker(m); }
+  void on_external_correlation(const ExternalCorrelationActivity& e) override {
+    h_.on_external_correlation(e);
+  }
+  void on_device(const DeviceActivity& d) override {
+    g_canary_out.store(false);
+    h_.on_device(d);
+  }
+  void on_unhandled(uint32_t kind) override { h_.on_unhandled(kind); }
+
+ private:
+  ActivityHandler& h_;
+};
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   Agent* a = Agent::running();
@@ -124,7 +245,7 @@ void switch_kinds(bool on) {
     } else if (!g_trace_cuda) {
       continue;
     }
-    CUptiResult rc = on ? cuptiActivityEnable(k) : cuptiActivityDisable(k);
+    CUptiResult rc = on ? cuptiActivityEnable(k) : real().disable(k);
     if (rc != CUPTI_SUCCESS && rc != CUPTI_ERROR_NOT_COMPATIBLE) warn("cuptiActivityEnable", rc);
   }
 }
@@ -224,11 +345,108 @@ const char* nvtx_push_name(CUpti_CallbackId cbid, const void* params) {
   return "";
 }
 
+// CUDA graphs holding NCCL calls (GraphBook): nodes created inside an NCCL call, their clones at
+// instantiation, and each graph launch, turned into replayed calls on the launching thread (so
+// they take their sequence numbers in program order, as ordinary calls do).
+void on_graph_resource(CUpti_CallbackId cbid, const void* data) {
+  auto* res = static_cast<const CUpti_ResourceData*>(data);
+  auto* g = res ? static_cast<const CUpti_GraphData*>(res->resourceDescriptor) : nullptr;
+  Agent* a = Agent::running();
+  if (!g || !a) return;
+  uint64_t node = 0, original = 0;
+  uint32_t graph = 0, exec = 0;
+  switch (cbid) {
+    case CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED:
+      if (cuptiGetGraphNodeId(g->node, &node) == CUPTI_SUCCESS &&
+          cuptiGetGraphId(g->graph, &graph) == CUPTI_SUCCESS)
+        note_graph_node(graph, node);
+      break;
+    case CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED:
+      if (g->originalNode && g->graphExec &&
+          cuptiGetGraphNodeId(g->originalNode, &original) == CUPTI_SUCCESS &&
+          cuptiGetGraphNodeId(g->node, &node) == CUPTI_SUCCESS &&
+          cuptiGetGraphExecId(g->graphExec, &exec) == CUPTI_SUCCESS)
+        a->graphs().cloned(original, node, exec);
+      break;
+    case CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED:
+      if (g->graphExec && g->graph && cuptiGetGraphExecId(g->graphExec, &exec) == CUPTI_SUCCESS &&
+          cuptiGetGraphId(g->graph, &graph) == CUPTI_SUCCESS)
+        a->graphs().exec_created(exec, graph);
+      break;
+    default:
+      break;
+  }
+}
+
+thread_local bool t_in_runtime_graph_launch = false;  // its driver call is the same launch
+void on_graph_launch(CUpti_CallbackDomain domain, const CUpti_CallbackData* info) {
+  bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+  if (info->callbackSite != CUPTI_API_ENTER) {
+    if (runtime) t_in_runtime_graph_launch = false;
+    return;
+  }
+  if (!runtime && t_in_runtime_graph_launch) return;
+  if (runtime) t_in_runtime_graph_launch = true;
+  Agent* a = Agent::running();
+  if (!a || !info->functionParams) return;
+  CUgraphExec exec_handle =
+      runtime
+          ? reinterpret_cast<CUgraphExec>(
+                static_cast<const cudaGraphLaunch_v10000_params*>(info->functionParams)->graphExec)
+          : static_cast<const cuGraphLaunch_params*>(info->functionParams)->hGraph;
+  uint32_t exec = 0;
+  if (!exec_handle || cuptiGetGraphExecId(exec_handle, &exec) != CUPTI_SUCCESS) return;
+  int64_t now = host_now_ns();
+  auto tid = static_cast<int64_t>(syscall(SYS_gettid));
+  bool in_window = a->window_open();
+  std::vector<std::pair<NcclCall, std::vector<uint64_t>>> replays;
+  a->graphs().launched(exec, [&](const NcclCall& t, const std::vector<uint64_t>& nodes) {
+    replays.emplace_back(t, nodes);
+  });
+  std::map<int64_t, std::pair<int64_t, int32_t>> groups;  // captured group -> this launch's
+  for (auto& [t, nodes] : replays)
+    if (t.group_id) {
+      auto& g = groups[t.group_id];
+      if (!g.first) g.first = a->next_id();
+      ++g.second;
+    }
+  for (auto& [t, nodes] : replays) {
+    NcclCall r = t;
+    r.graph = kGraphReplay;
+    r.call_id = a->next_id();
+    r.external_id = static_cast<uint64_t>(r.call_id);
+    r.seq = t.comm ? t.comm->next_seq.fetch_add(1, std::memory_order_relaxed) : -1;
+    r.group_id = t.group_id ? groups[t.group_id].first : 0;
+    r.group_size = t.group_id ? groups[t.group_id].second : 1;
+    r.tid = tid;
+    r.enqueue = r.ret = now;
+    r.result = 0;
+    r.in_window = in_window;
+    a->pipeline().post(r);
+    for (uint64_t node : nodes)
+      a->pipeline().post(NcclGraphLink{info->correlationId, node, r.external_id});
+  }
+}
+
+bool is_graph_launch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
+    return cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 ||
+           cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000;
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API)
+    return cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch ||
+           cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
+  return false;
+}
+
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const void* data) {
   // A forked child (no agent there) must not take a lock another thread of its parent may have
   // held at the fork.
   if (!Agent::running()) return;
+  // Graph bookkeeping takes no window lock.
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE) return on_graph_resource(cbid, data);
+  if (is_graph_launch(domain, cbid))
+    return on_graph_launch(domain, static_cast<const CUpti_CallbackData*>(data));
   Change change;
   {
     std::lock_guard lk(g_window_mu);
@@ -307,12 +525,14 @@ void pop_ext() {
 }
 
 bool start_cupti(Agent& a) {
+  char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {0};
   auto fail = [&](const char* what, CUptiResult rc) {
     const char* s = nullptr;
     cuptiGetResultString(rc, &s);
     std::string detail = std::string(what) + " failed: " + (s ? s : "unknown CUPTI error");
     if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
-      detail += " (another profiler, e.g. Nsight Systems or the PyTorch profiler, holds CUPTI)";
+      detail += std::string(" (another profiler holds CUPTI: ") +
+                (holder[0] ? holder : "e.g. Nsight Systems or the PyTorch profiler") + ")";
     std::fprintf(stderr, "braid capture: %s\n", detail.c_str());
     Diagnostic d;
     d.rank = -1;
@@ -322,14 +542,24 @@ bool start_cupti(Agent& a) {
     a.pipeline().post(d);
     return false;
   };
-  CUptiResult rc = cuptiSubscribe(&g_subscriber, on_callback, nullptr);
+  if (!real().subscribe_v2 || !real().register_callbacks || !real().disable)
+    return fail("finding libcupti's functions", CUPTI_ERROR_NOT_INITIALIZED);
+  // Under braid's name: a client refused later is told who holds CUPTI ("CUPTI for braid"), and
+  // braid is told who holds it when it is refused.
+  CUpti_SubscriberParams params{};
+  params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+  params.subscriberName = "braid";
+  params.oldSubscriberName = holder;
+  params.oldSubscriberSize = sizeof holder - 1;
+  CUptiResult rc = real().subscribe_v2(&g_subscriber, on_callback, nullptr, &params);
   if (rc != CUPTI_SUCCESS) return fail("cuptiSubscribe", rc);
   // Before any kind is enabled (CUPTI's rule): API and marker records then carry gettid(), the
   // thread ids the NCCL rows and the rest of the system use, instead of pthread_self().
   rc = cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
   if (rc != CUPTI_SUCCESS) warn("cuptiSetThreadIdType", rc);
-  rc = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+  rc = real().register_callbacks(buffer_requested, buffer_completed);
   if (rc != CUPTI_SUCCESS) return fail("cuptiActivityRegisterCallbacks", rc);
+  g_registered.store(true);
   pthread_key_create(&g_nvtx_key, free_nvtx_stack);
   const WindowSpec& w = a.config().window;
   {
@@ -351,6 +581,20 @@ bool start_cupti(Agent& a) {
     g_markers_for_run.store(true);
     enable_for_run(CUPTI_ACTIVITY_KIND_MARKER);
   }
+  // CUDA graphs holding NCCL calls: node creation and cloning, graph launches (rare calls; the
+  // launch callback numbers the replays in program order).
+  if (trace.nccl) {
+    for (CUpti_CallbackId id :
+         {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
+          CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED})
+      cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE, id);
+    for (CUpti_CallbackId id : {CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+                                CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000})
+      cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+    for (CUpti_CallbackId id :
+         {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz})
+      cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  }
   if (w.kind == WindowKind::ProfilerApi) {
     cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API,
                         CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStart_v4000);
@@ -366,7 +610,8 @@ bool start_cupti(Agent& a) {
 
   PipelineHooks hooks;
   hooks.parse = [](const uint8_t* buf, size_t valid, ActivityHandler& h) {
-    ParseStats st = parse_activity_buffer(buf, valid, h);
+    CanaryHandler ch(h);
+    ParseStats st = parse_activity_buffer(buf, valid, ch);
     (void)st;
   };
   hooks.request_flush = [](bool forced) {
@@ -383,7 +628,9 @@ bool start_cupti(Agent& a) {
       c.set_count("capture.dropped_records", d, Severity::Warning,
                   "activity records CUPTI dropped for lack of buffer space (CUPTI's own count)");
   };
-  hooks.on_tick = [] {
+  int canary_ms = a.config().recalibrate_ms;
+  hooks.on_tick = [canary_ms] {
+    canary_tick(canary_ms);
     Change c;
     {
       std::lock_guard lk(g_window_mu);
@@ -421,4 +668,103 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   static std::once_flag once;
   std::call_once(once, [a] { start_cupti(*a); });
   return 1;
+}
+
+// ---- CUPTI as other clients in the process call it (forwarded to the libcupti loaded above) ----
+// A client that reaches these by the process's symbol lookup (libcupti linked dynamically, as
+// PyTorch's wheels do) is seen here; braid's own calls never come through them.
+
+namespace braid::capture::agent {
+namespace {
+bool braid_holds() { return g_subscriber != nullptr; }
+
+void other_subscribed(CUptiResult rc) {
+  if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && braid_holds())
+    report_other_client(false,
+                        "another CUPTI client (e.g. torch.profiler) asked for CUPTI and was "
+                        "refused because braid holds it (CUDA 13.0 CUPTI takes one subscriber): "
+                        "that profiler records no GPU activity in this process; run it without "
+                        "braid record to use it");
+}
+}  // namespace
+}  // namespace braid::capture::agent
+
+extern "C" __attribute__((visibility("default"))) CUptiResult CUPTIAPI
+cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void* userdata) {
+  using namespace braid::capture::agent;
+  if (!real().subscribe) return CUPTI_ERROR_NOT_INITIALIZED;
+  CUptiResult rc = real().subscribe(subscriber, callback, userdata);
+  other_subscribed(rc);
+  return rc;
+}
+
+extern "C" __attribute__((visibility("default"))) CUptiResult CUPTIAPI
+cuptiSubscribe_v2(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void* userdata,
+                  CUpti_SubscriberParams* params) {
+  using namespace braid::capture::agent;
+  if (!real().subscribe_v2) return CUPTI_ERROR_NOT_INITIALIZED;
+  CUptiResult rc = real().subscribe_v2(subscriber, callback, userdata, params);
+  other_subscribed(rc);
+  return rc;
+}
+
+extern "C" __attribute__((visibility("default"))) CUptiResult CUPTIAPI
+cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc requested,
+                               CUpti_BuffersCallbackCompleteFunc completed) {
+  using namespace braid::capture::agent;
+  if (!real().register_callbacks) return CUPTI_ERROR_NOT_INITIALIZED;
+  CUptiResult rc = real().register_callbacks(requested, completed);
+  if (g_registered.load()) {
+    if (rc == CUPTI_SUCCESS)
+      report_other_client(true,
+                          "another CUPTI client (e.g. torch.profiler) registered its own activity "
+                          "buffers: braid's kernel, copy and API records stop here");
+    else
+      report_other_client(false, "another CUPTI client's activity buffers were refused (" +
+                                     result_name(rc) +
+                                     "): that profiler records no GPU activity in this process");
+  }
+  return rc;
+}
+
+extern "C" __attribute__((visibility("default"))) CUptiResult CUPTIAPI
+cuptiActivityDisable(CUpti_ActivityKind kind) {
+  using namespace braid::capture::agent;
+  if (!real().disable) return CUPTI_ERROR_NOT_INITIALIZED;
+  CUptiResult rc = real().disable(kind);
+  bool braids = false;
+  int kinds[16];
+  int n = braid::capture::enabled_activity_kinds(kinds, 16, true);
+  for (int i = 0; i < n; ++i) braids = braids || kinds[i] == static_cast<int>(kind);
+  // The window's kinds matter while it is open; API, external-correlation and marker records are
+  // on for the run.
+  bool for_run = kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER ||
+                 kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION ||
+                 kind == CUPTI_ACTIVITY_KIND_MARKER;
+  if (rc == CUPTI_SUCCESS && braids && g_registered.load() && (for_run || g_activity_on.load()))
+    report_other_client(true,
+                        "another CUPTI client (e.g. torch.profiler stopping) switched off "
+                        "CUPTI activity kind " +
+                            std::to_string(static_cast<int>(kind)) +
+                            ", which braid records: its records of that kind stop here");
+  return rc;
+}
+
+extern "C" __attribute__((visibility("default"))) CUptiResult CUPTIAPI cuptiFinalize(void) {
+  using namespace braid::capture::agent;
+  if (!real().finalize) return CUPTI_ERROR_NOT_INITIALIZED;
+  if (g_registered.load())
+    report_other_client(true,
+                        "another CUPTI client finalized CUPTI: braid's CUDA records stop here");
+  return real().finalize();
+}
+
+// NVTX's injection hook. `braid record` names this library in NVTX_INJECTION64_PATH, and it hands
+// NVTX to the libcupti it loaded itself, so NVTX's ranges reach the CUPTI instance braid
+// subscribed to whichever libcupti the job's library path finds (a path fixed at build time could
+// name another copy, whose CUPTI nobody listens to).
+extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
+    void* get_export_table) {
+  using namespace braid::capture::agent;
+  return real().nvtx_init ? real().nvtx_init(get_export_table) : 0;
 }

@@ -29,17 +29,30 @@ struct JobRun {
   std::string log;   // the CUPTI call log
 };
 
+// The injection variables `braid record` sets, for the agent built against the CUPTI call
+// recorder (BRAID_CAPTURE_LIB names the agent to inject).
+std::map<std::string, std::string> injection_env() {
+  setenv("BRAID_CAPTURE_LIB", CAPTURE_FAKECUPTI_AGENT, 1);
+  std::map<std::string, std::string> out;
+  for (auto& [k, v] : capture_environment(RecordOptions{}))
+    if (k == "CUDA_INJECTION64_PATH" || k == "NVTX_INJECTION64_PATH") out[k] = v;
+  unsetenv("BRAID_CAPTURE_LIB");
+  return out;
+}
+
 JobRun run_job(const test::TempDir& tmp, const std::vector<std::string>& args,
                const std::map<std::string, std::string>& env = {}) {
+  auto injection = injection_env();
   pid_t pid = fork();
   if (pid == 0) {
     for (const char* v :
          {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK",
-          "BRAID_CAPTURE_WINDOW", "FAKE_CUPTI_OTHER_SUBSCRIBER", "NCCL_PROFILER_PLUGIN"})
+          "BRAID_CAPTURE_WINDOW", "FAKE_CUPTI_OTHER_SUBSCRIBER", "NCCL_PROFILER_PLUGIN",
+          "NVTX_INJECTION64_PATH"})
       unsetenv(v);
+    for (auto& [k, v] : injection) setenv(k.c_str(), v.c_str(), 1);
     setenv("BRAID_CAPTURE_OUTPUT", tmp.file("job.braid").c_str(), 1);
     setenv("BRAID_CAPTURE_COMMAND", "fake_cuda_job", 1);
-    setenv("CUDA_INJECTION64_PATH", CAPTURE_FAKECUPTI_AGENT, 1);
     setenv("FAKE_CUPTI_LOG", tmp.file("cupti.log").c_str(), 1);
     setenv("FAKE_NCCL_DIR", tmp.path().c_str(), 1);
     setenv("RANK", "0", 1);
@@ -308,10 +321,15 @@ TEST(AgentLibrary, StaysLoadedNeedsNoHostCxxRuntimeExportsOnlyEntryPoints) {
     EXPECT_EQ(n.find("libstdc++"), std::string::npos) << n;
     EXPECT_EQ(n.find("libgcc_s"), std::string::npos) << n;
   }
+  const std::set<std::string> cupti_calls = {"cuptiSubscribe", "cuptiSubscribe_v2",
+                                             "cuptiActivityRegisterCallbacks",
+                                             "cuptiActivityDisable", "cuptiFinalize"};
   for (auto& sym : e.exported)
-    EXPECT_TRUE(sym == "InitializeInjection" || sym == "ncclProfiler_v5" ||
-                sym.rfind("nccl", 0) == 0)
+    EXPECT_TRUE(sym == "InitializeInjection" || sym == "InitializeInjectionNvtx2" ||
+                sym == "ncclProfiler_v5" || sym.rfind("nccl", 0) == 0 || cupti_calls.count(sym))
         << sym;
+  for (auto& c : cupti_calls) EXPECT_EQ(e.exported.count(c), 1u) << c;
+  EXPECT_EQ(e.exported.count("InitializeInjectionNvtx2"), 1u);
   EXPECT_EQ(e.exported.count("InitializeInjection"), 1u);
   EXPECT_EQ(e.exported.count("ncclAllReduce"), 1u);
   // And it does stay: dlclose leaves it mapped (checked in a child, as NCCL would do it).
@@ -332,11 +350,13 @@ TEST(AgentLibrary, StaysLoadedNeedsNoHostCxxRuntimeExportsOnlyEntryPoints) {
 // and the NCCL rows are still recorded (host times).
 TEST(AgentCoexistence, AnotherCuptiSubscriberIsSaid) {
   test::TempDir tmp;
-  JobRun r = run_job(tmp, {"onerank"}, {{"FAKE_CUPTI_OTHER_SUBSCRIBER", "1"}});
+  JobRun r = run_job(tmp, {"onerank"}, {{"FAKE_CUPTI_OTHER_SUBSCRIBER", "Nsight Systems"}});
   ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status;
   EXPECT_EQ(r.out, "onerank done\n");
+  // The holder is named (cuptiSubscribe_v2 tells who holds CUPTI).
   EXPECT_NE(r.err.find("braid capture: cuptiSubscribe failed: "
-                       "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED (another profiler"),
+                       "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED (another profiler holds "
+                       "CUPTI: CUPTI for Nsight Systems)"),
             std::string::npos)
       << r.err;
   ASSERT_FALSE(r.file.empty());
@@ -379,6 +399,193 @@ TEST(AgentTrace, ChoicesRecordOnlyWhatWasAskedFor) {
     EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nvtx_ranges"), 0);
     EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM steps"), 0);
   }
+}
+
+// Issue 19, item 6, the other direction: braid holds CUPTI and the job's own profiler (a
+// torch.profiler, whose Kineto reaches libcupti through the process's symbols) starts: its
+// subscription is refused, so it would record nothing, and its buffer registration and its
+// disabling of the kernel kind at its stop take records from braid. Each is said on stderr and in
+// diagnostics; the job is unchanged.
+TEST(AgentCoexistence, ProfilerStartedUnderBraidIsSaid) {
+  test::TempDir tmp;
+  JobRun r = run_job(tmp, {"profiler"});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
+  // The job's profiler got what CUPTI gave it, as without braid's exports in between.
+  EXPECT_EQ(r.out, "subscribe 39\nregister 0\nprofiler kernels 5\nprofiler done\n");
+  EXPECT_NE(r.err.find("braid capture: another CUPTI client (e.g. torch.profiler) asked for CUPTI "
+                       "and was refused because braid holds it"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("braid capture: another CUPTI client (e.g. torch.profiler) registered its "
+                       "own activity buffers"),
+            std::string::npos)
+      << r.err;
+  auto d = diagnostics(r.file);
+  EXPECT_EQ(d["capture.cupti_contended"], 1);
+  EXPECT_EQ(d["capture.cupti_taken"], 2);  // the registration, the kernel kind switched off
+  // Braid's subscription carries its name, so the refused client is told who holds CUPTI.
+  EXPECT_NE(r.log.find("cuptiSubscribe_v2 braid"), std::string::npos) << r.log;
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM kernels"), 5);  // the kernels before it started
+}
+
+// Issue 19, item 6: a client that reaches libcupti by its own handle (dlopen + dlsym, as ctypes
+// bindings do) is not seen by braid's exports; braid still finds out, because the DEVICE record it
+// has CUPTI dump every recalibration period stops coming back through its buffers.
+TEST(AgentCoexistence, BuffersTakenByAHiddenClientAreNoticed) {
+  test::TempDir tmp;
+  JobRun r = run_job(tmp, {"hidden"},
+                     {{"BRAID_CAPTURE_FLUSH_MS", "20"}, {"BRAID_CAPTURE_RECALIBRATE_MS", "50"}});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
+  EXPECT_EQ(r.out, "hidden done\n");
+  EXPECT_NE(r.err.find("braid capture: no activity buffer has reached braid for two checks"),
+            std::string::npos)
+      << r.err;
+  auto d = diagnostics(r.file);
+  EXPECT_EQ(d["capture.cupti_taken"], 1);
+  EXPECT_EQ(d.count("capture.cupti_contended"), 0u);
+  EXPECT_NE(r.log.find("cuptiActivityEnableAndDump 8"), std::string::npos);
+}
+
+// Without another client the canary comes back every time: nothing is said.
+TEST(AgentCoexistence, NoFalseAlarmAlone) {
+  test::TempDir tmp;
+  JobRun r = run_job(tmp, {"alone"},
+                     {{"BRAID_CAPTURE_FLUSH_MS", "20"}, {"BRAID_CAPTURE_RECALIBRATE_MS", "50"}});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, "alone done\n");
+  auto d = diagnostics(r.file);
+  EXPECT_EQ(d.count("capture.cupti_taken"), 0u);
+  EXPECT_GT(count(r.file, "SELECT COUNT(*) FROM kernels"), 0);
+  // The canary ran (several periods passed with the window open).
+  size_t dumps = 0;
+  for (size_t at = 0; (at = r.log.find("cuptiActivityEnableAndDump 8", at)) != std::string::npos;
+       ++at)
+    ++dumps;
+  EXPECT_GE(dumps, 3u);
+}
+
+// Issue 19, item 7: NCCL calls captured into a CUDA graph launch nothing when they are made; every
+// launch of the graph runs them. 40 launches of a graph holding an all-reduce and a group of two
+// give 40 + 80 collective rows, each linked to the launch's record of its graph node and numbered
+// in program order; the captured calls are marked (seq -1: they ran nothing) and make no row.
+TEST(AgentGraphs, ReplayedCollectivesFromGraphLaunches) {
+  test::TempDir tmp;
+  JobRun r = run_job(tmp, {"graph"});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
+  EXPECT_EQ(r.out, "graph done\n");
+  ASSERT_FALSE(r.file.empty());
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nccl_calls WHERE seq = -1"), 3);
+  // The replays' rows carry the graph launch's host time (enqueue = return).
+  EXPECT_EQ(count(r.file,
+                  "SELECT COUNT(*) FROM nccl_calls WHERE seq >= 0 AND enqueue_ns = "
+                  "return_ns"),
+            120);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nccl_calls WHERE seq >= 0"), 121);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM collectives"), 121);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM collectives WHERE in_count = 64"), 40);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM collectives WHERE in_count = 32"), 80);
+  // Every collective is linked to a kernel that ran (replays: the launch's record of the node).
+  EXPECT_EQ(count(r.file,
+                  "SELECT COUNT(*) FROM collectives c WHERE c.stream = 7 AND EXISTS (SELECT 1 "
+                  "FROM kernels k WHERE k.correlation = c.kernel_ref AND k.start_ns = c.start_ns)"),
+            121);
+  // Sequence numbers: the captured calls take none, the ordinary call 0, the replays 1-120, in
+  // launch order (a single all-reduce, then the group of two, per launch).
+  EXPECT_EQ(count(r.file, "SELECT COUNT(DISTINCT seq) FROM collectives"), 121);
+  EXPECT_EQ(count(r.file, "SELECT MIN(seq) FROM collectives"), 0);
+  EXPECT_EQ(count(r.file, "SELECT MAX(seq) FROM collectives"), 120);
+  EXPECT_EQ(count(r.file, "SELECT seq FROM collectives WHERE in_count = 16"), 0);
+  EXPECT_EQ(
+      count(r.file, "SELECT COUNT(*) FROM collectives WHERE in_count = 64 AND (seq - 1) % 3 = 0"),
+      40);
+  EXPECT_EQ(
+      count(r.file, "SELECT COUNT(*) FROM collectives WHERE in_count = 32 AND group_size = 2"), 80);
+  // Each launch's two grouped replays share the group's kernel; the single one has its own.
+  EXPECT_EQ(count(r.file, "SELECT COUNT(DISTINCT kernel_ref) FROM collectives WHERE in_count = 64"),
+            40);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM kernels"), 121);  // 40 x (2 NCCL + 1 compute) + 1
+  auto d = diagnostics(r.file);
+  EXPECT_EQ(d["capture.nccl_graph_captured"], 3);
+  EXPECT_EQ(d.count("capture.collective_without_kernel"), 0u);
+}
+
+// Issue 19 review: non-blocking communicators. NCCL launches their kernels (and a one-rank copy)
+// from a thread of its own, whose CUPTI external-correlation stack the interposer never touched;
+// the profiler plugin's KernelLaunch event pushes the group's (or call's) id there. A non-blocking
+// split returns before NCCL knows the new communicator's shape; it comes from the plugin (its
+// init) at the first call instead of staying -1.
+TEST(AgentNccl, NonBlockingCommunicatorsLinkedAndShaped) {
+  test::TempDir tmp;
+  JobRun r = run_job(tmp, {"nonblocking"}, {{"NCCL_PROFILER_PLUGIN", CAPTURE_FAKECUPTI_AGENT}});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
+  EXPECT_EQ(r.out, "nonblocking done\n");
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM collectives"), 5);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM collectives WHERE stream = 7 AND kernel_ref > 0"),
+            5);
+  // The launches ran on another thread than the calls.
+  EXPECT_EQ(count(r.file,
+                  "SELECT COUNT(*) FROM api_calls a JOIN collectives c ON a.correlation = "
+                  "c.kernel_ref WHERE a.tid IN (SELECT tid FROM nccl_calls)"),
+            0);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nccl_calls WHERE comm_size < 0 OR comm_rank < 0"),
+            0);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM communicators WHERE label LIKE 'split%'"), 1);
+  auto d = diagnostics(r.file);
+  EXPECT_EQ(d.count("capture.collective_without_kernel"), 0u);
+}
+
+// Issue 19 review: a capture window that closes between the interposer's push of an NCCL call's
+// external-correlation id and its pop must not leave the id on the thread's CUPTI stack (every
+// later launch of the thread would carry it): the interposer pops exactly what it pushed.
+TEST(AgentNccl, WindowClosingDuringACallLeavesNoStaleId) {
+  test::TempDir tmp;
+  JobRun r = run_job(tmp, {"stale"},
+                     {{"BRAID_CAPTURE_WINDOW", "duration:0.3"},
+                      {"BRAID_CAPTURE_FLUSH_MS", "10"},
+                      {"FAKE_NCCL_CALL_MS", "1000"}});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
+  EXPECT_EQ(r.out, "ext depth 0\n");
+  // The id was pushed inside the window and the window closed before the call returned.
+  std::istringstream log(r.log);
+  int pushes = 0, pops = 0;
+  bool closed_between = false;
+  for (std::string line; std::getline(log, line);) {
+    if (line.find("cuptiActivityPushExternalCorrelationId 5 ") != std::string::npos) ++pushes;
+    if (pushes > pops && line.find("cuptiActivityDisable 10") != std::string::npos)
+      closed_between = true;  // CONCURRENT_KERNEL switched off with the id on the stack
+    if (line.find("cuptiActivityPopExternalCorrelationId 5") != std::string::npos) ++pops;
+  }
+  EXPECT_EQ(pushes, 1);
+  EXPECT_EQ(pops, 1);
+  EXPECT_TRUE(closed_between) << r.log;
+}
+
+// Review: a forked child (a data-loader worker) must never take a lock another thread of its
+// parent held at the fork. A thread of the parent is inside the agent's NVTX callback (which takes
+// its window lock) most of the time while the main thread forks; each child makes NVTX and NCCL
+// calls and exits. None may hang, and no child writes a file.
+TEST(AgentFork, ChildrenNeverWaitOnTheParentsLocks) {
+  test::TempDir tmp;
+  JobRun r = run_job(tmp, {"fork", "60"}, {{"BRAID_CAPTURE_WINDOW", "nvtx:never-opened"}});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
+  EXPECT_EQ(r.out, "stuck 0\n");
+  EXPECT_FALSE(r.file.empty());  // the parent's only (run_job finds exactly one file)
+}
+
+// Issue 19 review: NVTX_INJECTION64_PATH named the libcupti of the build machine, which need not
+// be the copy the job's agent loaded (a second copy's CUPTI has no subscriber: no NVTX ranges).
+// `braid record` names the agent, which hands NVTX to the libcupti it loaded itself.
+TEST(AgentNvtx, InjectionReachesTheAgentsCupti) {
+  auto env = injection_env();
+  EXPECT_EQ(env["NVTX_INJECTION64_PATH"], env["CUDA_INJECTION64_PATH"]);
+  EXPECT_EQ(env["NVTX_INJECTION64_PATH"], CAPTURE_FAKECUPTI_AGENT);
+  test::TempDir tmp;
+  JobRun r = run_job(tmp, {"steps", "5"});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status;
+  EXPECT_NE(r.log.find("InitializeInjectionNvtx2"), std::string::npos) << r.log;
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM steps"), 5);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nvtx_ranges"), 6);  // 5 steps and "train"
 }
 
 }  // namespace

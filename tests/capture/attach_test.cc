@@ -397,6 +397,50 @@ TEST(Attach, RanksLearntFromTheCommunicatorReachTheDaemonAndTheCapture) {
   }
 }
 
+// Issue 19 review: no forced flush mid-run. When a window closes in attach mode the agent asks
+// CUPTI for its completed buffers only; a forced flush (which hands over records still in
+// flight, to be dropped as incomplete) happens once, at the process's exit. The window's kernels
+// reach the capture. The job runs on the CUPTI call recorder (tests/capture/fake_cupti.cc).
+TEST(Attach, WindowCloseDoesNotForceAFlush) {
+  test::TempDir tmp;
+  const std::string sock = tmp.file("d.sock"), out = tmp.file("captures");
+  pid_t daemon = start_daemon(sock, out);
+  ASSERT_TRUE(fs::exists(sock));
+  setenv("BRAID_CAPTURE_LIB", CAPTURE_FAKECUPTI_AGENT, 1);
+  setenv("FAKE_CUPTI_LOG", tmp.file("cupti.log").c_str(), 1);
+  pid_t rec = start_record(tmp.path(), {"--socket", sock, "--job", "fake"},
+                           std::string(CAPTURE_FAKE_CUDA_JOB) + " alone 2500 >" + tmp.file("out0"));
+  unsetenv("BRAID_CAPTURE_LIB");
+  unsetenv("FAKE_CUPTI_LOG");
+  ASSERT_TRUE(wait_for(
+      [&] {
+        auto r = test::run_braid(tmp, "status --socket " + sock);
+        return r.out.find("1 registered process") != std::string::npos;
+      },
+      5000))
+      << test::run_braid(tmp, "status --socket " + sock).out;
+  auto trig = test::run_braid(tmp, "trigger --socket " + sock + " --job fake --duration 300ms");
+  ASSERT_EQ(trig.code, 0) << trig.err;
+  EXPECT_EQ(wait_exit(rec), 0) << test::slurp(tmp.file("record.err"));
+  EXPECT_EQ(test::slurp(tmp.file("out0")), "alone done\n");
+  kill(daemon, SIGTERM);
+  EXPECT_EQ(wait_exit(daemon), 0);
+  std::string log = test::slurp(tmp.file("cupti.log"));
+  int forced = 0, flushes = 0;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("cuptiActivityFlushAll") == std::string::npos) continue;
+    ++flushes;
+    forced += line.find("cuptiActivityFlushAll 1") != std::string::npos;
+  }
+  EXPECT_GT(flushes, 3);
+  EXPECT_EQ(forced, 1) << log;  // the final drain at exit
+  std::string path = trig.out.substr(0, trig.out.find('\n'));
+  ASSERT_TRUE(fs::exists(path)) << path;
+  TraceReader r(path);
+  EXPECT_GT(sql::scalar(r.db(), "SELECT COUNT(*) FROM kernels"), 20);
+}
+
 TEST(Attach, UsageErrors) {
   test::TempDir tmp;
   auto r = test::run_braid(tmp, "record --attach -o x.braid -- true");

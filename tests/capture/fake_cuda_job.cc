@@ -17,10 +17,36 @@
 //   simulate   on a two-rank communicator: a group of 2 all-reduces ended by
 //              ncclGroupSimulateEnd (launches nothing), then 1 ungrouped all-reduce and a group
 //              of 1.
+//   profiler   5 kernels, then a profiler of the job's own starts the way torch.profiler's Kineto
+//              does, calling CUPTI through the process's symbols (subscribe, register its buffers,
+//              enable kernels), 5 kernels, its flush and its stop (kernels disabled); prints the
+//              results CUPTI gave it and the kernel records it received.
+//   hidden     kernels for a while, then a client that holds its own handle on libcupti (dlopen +
+//              dlsym, as ctypes bindings do) registers its buffers; kernels for a while longer.
+//   alone [MS] kernels for MS milliseconds (400), nothing else; prints "alone done".
+//   graph      on a two-rank communicator, captures into a CUDA graph an all-reduce, a compute
+//              kernel and a group of 2 all-reduces (the group's kernel launches at ncclGroupEnd),
+//              instantiates it, makes 1 ordinary all-reduce, then launches the graph 40 times.
+//   nonblocking  non-blocking communicators (config.blocking = 0; run with NCCL_PROFILER_PLUGIN
+//              naming the agent): a two-rank one, 2 all-reduces and a group of 2; a one-rank one
+//              split (non-blocking) into a one-rank child, 1 out-of-place all-reduce on the child.
+//              NCCL launches their GPU work from its own thread.
+//   stale      an all-reduce on a two-rank communicator inside a capture window that closes while
+//              the call runs (run it with a short duration window and FAKE_NCCL_CALL_MS), then
+//              prints how many ids this thread still has on CUPTI's external-correlation stack.
+//   fork N     a thread opening and closing NVTX ranges without pause (each one a CUPTI callback
+//              into the agent, which takes its window lock) while the main thread forks N
+//              children that each open and close a range and make an NCCL call; prints how many
+//              children did not finish within 5 s (stuck on a lock held at the fork).
+#include <cupti.h>
+#include <dlfcn.h>
 #include <nccl.h>
+#include <signal.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +57,11 @@
 
 extern "C" {
 int fakecuda_init();
+int fakecupti_ext_depth(int kind);
+void fakecuda_begin_capture(uint32_t stream);
+uint32_t fakecuda_end_capture(uint32_t stream);
+uint32_t fakecuda_graph_instantiate(uint32_t graph);
+void fakecuda_graph_launch(uint32_t exec, uint32_t stream);
 void fakecuda_launch(uint32_t stream, const char* kernel);
 void fakecuda_memcpy(uint32_t stream, uint64_t bytes);
 void fakecuda_sync(uint32_t stream);
@@ -131,6 +162,170 @@ int run_onerank() {
   return 0;
 }
 
+// The job's own profiler: its buffers, counting the kernel records it receives.
+int g_profiler_kernels = 0;
+void CUPTIAPI profiler_requested(uint8_t** buf, size_t* size, size_t* max_records) {
+  *size = 1 << 16;
+  *buf = static_cast<uint8_t*>(std::malloc(*size));
+  *max_records = 0;
+}
+void CUPTIAPI profiler_completed(CUcontext, uint32_t, uint8_t* buf, size_t, size_t valid) {
+  CUpti_Activity* rec = nullptr;
+  while (cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS)
+    if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) ++g_profiler_kernels;
+  std::free(buf);
+}
+void CUPTIAPI profiler_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+
+void launch_for(std::chrono::milliseconds d) {
+  auto end = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < end) {
+    fakecuda_launch(7, "gemm_kernel");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+int run_profiler() {
+  for (int i = 0; i < 5; ++i) fakecuda_launch(7, "gemm_kernel");
+  fakecuda_sync(7);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // braid drains
+  CUpti_SubscriberHandle h = nullptr;
+  std::printf("subscribe %d\n", static_cast<int>(cuptiSubscribe(&h, profiler_callback, nullptr)));
+  std::printf("register %d\n", static_cast<int>(cuptiActivityRegisterCallbacks(
+                                   profiler_requested, profiler_completed)));
+  cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  for (int i = 0; i < 5; ++i) fakecuda_launch(7, "gemm_kernel");
+  cuptiActivityFlushAll(0);
+  std::printf("profiler kernels %d\n", g_profiler_kernels);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  std::printf("profiler done\n");
+  return 0;
+}
+
+int run_hidden() {
+  launch_for(std::chrono::milliseconds(200));
+  // Its own handle on the libcupti the process loaded: braid's exports are not in the way.
+  Dl_info info{};
+  void* in_cupti = dlsym(RTLD_DEFAULT, "fakecupti_thread_id_type");  // defined only by libcupti
+  if (!in_cupti || !dladdr(in_cupti, &info)) return 3;
+  void* lib = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  auto reg = lib ? reinterpret_cast<decltype(&cuptiActivityRegisterCallbacks)>(
+                       dlsym(lib, "cuptiActivityRegisterCallbacks"))
+                 : nullptr;
+  if (!reg || reg(profiler_requested, profiler_completed) != CUPTI_SUCCESS) return 3;
+  launch_for(std::chrono::milliseconds(1000));
+  std::printf("hidden done\n");
+  return 0;
+}
+
+int run_alone(long ms) {
+  launch_for(std::chrono::milliseconds(ms > 0 ? ms : 400));
+  std::printf("alone done\n");
+  return 0;
+}
+
+int run_graph() {
+  float a[64], b[64];
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(7));
+  ncclComm_t two = make_comm(2);
+  fakecuda_begin_capture(7);
+  CHECK(ncclAllReduce(a, b, 64, ncclFloat32, ncclSum, two, s));
+  fakecuda_launch(7, "gemm_kernel");
+  CHECK(ncclGroupStart());
+  for (int i = 0; i < 2; ++i) CHECK(ncclAllReduce(a, b, 32, ncclFloat32, ncclSum, two, s));
+  CHECK(ncclGroupEnd());
+  uint32_t exec = fakecuda_graph_instantiate(fakecuda_end_capture(7));
+  CHECK(ncclAllReduce(a, b, 16, ncclFloat32, ncclSum, two, s));
+  for (int i = 0; i < 40; ++i) fakecuda_graph_launch(exec, 7);
+  fakecuda_sync(7);
+  CHECK(ncclCommDestroy(two));
+  std::printf("graph done\n");
+  return 0;
+}
+
+ncclComm_t wait_ready(ncclComm_t c, ncclResult_t r) {
+  if (r != ncclSuccess && r != ncclInProgress) std::exit(1);
+  for (ncclResult_t state = ncclInProgress; state == ncclInProgress;)
+    CHECK(ncclCommGetAsyncError(c, &state));
+  return c;
+}
+
+int run_nonblocking() {
+  float a[64], b[64];
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(7));
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclUniqueId id;
+  CHECK(ncclGetUniqueId(&id));
+  ncclComm_t two;
+  wait_ready(two, ncclCommInitRankConfig(&two, 2, id, 0, &cfg));
+  for (int i = 0; i < 2; ++i) CHECK(ncclAllReduce(a, b, 64, ncclFloat32, ncclSum, two, s));
+  CHECK(ncclGroupStart());
+  for (int i = 0; i < 2; ++i) CHECK(ncclAllReduce(a, b, 32, ncclFloat32, ncclSum, two, s));
+  CHECK(ncclGroupEnd());
+  ncclUniqueId id1;
+  CHECK(ncclGetUniqueId(&id1));
+  ncclComm_t one, child;
+  wait_ready(one, ncclCommInitRankConfig(&one, 1, id1, 0, &cfg));
+  wait_ready(child, ncclCommSplit(one, 0, 0, &child, &cfg));
+  CHECK(ncclAllReduce(a, b, 16, ncclFloat32, ncclSum, child, s));
+  fakecuda_sync(7);
+  CHECK(ncclCommDestroy(child));
+  CHECK(ncclCommDestroy(one));
+  CHECK(ncclCommDestroy(two));
+  std::printf("nonblocking done\n");
+  return 0;
+}
+
+int run_stale() {
+  float a[64], b[64];
+  ncclComm_t two = make_comm(2);
+  CHECK(ncclAllReduce(a, b, 64, ncclFloat32, ncclSum, two,
+                      reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(7))));
+  fakecuda_launch(7, "gemm_kernel");
+  std::printf("ext depth %d\n", fakecupti_ext_depth(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2));
+  CHECK(ncclCommDestroy(two));
+  return 0;
+}
+
+int run_fork(long n) {
+  float a[64], b[64];
+  ncclComm_t two = make_comm(2);
+  std::atomic<bool> stop{false};
+  std::thread ranges([&] {
+    while (!stop.load()) {
+      fakenvtx_push("busy");
+      fakenvtx_pop();
+    }
+  });
+  int stuck = 0;
+  for (long i = 0; i < n; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      fakenvtx_push("child");
+      fakenvtx_pop();
+      ncclAllReduce(a, b, 64, ncclFloat32, ncclSum, two, nullptr);
+      _exit(0);
+    }
+    int st = 0;
+    bool done = false;
+    for (int t = 0; t < 500 && !done; ++t) {
+      done = waitpid(pid, &st, WNOHANG) == pid;
+      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!done) {
+      ++stuck;
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+    }
+  }
+  stop.store(true);
+  ranges.join();
+  CHECK(ncclCommDestroy(two));
+  std::printf("stuck %d\n", stuck);
+  return 0;
+}
+
 int run_simulate() {
   float a[64], b[64];
   cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(7));
@@ -161,5 +356,12 @@ int main(int argc, char** argv) {
   if (scenario == "threads") return run_threads();
   if (scenario == "onerank") return run_onerank();
   if (scenario == "simulate") return run_simulate();
+  if (scenario == "profiler") return run_profiler();
+  if (scenario == "hidden") return run_hidden();
+  if (scenario == "alone") return run_alone(n);
+  if (scenario == "stale") return run_stale();
+  if (scenario == "graph") return run_graph();
+  if (scenario == "nonblocking") return run_nonblocking();
+  if (scenario == "fork") return run_fork(n);
   return 2;
 }

@@ -6,7 +6,13 @@
 // Like NCCL >= 2.28 it loads the profiler plugin named by NCCL_PROFILER_PLUGIN (symbol
 // ncclProfiler_v5) and reports to it: a CollApi/P2pApi event inside each call, Coll events
 // (algorithm RING, protocol SIMPLE, 2 channels) with one ProxyOp each under them, and for
-// point-to-point calls inside a group the P2p events (1 channel) at ncclGroupEnd, as NCCL does.
+// point-to-point calls inside a group the P2p events (1 channel) at ncclGroupEnd, as NCCL does;
+// a GroupApi event from the first call of a group (or around an ungrouped call) to its end, and a
+// KernelLaunch event, child of it, around each launch.
+//
+// Non-blocking communicators (config.blocking = 0): init and split return ncclInProgress, the
+// communicator is made when ncclCommGetAsyncError is asked (ncclCommUserRank/Count say
+// ncclInProgress before), and its GPU work is launched from a thread of NCCL's own, as NCCL does.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <nccl.h>
@@ -14,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -33,11 +40,14 @@ struct ncclComm {
   void* prof = nullptr;  // the profiler plugin's context for this communicator
   int mask = 0;
   uint64_t seq = 0;
+  bool nonblocking = false, ready = true;
 };
 
 namespace {
 std::atomic<int> g_calls{0};
 int g_group = 0;
+ncclComm* g_group_api_comm = nullptr;  // the GroupApi event in progress and its communicator
+void* g_group_api = nullptr;
 const np::ProfilerV5* profiler() {
   static const np::ProfilerV5* p = [] () -> const np::ProfilerV5* {
     const char* path = std::getenv("NCCL_PROFILER_PLUGIN");
@@ -108,8 +118,18 @@ struct Deferred {
 };
 std::vector<Deferred> g_deferred;  // point-to-point ops waiting for ncclGroupEnd
 
-// One collective or point-to-point call as NCCL reports it to the plugin.
-void profile_call(ncclComm* c, bool p2p, const char* func, size_t count, int peer) {
+// Whether the stream is being captured into a CUDA graph (the fake CUDA runtime of
+// fake_cupti.cc, where it is loaded).
+bool capturing(cudaStream_t stream) {
+  static auto is =
+      reinterpret_cast<int (*)(uint32_t)>(dlsym(RTLD_DEFAULT, "fakecuda_is_capturing"));
+  return is && is(static_cast<uint32_t>(reinterpret_cast<uintptr_t>(stream)));
+}
+
+// One collective or point-to-point call as NCCL reports it to the plugin (with NCCL >= 2.28's
+// graphCaptured: whether the call's stream is being captured).
+void profile_call(ncclComm* c, bool p2p, const char* func, size_t count, int peer,
+                  cudaStream_t stream) {
   auto* p = profiler();
   if (!p || !c->prof) return;
   void* api = nullptr;
@@ -120,9 +140,13 @@ void profile_call(ncclComm* c, bool p2p, const char* func, size_t count, int pee
     if (p2p) {
       d.p2p_api.func = func;
       d.p2p_api.count = count;
+      d.p2p_api.stream = stream;
+      d.p2p_api.graph_captured = capturing(stream);
     } else {
       d.coll_api.func = func;
       d.coll_api.count = count;
+      d.coll_api.stream = stream;
+      d.coll_api.graph_captured = capturing(stream);
     }
     p->start_event(c->prof, &api, &d);
   }
@@ -144,8 +168,59 @@ struct Launch {
   std::string kernel;
 };
 std::vector<Launch> g_group_launches;
+void group_api_begin(ncclComm* c) {
+  auto* p = profiler();
+  if (!p || !c->prof || g_group_api_comm || !(c->mask & np::kGroupApi)) return;
+  np::EventDescr d{};
+  d.type = np::kGroupApi;
+  d.rank = c->rank;
+  d.group_api.group_depth = g_group;
+  g_group_api_comm = c;
+  p->start_event(c->prof, &g_group_api, &d);
+}
+void group_api_end() {
+  if (g_group_api_comm && g_group_api) profiler()->stop_event(g_group_api);
+  g_group_api_comm = nullptr;
+  g_group_api = nullptr;
+}
+
+// Runs a launch as NCCL does: inside a KernelLaunch event, on NCCL's own thread for a
+// non-blocking communicator.
+template <typename Work>
+void launch_work(ncclComm* c, Work&& work) {
+  auto run = [&] {
+    auto* p = profiler();
+    void* ev = nullptr;
+    if (p && c->prof && g_group_api && (c->mask & np::kKernelLaunch)) {
+      np::EventDescr d{};
+      d.type = np::kKernelLaunch;
+      d.parent = g_group_api;
+      d.rank = c->rank;
+      p->start_event(c->prof, &ev, &d);
+    }
+    work();
+    if (ev) p->stop_event(ev);
+  };
+  if (c->nonblocking) {
+    std::thread(run).join();
+  } else {
+    run();
+  }
+}
+
 void gpu_work(ncclComm* c, const char* func, const void* send, const void* recv,
               cudaStream_t stream) {
+  // FAKE_NCCL_CALL_MS: each call takes this long after its launch (a slow collective; a capture
+  // window may close meanwhile).
+  static const int call_ms = [] {
+    const char* v = std::getenv("FAKE_NCCL_CALL_MS");
+    return v ? std::atoi(v) : 0;
+  }();
+  struct Wait {
+    ~Wait() {
+      if (call_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(call_ms));
+    }
+  } wait;
   static auto launch =
       reinterpret_cast<void (*)(uint32_t, const char*)>(dlsym(RTLD_DEFAULT, "fakecuda_launch"));
   static auto copy =
@@ -153,7 +228,7 @@ void gpu_work(ncclComm* c, const char* func, const void* send, const void* recv,
   if (!launch || !copy || !c) return;
   auto s = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(stream));
   if (c->nranks == 1) {
-    if (send && recv && send != recv) copy(s, 256);
+    if (send && recv && send != recv) launch_work(c, [&] { copy(s, 256); });
     return;
   }
   std::string kernel = std::string("ncclDevKernel_") + (func + 4) + "_Sum_f32_RING_LL";
@@ -163,13 +238,14 @@ void gpu_work(ncclComm* c, const char* func, const void* send, const void* recv,
     g_group_launches.push_back({c, s, kernel});
     return;
   }
-  launch(s, kernel.c_str());
+  launch_work(c, [&] { launch(s, kernel.c_str()); });
 }
 void group_launches() {
   static auto launch =
       reinterpret_cast<void (*)(uint32_t, const char*)>(dlsym(RTLD_DEFAULT, "fakecuda_launch"));
   if (launch)
-    for (auto& l : g_group_launches) launch(l.stream, l.kernel.c_str());
+    for (auto& l : g_group_launches)
+      launch_work(l.comm, [&] { launch(l.stream, l.kernel.c_str()); });
   g_group_launches.clear();
 }
 
@@ -205,14 +281,25 @@ FAKE ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id
   return ncclSuccess;
 }
 FAKE ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
-                                         ncclConfig_t*) {
-  return ncclCommInitRank(comm, nranks, id, rank);
+                                         ncclConfig_t* config) {
+  ncclResult_t r = ncclCommInitRank(comm, nranks, id, rank);
+  if (r != ncclSuccess || !config || config->blocking != 0) return r;
+  (*comm)->nonblocking = true;
+  (*comm)->ready = false;
+  return ncclInProgress;
+}
+FAKE ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
+  comm->ready = true;
+  *state = ncclSuccess;
+  return ncclSuccess;
 }
 FAKE ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (!comm->ready) return ncclInProgress;
   *rank = comm->rank;
   return ncclSuccess;
 }
 FAKE ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (!comm->ready) return ncclInProgress;
   *count = comm->nranks;
   return ncclSuccess;
 }
@@ -227,7 +314,7 @@ FAKE ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm);
 // Every member writes "color key rank" to a file of this split; all wait for all and compute
 // the same membership.
 FAKE ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
-                                ncclConfig_t*) {
+                                ncclConfig_t* config) {
   ++g_calls;
   std::string base = dir() + "/split-" + comm->id + "-" + std::to_string(comm->splits++);
   {
@@ -265,6 +352,11 @@ FAKE ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t*
   *newcomm = new ncclComm{rank, static_cast<int>(same.size()),
                           comm->id + "." + std::to_string(comm->splits) + "." + std::to_string(color)};
   profile_init(*newcomm);
+  if (config && config->blocking == 0) {
+    (*newcomm)->nonblocking = true;
+    (*newcomm)->ready = false;
+    return ncclInProgress;
+  }
   return ncclSuccess;
 }
 
@@ -280,6 +372,7 @@ FAKE ncclResult_t ncclGroupEnd() {
     for (auto& d : g_deferred) profile_op(d.comm, d.api, true, d.func, d.count, d.peer);
     g_deferred.clear();
     group_launches();
+    group_api_end();
   }
   return ncclSuccess;
 }
@@ -292,6 +385,7 @@ FAKE ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* info) {
   if (g_group == 0) {
     g_deferred.clear();
     g_group_launches.clear();
+    group_api_end();
   }
   if (info) info->estimatedTime = 1.0f;
   return ncclSuccess;
@@ -300,8 +394,10 @@ FAKE ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* info) {
 #define FAKE_COLL(name, params, comm, p2p, count, peer, send, recv, stream) \
   FAKE ncclResult_t name params {                                           \
     ++g_calls;                                                              \
-    profile_call(comm, p2p, #name, count, peer);                            \
+    group_api_begin(comm);                                                  \
+    profile_call(comm, p2p, #name, count, peer, stream);                    \
     gpu_work(comm, #name, send, recv, stream);                              \
+    if (g_group == 0) group_api_end();                                      \
     return ncclSuccess;                                                     \
   }
 FAKE_COLL(ncclAllReduce,

@@ -2,6 +2,12 @@
 // memsets, two kernels, NVTX "step N" ranges, cudaProfilerStart/Stop around steps 1-2, and NCCL
 // on a one-rank communicator (alone and grouped). Usage: capture_cuda_streams_nccl [steps].
 // Prints "ok" after checking the arithmetic.
+//   capture_cuda_streams_nccl launches N   N empty kernel launches, one synchronize, then prints
+//                                          "launches N" through buffered stdout (issue 19: a
+//                                          long job must exit 0 with every kernel stored).
+//   capture_cuda_streams_nccl graph N      captures an all-reduce (one-rank communicator, out of
+//                                          place) and a kernel into a CUDA graph and launches it N
+//                                          times; prints "graph N".
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -24,7 +30,43 @@ __global__ void braid_add(float* x, const float* y, int n) {
   if (i < n) x[i] += y[i];
 }
 
+__global__ void braid_empty() {}
+
+int launches(long n) {
+  for (long i = 0; i < n; ++i) braid_empty<<<1, 1>>>();
+  CUDA(cudaDeviceSynchronize());
+  std::printf("launches %ld\n", n);  // buffered: flushed by exit(), after braid's exit handler
+  return 0;
+}
+
+int graph(int n) {
+  const int count = 1 << 16;
+  float *x, *y;
+  CUDA(cudaMalloc(&x, count * sizeof(float)));
+  CUDA(cudaMalloc(&y, count * sizeof(float)));
+  cudaStream_t s;
+  CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  ncclUniqueId id;
+  NCCL(ncclGetUniqueId(&id));
+  ncclComm_t comm;
+  NCCL(ncclCommInitRank(&comm, 1, id, 0));
+  cudaGraph_t g;
+  cudaGraphExec_t exec;
+  CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  braid_scale<<<(count + 255) / 256, 256, 0, s>>>(x, count, 1.0f);
+  NCCL(ncclAllReduce(x, y, count, ncclFloat32, ncclSum, comm, s));
+  CUDA(cudaStreamEndCapture(s, &g));
+  CUDA(cudaGraphInstantiate(&exec, g, 0));
+  for (int i = 0; i < n; ++i) CUDA(cudaGraphLaunch(exec, s));
+  CUDA(cudaStreamSynchronize(s));
+  NCCL(ncclCommDestroy(comm));
+  std::printf("graph %d\n", n);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[1]) == "launches") return launches(std::atol(argv[2]));
+  if (argc > 2 && std::string(argv[1]) == "graph") return graph(std::atoi(argv[2]));
   const int steps = argc > 1 ? std::atoi(argv[1]) : 4;
   const int n = 1 << 20;
   std::vector<float> host(n, 1.0f);
