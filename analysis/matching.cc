@@ -359,14 +359,41 @@ MatchResult match_collectives(const RunData& run) {
   for (auto& [key, lists] : channels) {
     auto& [comm, src, dst] = key;
     auto& [sends, recvs] = lists;
+    // Both ends must be in the run for the pair to be complete.
+    const int32_t expected = (run.ranks.count(src) ? 1 : 0) + (run.ranks.count(dst) ? 1 : 0);
+    // Sequence numbers counted per channel (braid's capture numbers a communicator's point-to-point
+    // calls per peer and direction) pair the n-th send with the n-th receive even where the two
+    // ranks' traces start at different points; numbers counted otherwise (per communicator, by
+    // another tool) rarely agree between the ends, and then the order within the channel pairs.
+    std::map<int64_t, CollGroup> by_seq;
+    std::set<int64_t> send_seqs, recv_seqs;
+    bool all_seq = true;
+    for (int32_t i : sends) send_seqs.insert(coll(run, src, i).seq);
+    for (int32_t i : recvs) recv_seqs.insert(coll(run, dst, i).seq);
+    for (int64_t s : send_seqs) all_seq = all_seq && s >= 0;
+    for (int64_t s : recv_seqs) all_seq = all_seq && s >= 0;
+    size_t common = 0;
+    for (int64_t s : send_seqs) common += recv_seqs.count(s);
+    bool distinct = send_seqs.size() == sends.size() && recv_seqs.size() == recvs.size();
+    if (all_seq && distinct && common > 0 && 2 * common >= std::min(sends.size(), recvs.size())) {
+      for (int32_t i : sends) by_seq[coll(run, src, i).seq].members.push_back({src, i});
+      for (int32_t i : recvs) by_seq[coll(run, dst, i).seq].members.push_back({dst, i});
+      for (auto& [s, g] : by_seq) {
+        g.comm = comm;
+        g.seq = s;
+        g.method = MatchMethod::PointToPoint;
+        g.expected = expected;
+        add_group(std::move(g));
+      }
+      continue;
+    }
     size_t n = std::max(sends.size(), recvs.size());
     for (size_t k = 0; k < n; ++k) {
       CollGroup g;
       g.comm = comm;
       g.seq = static_cast<int64_t>(k);
       g.method = MatchMethod::PointToPoint;
-      // Both ends must be in the run for the pair to be complete.
-      g.expected = (run.ranks.count(src) ? 1 : 0) + (run.ranks.count(dst) ? 1 : 0);
+      g.expected = expected;
       if (k < sends.size()) g.members.push_back({src, sends[k]});
       if (k < recvs.size()) g.members.push_back({dst, recvs[k]});
       add_group(std::move(g));

@@ -17,6 +17,12 @@ std::string CommBook::identity_from_unique_ids(const void* bytes, size_t n) {
   return buf;
 }
 
+int64_t CommRecord::take_seq(bool p2p, int peer, bool send) const {
+  if (!p2p) return next_seq.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lk(p2p_mu_);
+  return p2p_next_[static_cast<int64_t>(peer) * 2 + (send ? 1 : 0)]++;
+}
+
 CommRecord* CommBook::add(const void* comm, std::string identity, std::string how, int rank,
                           int nranks, std::string parent) {
   auto rec = std::make_unique<CommRecord>();

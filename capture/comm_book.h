@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -29,8 +30,17 @@ struct CommRecord {
   int device = -1;
   // Taken by calls as they are recorded (through const pointers too: records in flight keep one).
   mutable std::atomic<int64_t> next_seq{0};
+  // The sequence number of the next call: collectives count per communicator (next_seq);
+  // point-to-point calls per (peer, direction), so that the n-th send from r to p and the n-th
+  // receive on p from r (the pair NCCL matches) carry the same number whatever else either rank
+  // does on the communicator (pipeline stages send and receive different amounts).
+  int64_t take_seq(bool p2p, int peer, bool send) const;
   std::atomic<int64_t> children{0};  // splits/shrinks made from it so far
   bool destroyed = false;
+
+ private:
+  mutable std::mutex p2p_mu_;
+  mutable std::unordered_map<int64_t, int64_t> p2p_next_;  // (peer, direction) -> next seq
 };
 
 class CommBook {

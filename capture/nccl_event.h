@@ -36,6 +36,13 @@ struct NcclCall {
 };
 inline constexpr uint8_t kGraphCaptured = 1, kGraphReplay = 2;
 
+// The call's sequence number, taken from its communicator (CommRecord::take_seq).
+inline int64_t take_seq(const NcclCall& c) {
+  if (!c.comm) return -1;
+  bool p2p = c.op == CollOp::Send || c.op == CollOp::Recv;
+  return c.comm->take_seq(p2p, c.peer_or_root, c.op == CollOp::Send);
+}
+
 // A graph node whose replayed records belong to a replayed call: the records of node `node`
 // launched by the graph launch with correlation id `correlation` are the GPU work of the call
 // whose external id is `external_id`.

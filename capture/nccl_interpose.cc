@@ -179,8 +179,7 @@ ncclResult_t record_call(const Args& a, Call&& call) {
   --t_depth;
   c.result = static_cast<int32_t>(r);
   if (end_graph_watch(ag, c)) c.graph = kGraphCaptured;
-  if (!grouped && c.graph != kGraphCaptured)
-    c.seq = rec->next_seq.fetch_add(1, std::memory_order_relaxed);
+  if (!grouped && c.graph != kGraphCaptured) c.seq = take_seq(c);
   if (grouped && t_group_calls) t_group_calls->push_back(c);  // posted at ncclGroupEnd
   else ag->pipeline().post(c);
   return r;
@@ -423,7 +422,7 @@ BRAID_EXPORT ncclResult_t ncclGroupEnd() {
         if (group_captured)
           c.graph = kGraphCaptured;
         else
-          c.seq = c.comm->next_seq.fetch_add(1, std::memory_order_relaxed);
+          c.seq = take_seq(c);
         ag->pipeline().post(c);
       }
     }

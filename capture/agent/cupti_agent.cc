@@ -415,7 +415,7 @@ void on_graph_launch(CUpti_CallbackDomain domain, const CUpti_CallbackData* info
     r.graph = kGraphReplay;
     r.call_id = a->next_id();
     r.external_id = static_cast<uint64_t>(r.call_id);
-    r.seq = t.comm ? t.comm->next_seq.fetch_add(1, std::memory_order_relaxed) : -1;
+    r.seq = take_seq(r);
     r.group_id = t.group_id ? groups[t.group_id].first : 0;
     r.group_size = t.group_id ? groups[t.group_id].second : 1;
     r.tid = tid;

@@ -13,6 +13,7 @@
 #include "trace/error.h"
 #include "trace/sqlite_util.h"
 #include "trace/test_util.h"
+#include "trace/writer.h"
 
 namespace braid::analysis {
 namespace {
@@ -133,6 +134,62 @@ TEST(Matching, DroppedCollectiveIsAlignedAndReported) {
   }
   EXPECT_TRUE(unmatched);
   EXPECT_TRUE(aligned);
+}
+
+// Point-to-point messages pair by their per-channel sequence numbers (braid's capture numbers a
+// communicator's sends and receives per peer and direction): rank 1's trace starts one message
+// later than rank 0's, and every complete pair still joins a send and a receive of the same
+// message (pairing by position would shift every pair by one).
+TEST(Matching, PointToPointBySeqWhereTracesStartApart) {
+  test::TempDir tmp;
+  {
+    TraceWriter w(tmp.file("p.braid"), TraceWriter::Mode::Create);
+    int64_t run = w.begin_run(RunKind::Captured, "test");
+    StrId comm = w.intern("nccl:pp"), f32 = w.intern("float32");
+    for (int32_t r = 0; r < 2; ++r) {
+      RankInfo info;
+      info.rank = r;
+      w.add_rank(run, info);
+    }
+    for (int k = 0; k < 5; ++k) {
+      Collective s;
+      s.comm = comm;
+      s.dtype = f32;
+      s.in_count = s.out_count = 1024;
+      s.bytes = 4096;
+      s.stream = 7;
+      s.rank = 0;
+      s.op = CollOp::Send;
+      s.peer_or_root = 1;
+      s.seq = 10 + k;
+      s.start = 1'000'000 * (k + 1);
+      s.end = s.start + 1000;
+      w.add(run, s);
+      Collective v = s;
+      v.rank = 1;
+      v.op = CollOp::Recv;
+      v.peer_or_root = 0;
+      v.seq = 11 + k;
+      v.start = s.start + 1'000'000 + 50;
+      v.end = v.start + 1000;
+      w.add(run, v);
+    }
+    w.commit();
+  }
+  TraceReader reader(tmp.file("p.braid"));
+  RunData run = load_run(reader, 1);
+  MatchResult m = match_collectives(run);
+  ASSERT_EQ(m.groups.size(), 6u);
+  int complete = 0;
+  for (const CollGroup& g : m.groups) {
+    EXPECT_EQ(g.method, MatchMethod::PointToPoint);
+    if (!g.complete()) continue;
+    ++complete;
+    ASSERT_EQ(g.members.size(), 2u);
+    EXPECT_EQ(run.rank(g.members[0].rank)->collectives[g.members[0].index].seq,
+              run.rank(g.members[1].rank)->collectives[g.members[1].index].seq);
+  }
+  EXPECT_EQ(complete, 4);
 }
 
 TEST(Matching, MismatchedSizeIsReported) {

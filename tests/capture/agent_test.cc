@@ -320,6 +320,7 @@ TEST(AgentLibrary, StaysLoadedNeedsNoHostCxxRuntimeExportsOnlyEntryPoints) {
   for (auto& n : e.needed) {
     EXPECT_EQ(n.find("libstdc++"), std::string::npos) << n;
     EXPECT_EQ(n.find("libgcc_s"), std::string::npos) << n;
+    EXPECT_EQ(n.find("libsqlite3"), std::string::npos) << n;  // loaded in its own namespace
   }
   const std::set<std::string> cupti_calls = {"cuptiSubscribe", "cuptiSubscribe_v2",
                                              "cuptiActivityRegisterCallbacks",
@@ -343,6 +344,21 @@ TEST(AgentLibrary, StaysLoadedNeedsNoHostCxxRuntimeExportsOnlyEntryPoints) {
   int st = 0;
   waitpid(pid, &st, 0);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+}
+
+// Review: the preloaded agent must not make its SQLite the job's. It loads libsqlite3.so.0 in a
+// link namespace of its own, so the job's lookup finds none until the job loads its own (a conda
+// Python's _sqlite3 would then get its own library, not fail on the system's older one), and the
+// agent still writes its file.
+TEST(AgentLibrary, SqliteStaysOutOfTheJobsNamespace) {
+  test::TempDir tmp;
+  JobRun r = run_job(tmp, {"sqlite"});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
+  EXPECT_EQ(r.out,
+            "sqlite in the job before it loads one: no\n"
+            "the job's own sqlite works: yes\n");
+  ASSERT_FALSE(r.file.empty());
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM kernels"), 2);
 }
 
 // Issue 19, item 6 (one direction): another CUPTI client (torch.profiler, Nsight Systems) holds

@@ -31,6 +31,9 @@
 //              naming the agent): a two-rank one, 2 all-reduces and a group of 2; a one-rank one
 //              split (non-blocking) into a one-rank child, 1 out-of-place all-reduce on the child.
 //              NCCL launches their GPU work from its own thread.
+//   sqlite     a kernel, a pause while the agent writes it, then says whether a libsqlite3.so.0 is
+//              in the job's link namespace before the job loads one, loads one itself (as a
+//              Python's _sqlite3 module would) and calls it, and launches a second kernel.
 //   stale      an all-reduce on a two-rank communicator inside a capture window that closes while
 //              the call runs (run it with a short duration window and FAKE_NCCL_CALL_MS), then
 //              prints how many ids this thread still has on CUPTI's external-correlation stack.
@@ -277,6 +280,19 @@ int run_nonblocking() {
   return 0;
 }
 
+int run_sqlite() {
+  fakecuda_launch(7, "gemm_kernel");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  void* before = dlopen("libsqlite3.so.0", RTLD_LAZY | RTLD_NOLOAD);
+  std::printf("sqlite in the job before it loads one: %s\n", before ? "yes" : "no");
+  void* own = dlopen("libsqlite3.so.0", RTLD_LAZY | RTLD_LOCAL);
+  auto version =
+      own ? reinterpret_cast<const char* (*)()>(dlsym(own, "sqlite3_libversion")) : nullptr;
+  std::printf("the job's own sqlite works: %s\n", version && version()[0] == '3' ? "yes" : "no");
+  fakecuda_launch(7, "gemm_kernel");
+  return 0;
+}
+
 int run_stale() {
   float a[64], b[64];
   ncclComm_t two = make_comm(2);
@@ -360,6 +376,7 @@ int main(int argc, char** argv) {
   if (scenario == "hidden") return run_hidden();
   if (scenario == "alone") return run_alone(n);
   if (scenario == "stale") return run_stale();
+  if (scenario == "sqlite") return run_sqlite();
   if (scenario == "graph") return run_graph();
   if (scenario == "nonblocking") return run_nonblocking();
   if (scenario == "fork") return run_fork(n);

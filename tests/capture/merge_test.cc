@@ -88,7 +88,8 @@ std::map<std::string, int64_t> links(sqlite3* db, int64_t run) {
   };
   count("call->collective",
         "SELECT COUNT(*) FROM nccl_calls c JOIN collectives k ON k.run_id=c.run_id AND "
-        "k.rank=c.rank AND k.comm_id=c.comm_id AND k.seq=c.seq WHERE c.run_id=?");
+        "k.rank=c.rank AND k.comm_id=c.comm_id AND k.seq=c.seq AND k.op=c.op AND "
+        "k.peer_or_root=c.peer_or_root WHERE c.run_id=?");
   count("proxy->call",
         "SELECT COUNT(*) FROM nccl_proxy_ops p JOIN nccl_calls c ON c.run_id=p.run_id AND "
         "c.rank=p.rank AND c.call_id=p.call_id AND c.comm_id=p.comm_id AND c.seq=p.seq "

@@ -54,8 +54,12 @@ struct RankFile {
   std::vector<Communicator> comms;
   std::vector<Diagnostic> diags;
   std::map<int64_t, std::tuple<int64_t, std::string, std::string>> calls;  // call_id -> (group, op, redop)
-  std::map<std::pair<std::string, int64_t>, std::tuple<int64_t, int64_t, int64_t>> proxy;  // (comm, seq) -> (peer, steps, is_send)
-  std::map<std::pair<std::string, int64_t>, std::tuple<std::string, std::string, int64_t>> detail;  // (comm, seq) -> (algo, proto, channels)
+  // (comm, seq, op) -> (peer, steps, is_send): point-to-point calls count seq per channel, so
+  // (comm, seq) alone may name a collective and a send.
+  using Key = std::tuple<std::string, int64_t, std::string>;
+  std::map<Key, std::tuple<int64_t, int64_t, int64_t>> proxy;
+  std::map<Key, std::tuple<std::string, std::string, int64_t>>
+      detail;  // -> (algo, proto, channels)
 };
 
 RankFile load(const std::string& path) {
@@ -77,10 +81,13 @@ RankFile load(const std::string& path) {
   for (auto& c : f.colls) c.name = 0;
   sql::Stmt q(r.db(), "SELECT c.call_id, c.group_id, c.op, s.text FROM nccl_calls c LEFT JOIN strings s ON s.id = c.redop_id");
   while (q.step()) f.calls[q.i64(0)] = {q.i64(1), q.text(2), q.text(3)};
-  sql::Stmt p(r.db(), "SELECT s.text, p.seq, p.peer, p.steps, p.is_send FROM nccl_proxy_ops p JOIN strings s ON s.id = p.comm_id");
-  while (p.step()) f.proxy[{p.text(0), p.i64(1)}] = {p.i64(2), p.i64(3), p.i64(4)};
+  sql::Stmt p(r.db(),
+              "SELECT s.text, p.seq, c.op, p.peer, p.steps, p.is_send FROM nccl_proxy_ops p "
+              "JOIN strings s ON s.id = p.comm_id JOIN nccl_calls c ON c.call_id = p.call_id");
+  while (p.step()) f.proxy[{p.text(0), p.i64(1), p.text(2)}] = {p.i64(3), p.i64(4), p.i64(5)};
   for (auto& c : f.colls)
-    f.detail[{r.str(c.comm), c.seq}] = {c.algo ? r.str(c.algo) : "", c.proto ? r.str(c.proto) : "", c.channels};
+    f.detail[{r.str(c.comm), c.seq, std::string(to_string(c.op))}] = {
+        c.algo ? r.str(c.algo) : "", c.proto ? r.str(c.proto) : "", c.channels};
   return f;
 }
 
@@ -146,35 +153,45 @@ TEST(NcclInterpose, FourRanksAgainstAFakeNccl) {
     EXPECT_EQ(comms.count(evens), r % 2 ? 0u : 1u);
     EXPECT_EQ(comms.size(), r % 2 ? 2u : 3u);
 
-    auto ops = comms[world];
+    std::vector<Collective> ops, sends, recvs;
+    for (auto& c : comms[world])
+      (c.op == CollOp::Send ? sends : c.op == CollOp::Recv ? recvs : ops).push_back(c);
     std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.seq < b.seq; });
-    const CollOp expect[] = {CollOp::AllReduce, CollOp::AllReduce, CollOp::AllReduce, CollOp::Send,
-                             CollOp::Recv, CollOp::AllGather, CollOp::ReduceScatter,
-                             CollOp::Broadcast, CollOp::Broadcast, CollOp::Reduce, CollOp::AllToAll,
-                             CollOp::Gather, CollOp::Scatter};
-    for (int i = 0; i < 13; ++i) {
+    const CollOp expect[] = {CollOp::AllReduce, CollOp::AllReduce,     CollOp::AllReduce,
+                             CollOp::AllGather, CollOp::ReduceScatter, CollOp::Broadcast,
+                             CollOp::Broadcast, CollOp::Reduce,        CollOp::AllToAll,
+                             CollOp::Gather,    CollOp::Scatter};
+    ASSERT_EQ(ops.size(), 11u);
+    for (int i = 0; i < 11; ++i) {
       EXPECT_EQ(ops[i].seq, i) << "rank " << r;
       EXPECT_EQ(ops[i].op, expect[i]) << "rank " << r << " seq " << i;
       EXPECT_EQ(ops[i].stream, -1);  // no CUPTI here: host-side times
       EXPECT_LE(ops[i].start, ops[i].end);
     }
-    EXPECT_EQ(ops[3].group_size, 2);
-    EXPECT_EQ(ops[4].group_size, 2);
+    // Point-to-point calls count per (peer, direction): the send to the next rank and the receive
+    // from the previous one are each the first of their channel, as on the ranks they pair with.
+    ASSERT_EQ(sends.size(), 1u);
+    ASSERT_EQ(recvs.size(), 1u);
+    EXPECT_EQ(sends[0].seq, 0);
+    EXPECT_EQ(recvs[0].seq, 0);
+    EXPECT_EQ(sends[0].group_size, 2);
+    EXPECT_EQ(recvs[0].group_size, 2);
     EXPECT_EQ(ops[0].group_size, 1);
-    EXPECT_EQ(ops[3].peer_or_root, (r + 1) % kRanks);
-    EXPECT_EQ(ops[4].peer_or_root, (r + kRanks - 1) % kRanks);
-    EXPECT_EQ(ops[5].in_count, 128);
-    EXPECT_EQ(ops[5].out_count, 512);
-    EXPECT_EQ(ops[5].bytes, 1024);  // bfloat16
-    EXPECT_EQ(ops[6].in_count, 256);
-    EXPECT_EQ(ops[6].out_count, 64);
-    EXPECT_EQ(ops[6].bytes, 512);  // float16
-    EXPECT_EQ(ops[7].peer_or_root, 0);
-    EXPECT_EQ(ops[8].peer_or_root, 1);  // ncclBcast, recorded once although NCCL calls ncclBroadcast
-    EXPECT_EQ(ops[8].in_count, 16);
-    EXPECT_EQ(ops[10].bytes, 16);  // alltoall 4 int8 to each of 4 ranks
-    EXPECT_EQ(ops[11].out_count, 8);
-    EXPECT_EQ(ops[12].in_count, 8);
+    EXPECT_EQ(sends[0].peer_or_root, (r + 1) % kRanks);
+    EXPECT_EQ(recvs[0].peer_or_root, (r + kRanks - 1) % kRanks);
+    EXPECT_EQ(ops[3].in_count, 128);
+    EXPECT_EQ(ops[3].out_count, 512);
+    EXPECT_EQ(ops[3].bytes, 1024);  // bfloat16
+    EXPECT_EQ(ops[4].in_count, 256);
+    EXPECT_EQ(ops[4].out_count, 64);
+    EXPECT_EQ(ops[4].bytes, 512);  // float16
+    EXPECT_EQ(ops[5].peer_or_root, 0);
+    EXPECT_EQ(ops[6].peer_or_root,
+              1);  // ncclBcast, recorded once although NCCL calls ncclBroadcast
+    EXPECT_EQ(ops[6].in_count, 16);
+    EXPECT_EQ(ops[8].bytes, 16);  // alltoall 4 int8 to each of 4 ranks
+    EXPECT_EQ(ops[9].out_count, 8);
+    EXPECT_EQ(ops[10].in_count, 8);
     auto half_ops = comms[half];
     std::sort(half_ops.begin(), half_ops.end(), [](auto& a, auto& b) { return a.seq < b.seq; });
     EXPECT_EQ(half_ops[0].seq, 0);
@@ -204,16 +221,17 @@ TEST(NcclInterpose, FourRanksAgainstAFakeNccl) {
     EXPECT_EQ(without, static_cast<int64_t>(f.colls.size()));
     // The profiler plugin's details joined their collectives; its proxy ops name them.
     for (auto& [key, d] : f.detail) {
-      bool p2p = key.first == world && (key.second == 3 || key.second == 4);
-      EXPECT_EQ(std::get<0>(d), p2p ? "" : "RING") << key.first << " seq " << key.second;
+      bool p2p = std::get<2>(key) == "send" || std::get<2>(key) == "recv";
+      EXPECT_EQ(std::get<0>(d), p2p ? "" : "RING")
+          << std::get<0>(key) << " seq " << std::get<1>(key);
       EXPECT_EQ(std::get<1>(d), p2p ? "" : "SIMPLE");
       EXPECT_EQ(std::get<2>(d), p2p ? 1 : 2);
     }
     EXPECT_EQ(f.proxy.size(), f.colls.size());
-    auto first = f.proxy.find({world, 0});
+    auto first = f.proxy.find({world, 0, "allreduce"});
     ASSERT_NE(first, f.proxy.end());
     EXPECT_EQ(first->second, std::make_tuple(int64_t{(rank + 1) % kRanks}, int64_t{4}, int64_t{1}));
-    EXPECT_EQ(f.proxy.count({world, 4}), 1u);  // the grouped recv's, reported at ncclGroupEnd
+    EXPECT_EQ(f.proxy.count({world, 0, "recv"}), 1u);  // the grouped recv's, at ncclGroupEnd
     std::map<std::string, int> nranks;
     for (auto& c : f.comms) nranks[c.comm] = c.nranks;
     EXPECT_EQ(nranks[world], 4);
