@@ -20,9 +20,10 @@ bool Focus::hits(const Schedule& s, const std::vector<OpRef>& members) const {
 }
 
 void Pass::apply(Schedule& s, const Finding& f) const {
-  if (!f.legal || !f.rewrite)
+  if (!f.rewrite || (!f.legal && !f.assumed))
     throw Error(ErrorCode::Usage, "finding of pass '" + std::string(name()) +
-                                      "' is advice and cannot be applied: " + f.assumption);
+                                      "' is advice and cannot be applied" +
+                                      (f.rewrite ? " unless assumed: " : ": ") + f.assumption);
   for (int64_t id : f.ops) must_find(s, id);
   f.rewrite(s);
 }
@@ -81,6 +82,7 @@ std::string finding_detail_json(const Finding& f, bool applied) {
   o += std::string(",\"legal\":") + (f.legal ? "true" : "false");
   o += std::string(",\"enabling\":") + (f.enabling ? "true" : "false");
   o += ",\"assumption\":" + json_str(f.assumption);
+  if (f.assumed) o += ",\"assumed\":true";  // applied under its assumption (fuse --assume)
   o += ",\"saving_bytes\":" + std::to_string(f.saving_bytes) + "}";
   return o;
 }

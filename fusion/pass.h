@@ -38,9 +38,14 @@ struct Finding {
   std::string family;
   std::string summary;     // what it does, one line
   std::string assumption;  // advice: what must hold for it to be legal
-  // The rewrite, bound to the schedule the finding was made on (ops named by id). Empty for
-  // advice.
+  // The rewrite, bound to the schedule the finding was made on (ops named by id). Advice has one
+  // too where the pass can build it (the rewrite is known; only its legality over opaque compute
+  // is not): it is applied only under its assumption (PipelineOptions::assume). Empty for advice
+  // the pass cannot rewrite.
   std::function<void(Schedule&)> rewrite;
+  // Advice applied under its assumption (braid fuse --assume): the fused schedule is what the job
+  // would run if the assumption holds; no data check can prove it.
+  bool assumed = false;
 };
 
 // Ranks a search may be limited to (the pipeline's look-ahead after an enabling rewrite).
@@ -78,8 +83,8 @@ class Pass {
   // With `focus`, only patterns with a member on one of its ranks (a pass may return more).
   virtual std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
                                        const Focus* focus) const = 0;
-  // Applies a legal finding made on `s` (throws braid::Error(Usage) for advice or an op that
-  // is gone). New ops get fresh ids and `replaces` naming the ops they stand for.
+  // Applies a legal or assumed finding made on `s` (throws braid::Error(Usage) for advice not
+  // assumed, advice without a rewrite, or an op that is gone). New ops get fresh ids and `replaces` naming the ops they stand for.
   virtual void apply(Schedule& s, const Finding& f) const;
   // Whether the pipeline judges this pass's findings by the simulated step (when it has a
   // simulator, PipelineOptions::step_ns) instead of their own estimate: each family
@@ -95,7 +100,7 @@ const std::vector<std::unique_ptr<Pass>>& all_passes();
 const Pass* find_pass(std::string_view name);
 
 // The detail JSON stored with an opportunity: {"summary", "applied", "legal", "enabling",
-// "assumption", "saving_bytes"}.
+// "assumption", "assumed" (only when true), "saving_bytes"}.
 std::string finding_detail_json(const Finding& f, bool applied);
 
 }  // namespace braid::fusion

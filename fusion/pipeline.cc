@@ -62,7 +62,9 @@ Focus whole(const Schedule& s) {
   return f;
 }
 
-bool worth(const Finding& f) { return f.legal && !f.enabling && f.saving_ns > 0; }
+bool worth(const Finding& f) { return (f.legal || f.assumed) && !f.enabling && f.saving_ns > 0; }
+
+constexpr std::string_view kAssumedPrefix = "assumed (braid fuse --assume) ";
 
 // Applies `f` to a copy of `s`; true (with the copy in `out`) when it validates.
 bool try_apply(const Pass& p, const Schedule& s, const Finding& f, Schedule& out) {
@@ -176,6 +178,8 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
       everything = whole(res.schedule);
       everything.dataflow = &*cur;
       last = pass.find_in(res.schedule, cm, &everything);
+      if (opt.assumes(pass.name()))
+        for (Finding& f : last) f.assumed = !f.legal && f.rewrite != nullptr;
       std::stable_sort(last.begin(), last.end(),
                        [](const Finding& a, const Finding& b) { return a.saving_ns > b.saving_ns; });
       // Findings that save time on their own: every one whose ops no other took this round.
@@ -344,8 +348,23 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
       res.advice.push_back(std::move(f));
     }
   }
+  for (const Finding& f : res.applied)
+    if (f.assumed)
+      res.schedule.provenance.push_back(std::string(kAssumedPrefix) + f.pass + ": " + f.assumption);
   if (opt.step_ns) res.fused_step_ns = opt.step_ns(res.schedule);
   return res;
+}
+
+bool PipelineOptions::assumes(std::string_view pass) const {
+  return std::any_of(assume.begin(), assume.end(),
+                     [&](const std::string& a) { return a == "all" || a == pass; });
+}
+
+std::vector<std::string> assumed_rewrites(const Schedule& s) {
+  std::vector<std::string> v;
+  for (const std::string& p : s.provenance)
+    if (p.rfind(kAssumedPrefix, 0) == 0) v.push_back(p.substr(kAssumedPrefix.size()));
+  return v;
 }
 
 }  // namespace braid::fusion

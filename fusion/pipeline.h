@@ -48,11 +48,22 @@ struct PipelineOptions {
   // "cancelled"). `progress`, when set, is told each pass as it starts (index, count).
   const std::atomic<bool>* cancel = nullptr;
   std::function<void(size_t pass, size_t passes)> progress = nullptr;
+  // Passes whose advice is applied under its stated assumption, where the pass can build the
+  // rewrite (`braid fuse --assume`); "all": every pass. Applied like legal findings (positive
+  // saving, validated, judged by the step where the pass is), marked Finding::assumed, and each
+  // assumption is added to the fused schedule's provenance (assumed_rewrites reads them back).
+  std::vector<std::string> assume = {};
+  bool assumes(std::string_view pass) const;
 };
+
+// The assumptions a fused schedule was built under (PipelineOptions::assume), one line each
+// ("<pass>: <assumption>"), from its provenance; empty when every rewrite was proven.
+std::vector<std::string> assumed_rewrites(const Schedule& s);
 
 struct PipelineResult {
   Schedule schedule;              // the fused schedule (valid)
-  std::vector<Finding> applied;   // in the order applied (each on the schedule of its time)
+  std::vector<Finding> applied;   // in the order applied (each on the schedule of its time);
+                                  // Finding::assumed for advice applied under --assume
   std::vector<Finding> advice;    // not applied: advice, or legal without a positive saving
   std::vector<std::string> passes;  // the passes run, in order
   std::vector<int> rounds;          // per pass: rounds run (the last one applied nothing)

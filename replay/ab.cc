@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "fusion/interpreter.h"
+#include "fusion/pipeline.h"
 #include "fusion/scale.h"
 #include "trace/error.h"
 #include "trace/summary.h"
@@ -173,7 +174,8 @@ AbReport run_ab(Executor& ex, const fusion::Schedule& baseline, const fusion::Sc
                 const AbOptions& o) {
   AbReport rep;
   rep.backend = std::string(ex.backend());
-  if (o.data_check) {
+  rep.assumptions = fusion::assumed_rewrites(fused);
+  if (o.data_check && rep.assumptions.empty()) {
     // Checked before anything is allocated: at full size, or on the exact scaled copies.
     const CheckPlan plan = plan_check(ex, {&baseline, &fused}, o.oracle, o.replay.max_check_bytes);
     const fusion::Schedule& cb = plan.scaled ? plan.schedules[0] : baseline;
@@ -257,6 +259,14 @@ std::vector<std::string> AbReport::lines() const {
                 ms(static_cast<double>(predicted_saving_ns())), ms(predicted_baseline_ns),
                 ms(predicted_fused_ns));
   v.push_back(buf);
+  if (!data_checked && !assumptions.empty()) {
+    v.push_back("data check: cannot prove equivalence: the fused schedule applies " +
+                std::to_string(assumptions.size()) +
+                " rewrite(s) under assumptions about opaque compute (braid fuse --assume), "
+                "which replaying it cannot check; the timing above holds if they hold:");
+    for (const std::string& a : assumptions) v.push_back("  assumed " + a);
+    return v;
+  }
   if (!data_checked) {
     v.push_back("data check: skipped (--no-data-check)");
     return v;

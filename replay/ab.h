@@ -1,7 +1,8 @@
 // A/B replay of a baseline and a fused schedule: the data check first (both run once on the
 // same deterministic int64 inputs; every buffer the rewrite claims to preserve is compared, and
 // each replay against the reference interpreter), then the timing: warm-up steps, then measured
-// steps interleaved A B A B ... so drift affects both alike. Runs on every process of a
+// steps interleaved A B A B ... so drift affects both alike. A fused schedule built under
+// assumptions (braid fuse --assume) gets the timing only, and the report says why. Runs on every process of a
 // multi-process backend; the report is complete on the reporting process.
 #pragma once
 
@@ -36,6 +37,10 @@ struct AbReport {
   double speedup_p25 = 0, speedup_p75 = 0; // spread of the paired per-step ratios
   Ns predicted_baseline_ns = 0, predicted_fused_ns = 0;  // sim with `model`
   bool data_checked = false;
+  // The fused schedule's rewrites applied under assumptions about opaque compute (braid fuse
+  // --assume; fusion::assumed_rewrites): then there is no data check, since comparing outputs
+  // of compute the replay does not model cannot prove them; the report says so.
+  std::vector<std::string> assumptions;
   DataCheck data;                          // fused vs baseline, preserved buffers
   DataCheck oracle_baseline, oracle_fused; // each replay vs the reference interpreter
   ReplayResult baseline_run, fused_run;    // measured steps, for the store

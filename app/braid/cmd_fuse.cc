@@ -68,7 +68,7 @@ int64_t lift_first(const std::string& file, bool dry) {
 
 void register_fuse(CLI::App& app, Action& run) {
   struct Opts {
-    std::string file, passes, profile = "h100-nvlink";
+    std::string file, passes, assume, profile = "h100-nvlink";
     int64_t schedule = -1;
     bool all = false, list = false, dry = false, json = false, once = false;
   };
@@ -85,6 +85,11 @@ void register_fuse(CLI::App& app, Action& run) {
   cmd->add_option("--passes", o->passes, "Comma-separated passes to run, in this order");
   cmd->add_flag("--all", o->all, "Run every pass in the default order (the default)");
   cmd->add_flag("--once", o->once, "Apply each pass once instead of to a fixed point");
+  cmd->add_option("--assume", o->assume,
+                  "all, or comma-separated passes: apply their advice under its stated\n"
+                  "assumption (what opaque compute reads or writes) where the pass can build\n"
+                  "the rewrite; the fused schedule stores the assumptions, and `braid ab` says\n"
+                  "its data check cannot prove them");
   cmd->add_option("--profile", o->profile,
                   "Hardware profile for the cost model: h100-nvlink, h100-pcie, h100-ib,\n"
                   "a100-nvlink, cpu-shm, or a JSON file")
@@ -94,6 +99,26 @@ void register_fuse(CLI::App& app, Action& run) {
   cmd->add_flag("--json", o->json, "Machine-readable JSON instead of the table");
   cmd->callback([o, &run] {
     run = [o] {
+      // Comma-separated pass names, each checked (`all` too where allowed).
+      auto pass_list = [](const std::string& list, const char* flag, bool allow_all) {
+        std::vector<std::string> v;
+        for (size_t b = 0; !list.empty() && b <= list.size();) {
+          size_t e = list.find(',', b);
+          if (e == std::string::npos) e = list.size();
+          std::string n = list.substr(b, e - b);
+          b = e + 1;
+          if (n.empty()) continue;
+          if (!(allow_all && n == "all") && !fusion::find_pass(n)) {
+            std::string known = allow_all ? "all" : "";
+            for (const auto& p : fusion::all_passes())
+              known += (known.empty() ? "" : ", ") + std::string(p->name());
+            throw Error(ErrorCode::Usage, (allow_all ? std::string(flag) + ": " : std::string()) +
+                                              "unknown pass '" + n + "' (passes: " + known + ")");
+          }
+          v.push_back(n);
+        }
+        return v;
+      };
       if (o->list) {
         for (const auto& p : fusion::all_passes())
           std::printf("%-10s %s\n", std::string(p->name()).c_str(),
@@ -105,21 +130,10 @@ void register_fuse(CLI::App& app, Action& run) {
         throw Error(ErrorCode::Usage, "give either --passes or --all, not both");
       fusion::PipelineOptions opt;
       opt.fixed_point = !o->once;
-      for (size_t b = 0; !o->passes.empty() && b <= o->passes.size();) {
-        size_t e = o->passes.find(',', b);
-        if (e == std::string::npos) e = o->passes.size();
-        std::string n = o->passes.substr(b, e - b);
-        if (!n.empty()) {
-          if (!fusion::find_pass(n)) {
-            std::string known;
-            for (const auto& p : fusion::all_passes())
-              known += (known.empty() ? "" : ", ") + std::string(p->name());
-            throw Error(ErrorCode::Usage, "unknown pass '" + n + "' (passes: " + known + ")");
-          }
-          opt.passes.push_back(n);
-        }
-        b = e + 1;
-      }
+      opt.passes = pass_list(o->passes, "--passes", false);
+      opt.assume = pass_list(o->assume, "--assume", true);
+      if (!o->assume.empty() && opt.assume.empty())
+        throw Error(ErrorCode::Usage, "--assume: give all or pass names");
       int64_t id = o->schedule;
       if (id < 0) {
         for (const auto& st : fusion::list_schedules(o->file))
@@ -143,7 +157,13 @@ void register_fuse(CLI::App& app, Action& run) {
             ",\"baseline_step_ns\":" + std::to_string(res.baseline_step_ns) +
             ",\"fused_step_ns\":" + std::to_string(res.fused_step_ns) +
             ",\"predicted_saving_ns\":" + std::to_string(res.predicted_saving_ns()) +
-            ",\"local_saving_ns\":" + std::to_string(res.local_saving_ns()) + ",\"findings\":[";
+            ",\"local_saving_ns\":" + std::to_string(res.local_saving_ns());
+        // Only a schedule built under --assume has them (the key is absent otherwise).
+        const std::vector<std::string> assumed = fusion::assumed_rewrites(res.schedule);
+        for (size_t i = 0; i < assumed.size(); ++i)
+          t += (i ? "," : ",\"assumptions\":[") + json_str(assumed[i]) +
+               (i + 1 == assumed.size() ? "]" : "");
+        t += ",\"findings\":[";
         bool first = true;
         auto add = [&](const fusion::Finding& f, bool applied) {
           t += std::string(first ? "" : ",") + "{\"pass\":" + json_str(f.pass) + ",\"ranks\":[";
@@ -168,7 +188,7 @@ void register_fuse(CLI::App& app, Action& run) {
                     static_cast<long long>(f.saving_bytes), f.summary.c_str());
         if (!f.assumption.empty()) std::printf("%-10s %-16s %-8s %14s %14s    %s\n", "", "", "", "", "", f.assumption.c_str());
       };
-      for (const auto& f : res.applied) row(f, "applied");
+      for (const auto& f : res.applied) row(f, f.assumed ? "assumed" : "applied");
       for (const auto& f : res.advice) row(f, f.legal ? "skipped" : "advice");
       Ns advice_ns = 0;
       for (const auto& f : res.advice)
@@ -192,6 +212,16 @@ void register_fuse(CLI::App& app, Action& run) {
           "local estimates (each finding alone, not additive): %.3f ms applied, up to "
           "%.3f ms more if the advice's assumptions hold\n",
           res.local_saving_ns() / 1e6, advice_ns / 1e6);
+      if (const auto assumed = fusion::assumed_rewrites(res.schedule); !assumed.empty()) {
+        std::printf("%zu rewrite(s) applied under their assumptions (--assume); the fused schedule "
+                    "is what the job would run if these hold, and no data check can prove them:\n",
+                    assumed.size());
+        for (const auto& a : assumed) std::printf("  %s\n", a.c_str());
+      } else if (!opt.assume.empty()) {
+        std::printf("--assume %s: no advice of those passes had a rewrite with a positive saving "
+                    "that validated; nothing was assumed\n",
+                    o->assume.c_str());
+      }
       if (fused_id >= 0)
         std::printf("fused schedule %lld (parent %lld) in %s\n", static_cast<long long>(fused_id),
                     static_cast<long long>(id), o->file.c_str());

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "app/braid/cli.h"
+#include "fusion/pipeline.h"
 #include "replay/ab.h"
 #include "replay/calibrate.h"
 #include "replay/executor.h"
@@ -174,6 +175,8 @@ int run_replay(const ReplayOpts& o) {
     std::printf("braid replay: %s, %d ranks, on %s: %d measured steps after %d warm-up\n",
                 what.c_str(), nranks, o.backend.c_str(), o.steps, o.warmup);
     if (!model_note.empty()) std::printf("%s\n", model_note.c_str());
+    for (const std::string& a : fusion::assumed_rewrites(s))
+      std::printf("built under an assumption (braid fuse --assume): %s\n", a.c_str());
     std::vector<double> steps;
     for (const auto& st : res.steps) steps.push_back(static_cast<double>(st.step_ns()));
     std::printf("step time: median %.3f ms, min %.3f ms, max %.3f ms\n",

@@ -102,22 +102,21 @@ class Dedup : public Pass {
           f.saving_bytes = group_wire_bytes(s, b);
           f.summary = op_name(s.op(b.members[0])) + " recomputes the value of op " +
                       std::to_string(s.op(a.members[0]).id) + "; removed";
-          if (!opaque.empty()) {
-            f.legal = false;
+          // Advice when opaque compute may write the inputs in between: the same removal,
+          // under its assumption.
+          f.legal = opaque.empty();
+          if (!f.legal)
             f.assumption = "assumes " + name_ops(s, opaque) + " do not write '" +
                            s.op(a.members[0]).collective()->in.buffer + "' or '" +
                            s.op(a.members[0]).collective()->out.buffer + "'";
-          } else {
-            f.legal = true;
-            std::vector<int64_t> ids = f.ops;
-            f.rewrite = [ids, redirects](Schedule& x) {
-              for (const auto& [id, k, to] : redirects) {
-                OpRef r = must_find(x, id);
-                x.op(r).compute()->reads[k] = to;
-              }
-              for (int64_t id : ids) remove_op(x, id);
-            };
-          }
+          std::vector<int64_t> ids = f.ops;
+          f.rewrite = [ids, redirects](Schedule& x) {
+            for (const auto& [id, k, to] : redirects) {
+              OpRef r = must_find(x, id);
+              x.op(r).compute()->reads[k] = to;
+            }
+            for (int64_t id : ids) remove_op(x, id);
+          };
           taken.insert(v[j]);
           out.push_back(std::move(f));
           break;

@@ -85,20 +85,18 @@ class Reorder : public Pass {
       f.enabling = true;
       f.summary = op_name(s.op(g.members[0])) + " moved up across " +
                   std::to_string(crossed.size()) + " independent compute op(s)";
-      if (!opaque.empty()) {
-        f.legal = false;
+      // Advice when opaque compute is crossed: the same move, under its assumption.
+      f.legal = opaque.empty();
+      if (!f.legal)
         f.assumption = "assumes " + name_ops(s, opaque) + " do not touch the data of " +
                        op_name(s.op(g.members[0]));
-      } else {
-        f.legal = true;
-        f.rewrite = [moves](Schedule& x) {
-          for (auto [id, after] : moves) {
-            Op op = remove_op(x, id);
-            OpRef a = must_find(x, after);
-            insert_op(x, a.rank, a.stream, a.index + 1, std::move(op));
-          }
-        };
-      }
+      f.rewrite = [moves](Schedule& x) {
+        for (auto [id, after] : moves) {
+          Op op = remove_op(x, id);
+          OpRef a = must_find(x, after);
+          insert_op(x, a.rank, a.stream, a.index + 1, std::move(op));
+        }
+      };
       out.push_back(std::move(f));
     }
     return out;

@@ -131,6 +131,7 @@ class TpSp : public Pass {
     const int64_t shard = c0.count / t;
     std::vector<MemberUse> uses;
     bool any_full = false, unknown = false, unordered = false;
+    bool known_full_reader = false, live_at_end = false;
     std::vector<OpRef> opaque;
     for (const OpRef& r : g.members) {
       const Collective& c = *s.op(r).collective();
@@ -138,6 +139,8 @@ class TpSp : public Pass {
       uses.push_back(use_of(df, r, c.out, c.out.sub(idx * shard, shard)));
       const MemberUse& m = uses.back();
       any_full = any_full || !m.full.empty() || m.full_at_end;
+      known_full_reader = known_full_reader || !m.full.empty();
+      live_at_end = live_at_end || m.full_at_end;
       unknown = unknown || !m.opaque.empty();
       unordered = unordered || m.unordered;
       opaque.insert(opaque.end(), m.opaque.begin(), m.opaque.end());
@@ -164,17 +167,18 @@ class TpSp : public Pass {
       f.summary = what +
                   " -> reduce-scatter; the all-gather disappears (every reader uses only "
                   "its own shard)";
-      if (unknown) {
-        f.legal = false;
+      // Advice when opaque compute reads the output: the same rewrite, under its assumption
+      // (none when a known reader needs the full tensor: the assumption could not hold). A
+      // buffer that is an output of the schedule (a lifted step's, whose later readers are the
+      // next steps' opaque compute) is part of the assumption.
+      f.legal = !unknown;
+      if (unknown)
         f.assumption = "assumes " + name_ops(s, opaque) + " read only the rank's own 1/" +
-                       std::to_string(t) + " shard of '" + c0.out.buffer +
-                       "' (then the all-gather disappears)";
-        out.push_back(std::move(f));
-        return;
-      }
-      f.legal = true;
+                       std::to_string(t) + " shard of '" + c0.out.buffer + "'" +
+                       (live_at_end ? " and nothing after the schedule reads the rest" : "") +
+                       " (then the all-gather disappears)";
       std::vector<int64_t> ids = f.ops;
-      f.rewrite = [ids, shard](Schedule& x) {
+      if (!known_full_reader && (!any_full || unknown)) f.rewrite = [ids, shard](Schedule& x) {
         int64_t& next = x.op_id_counter();
         for (int64_t id : ids) {
           OpRef r = must_find(x, id);
@@ -264,17 +268,15 @@ class TpSp : public Pass {
     f.saving_ns = group_ns(s, g, cm);
     f.saving_bytes = group_wire_bytes(s, g);
     f.summary = op_name(s.op(g.members[0])) + " removed: no op reads the gathered shards";
-    if (!opaque.empty()) {
-      f.legal = false;
+    // Advice when opaque compute reads the output: the same removal, under its assumption.
+    f.legal = opaque.empty();
+    if (!f.legal)
       f.assumption = "assumes " + name_ops(s, opaque) + " read only the rank's own shard of '" +
                      c0.out.buffer + "'";
-    } else {
-      f.legal = true;
-      std::vector<int64_t> ids = f.ops;
-      f.rewrite = [ids](Schedule& x) {
-        for (int64_t id : ids) remove_op(x, id);
-      };
-    }
+    std::vector<int64_t> ids = f.ops;
+    f.rewrite = [ids](Schedule& x) {
+      for (int64_t id : ids) remove_op(x, id);
+    };
     out.push_back(std::move(f));
   }
 };

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <regex>
 #include <string>
 
 #include "trace/reader.h"
@@ -223,6 +224,41 @@ TEST(LoopCli, RealTraceImportLiftFuseAbSimAndMpi) {
   test::TempDir tmp;
   std::string f = import_pair(tmp, test::traces(kRank0), test::traces(kRank1));
   loop(tmp, f, "--step 552", 2, "hta trace_filter step 552");
+}
+
+TEST(LoopCli, AssumeAppliesAdviceOnARealTraceAndAbSaysItsCheckCannotProveIt) {
+  // What-if on opaque compute (braid fuse --assume): on the real DLRM pair, tp-sp's advice (an
+  // all-reduce whose readers are opaque kernels) is applied under its assumption; ab times the
+  // pair and says plainly that the data check cannot prove it; replay names the assumption.
+  test::TempDir tmp;
+  std::string f = import_pair(tmp, test::traces(kRank0), test::traces(kRank1));
+  ASSERT_EQ(test::run_braid(tmp, "lift " + f + " --step 552").code, 0);
+  test::CliResult r = test::run_braid(tmp, "fuse " + f);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(" advice "));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr(" assumed ")));
+  expect_one_line_error(test::run_braid(tmp, "fuse " + f + " --schedule 1 --assume nope"),
+                        "--assume: unknown pass 'nope'");
+  r = test::run_braid(tmp, "fuse " + f + " --schedule 1 --assume tp-sp");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("tp-sp +ranks 0,1 +assumed"));
+  EXPECT_THAT(r.out, HasSubstr("1 rewrite(s) applied under their assumptions"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("fused schedule ([0-9]+) \\(parent 1\\)")))
+      << r.out;
+  const std::string fused = m[1];
+  r = test::run_braid(tmp, "ab " + f + " --fused " + fused + " --steps 2 --warmup 0 --no-store");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("data check: cannot prove equivalence"));
+  EXPECT_THAT(r.out, HasSubstr("assumed tp-sp: assumes"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("data check passed")));
+  r = test::run_braid(tmp, "replay " + f + " --schedule " + fused + " --steps 1 --warmup 0 --no-store");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("built under an assumption (braid fuse --assume): tp-sp: assumes"));
+  // The unassumed pair of the same file still gets its data check.
+  r = test::run_braid(tmp, "ab " + f + " --fused 2 --steps 1 --warmup 0 --no-store");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("data check passed"));
 }
 
 TEST(LoopCli, FidelityOfTheLiftedBaselinePerRealTrace) {

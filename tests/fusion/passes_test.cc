@@ -135,6 +135,44 @@ TEST(TpSp, OpaqueConsumerIsAdviceWithTheAssumption) {
   ASSERT_FALSE(res.advice.empty());
 }
 
+TEST(TpSp, AdviceIsAppliedOnlyUnderItsAssumption) {
+  // braid fuse --assume: the same rewrite as the legal case, applied only when asked for this
+  // pass, marked assumed, and its assumption written into the fused schedule's provenance.
+  Schedule s = testing::tp_sp(4, 16, false, /*opaque=*/true);
+  PipelineOptions other;
+  other.passes = {"tp-sp"};
+  other.assume = {"dedup"};
+  auto res = run_pipeline(s, analysis::CostModel(), other);
+  EXPECT_TRUE(res.applied.empty()) << "advice of tp-sp applied though only dedup was assumed";
+  EXPECT_TRUE(assumed_rewrites(res.schedule).empty());
+  for (const std::string& a : {std::string("tp-sp"), std::string("all")}) {
+    PipelineOptions o;
+    o.passes = {"tp-sp"};
+    o.assume = {a};
+    res = run_pipeline(s, analysis::CostModel(), o);
+    ASSERT_EQ(res.applied.size(), 1u) << a;
+    EXPECT_TRUE(res.applied[0].assumed);
+    EXPECT_FALSE(res.applied[0].legal);
+    EXPECT_EQ(count_ops(res.schedule, CollOp::AllReduce), 0);
+    EXPECT_EQ(count_ops(res.schedule, CollOp::ReduceScatter), 4);
+    auto assumed = assumed_rewrites(res.schedule);
+    ASSERT_EQ(assumed.size(), 1u);
+    EXPECT_THAT(assumed[0], HasSubstr("tp-sp: assumes"));
+    EXPECT_THAT(assumed[0], HasSubstr("read only the rank's own 1/4 shard of 'out'"));
+    EXPECT_TRUE(assumed_rewrites(s).empty()) << "the input schedule is not changed";
+    EXPECT_THAT(finding_detail_json(res.applied[0], true), HasSubstr("\"assumed\":true"));
+  }
+  // Applied by hand: refused as advice, accepted when marked assumed.
+  auto fs = find("tp-sp", s);
+  ASSERT_EQ(fs.size(), 1u);
+  ASSERT_TRUE(fs[0].rewrite) << "advice carries the rewrite it would make";
+  Schedule x = s;
+  EXPECT_THROW(find_pass("tp-sp")->apply(x, fs[0]), Error);
+  fs[0].assumed = true;
+  find_pass("tp-sp")->apply(x, fs[0]);
+  EXPECT_EQ(count_ops(x, CollOp::ReduceScatter), 4);
+}
+
 // ---------------------------------------------------------------------------------------------
 // decompose
 
@@ -267,6 +305,16 @@ TEST(Dedup, WriteBetweenBlocksAndOpaqueBetweenIsAdvice) {
   ASSERT_EQ(fs.size(), 1u);
   EXPECT_FALSE(fs[0].legal);
   EXPECT_NE(fs[0].assumption.find("do not write 'x'"), std::string::npos) << fs[0].assumption;
+  // Under its assumption the duplicate goes, as in the legal case.
+  Schedule s = testing::regather(2, 4, false, /*opaque_between=*/true);
+  PipelineOptions o;
+  o.passes = {"dedup"};
+  o.assume = {"dedup"};
+  auto res = run_pipeline(s, analysis::CostModel(), o);
+  ASSERT_EQ(res.applied.size(), 1u);
+  EXPECT_TRUE(res.applied[0].assumed);
+  EXPECT_EQ(count_ops(res.schedule, CollOp::AllGather), count_ops(s, CollOp::AllGather) - 2);
+  EXPECT_THAT(assumed_rewrites(res.schedule), ::testing::ElementsAre(HasSubstr("dedup: assumes")));
 }
 
 // ---------------------------------------------------------------------------------------------
