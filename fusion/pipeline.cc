@@ -162,7 +162,7 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
     if (opt.progress) opt.progress(pi, order.size());
     auto skipped = [&](const Finding& f) { return !opt.skip.empty() && opt.skip.count(key_of(f)); };
     auto forced = [&](const Finding& f) {
-      return f.legal && !opt.force.empty() && opt.force.count(key_of(f));
+      return (f.legal || f.assumed) && !opt.force.empty() && opt.force.count(key_of(f));
     };
     // Worth applying (and chosen): a legal finding with a positive saving, or one forced in.
     auto wanted = [&](const Finding& f) { return (worth(f) || forced(f)) && !skipped(f); };

@@ -41,8 +41,9 @@ struct PipelineOptions {
   // the findings are then not applied.
   std::function<Ns(const Schedule&)> step_ns = nullptr;
   // A choice of rewrites (braid-view's explorer): findings in `skip` are never applied (they
-  // are reported with the advice, "not applied: deselected"); legal findings in `force` are
-  // applied even without a positive saving or a shorter simulated step.
+  // are reported with the advice, "not applied: deselected"); legal findings in `force` (and
+  // advice of a pass in `assume`) are applied even without a positive saving or a shorter
+  // simulated step.
   std::set<FindingKey> skip = {}, force = {};
   // Polled between rounds: when it becomes true the pipeline throws braid::Error(Usage,
   // "cancelled"). `progress`, when set, is told each pass as it starts (index, count).
