@@ -6,6 +6,7 @@
 // writer thread. Calls NCCL makes into its own API (ncclBcast -> ncclBroadcast) pass through.
 #include <dlfcn.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,9 +40,34 @@ thread_local CommRecord* t_current_comm = nullptr;
 thread_local std::vector<GraphNode>* t_nodes = nullptr;
 thread_local bool t_captured = false;
 
+// This thread's lists (its group's calls, the graph nodes of the call it is in): plain pointers,
+// so an NCCL call made during exit, after the thread's thread_local destructors ran, still finds
+// valid memory; freed at thread exit through a pthread key.
+struct ThreadLists {
+  std::vector<NcclCall> group_calls;
+  std::vector<GraphNode> nodes;
+};
+thread_local ThreadLists* t_lists = nullptr;
+pthread_key_t g_lists_key;
+pthread_once_t g_lists_once = PTHREAD_ONCE_INIT;
+void free_lists(void* p) {
+  delete static_cast<ThreadLists*>(p);
+  t_lists = nullptr;
+  t_group_calls = nullptr;
+  t_nodes = nullptr;
+}
+ThreadLists& lists() {
+  if (!t_lists) {
+    pthread_once(&g_lists_once, [] { pthread_key_create(&g_lists_key, free_lists); });
+    t_lists = new ThreadLists();
+    pthread_setspecific(g_lists_key, t_lists);
+  }
+  return *t_lists;
+}
+
 void begin_graph_watch(uint64_t ext) {
   t_current_ext = ext;
-  if (!t_nodes) t_nodes = new std::vector<GraphNode>();
+  if (!t_nodes) t_nodes = &lists().nodes;
   t_nodes->clear();
   t_captured = false;
 }
@@ -376,7 +402,7 @@ BRAID_EXPORT ncclResult_t ncclGroupStart() {
   if (t_depth == 0 && t_group_depth++ == 0) {
     Agent* ag = Agent::get();
     t_group_id = ag ? ag->next_id() : 0;
-    if (!t_group_calls) t_group_calls = new std::vector<NcclCall>();
+    if (!t_group_calls) t_group_calls = &lists().group_calls;
     t_group_calls->clear();
   }
   ++t_depth;
