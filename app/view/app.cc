@@ -155,7 +155,9 @@ void explore_start(App& app) {
 
 bool explore_poll(App& app) {
   ExplorePanel& x = app.explore;
-  if (!x.explorer.poll()) return false;
+  x.explorer.poll();
+  if (x.generation == x.explorer.generation()) return false;
+  x.generation = x.explorer.generation();
   if (!x.explorer.error().empty()) {
     app.status = "explorer: " + x.explorer.error();
     return true;

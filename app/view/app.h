@@ -118,6 +118,7 @@ struct ExplorePanel {
   std::string profile = "h100-nvlink";
   std::vector<ExploreFinding> findings;  // the checkboxes (the last result's, as ticked)
   int selected = -1;                     // the finding shown in full (hovered last)
+  int generation = 0;                    // the explorer's result taken in
   std::string saved;                     // "saved as schedule N (parent M) in FILE"
   int64_t saved_id = -1;
 };

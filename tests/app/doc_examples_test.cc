@@ -150,6 +150,48 @@ TEST(DocExamples, EveryShownCommandNamesAVerbAndFlagsThatExist) {
     EXPECT_TRUE(help.count(v)) << v;
 }
 
+#ifdef BRAID_VIEW
+// `braid-view ...` command lines of README.md and docs/*.md: every --flag is one
+// `braid-view --help` lists.
+TEST(DocExamples, EveryBraidViewLineNamesFlagsThatExist) {
+  test::TempDir tmp;
+  const std::string help_file = tmp.file("help");
+  ASSERT_EQ(std::system((std::string("'") + BRAID_VIEW + "' --help > '" + help_file + "'").c_str()),
+            0);
+  std::ifstream hin(help_file);
+  const std::string help((std::istreambuf_iterator<char>(hin)), std::istreambuf_iterator<char>());
+  std::vector<fs::path> docs = {kRoot / "README.md"};
+  for (auto& e : fs::directory_iterator(kRoot / "docs"))
+    if (e.path().extension() == ".md") docs.push_back(e.path());
+  size_t lines = 0, flags = 0;
+  for (const fs::path& d : docs) {
+    std::ifstream in(d);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++n;
+      // A command continued on the next lines (`\` at the end) is one line.
+      for (std::string more; !line.empty() && line.back() == '\\' && std::getline(in, more); ++n)
+        line = line.substr(0, line.size() - 1) + " " + more;
+      const size_t at = line.find("braid-view ");
+      if (at == std::string::npos || line.find("--") == std::string::npos) continue;
+      ++lines;
+      const auto t = split(line.substr(at));
+      for (std::string f : t) {
+        if (f == "#") break;
+        while (!f.empty() && (f[0] == '[' || f[0] == '(' || f[0] == '`')) f.erase(0, 1);
+        if (f.rfind("--", 0) != 0 || f.size() < 3) continue;
+        f = f.substr(0, f.find_first_of("=]),.`|"));
+        ++flags;
+        EXPECT_TRUE(std::regex_search(help, std::regex("(^|[ ,])" + f + "([^a-z-]|$)")))
+            << d.filename().string() << ":" << n << ": braid-view has no " << f;
+      }
+    }
+  }
+  EXPECT_GT(lines, 5u);
+  EXPECT_GE(flags, 10u);
+}
+#endif
+
 TEST(DocExamples, ReadmeOwnJobBlockRunsAsWritten) {
   // README's example block, the lines on job.braid, with the two rank files bound to the real
   // trace shipped in assets/ and build/app/braid to the braid under test.

@@ -234,5 +234,48 @@ TEST_F(ViewExploreUi, CancelEndsTheChild) {
   EXPECT_EQ(app_->replay.outcome.fused_run, -1);
 }
 
+// braid-view FILE --compare ORIGINAL_RUN FUSED_RUN: a real imported 2-rank trace (README's own
+// job block) beside the sim replay of its fused schedule, step-aligned.
+TEST(ViewOriginalBesideRewrite, AnImportedRunAndTheReplayOfItsFusedScheduleAlignByStep) {
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;
+  unsigned char* px;
+  int w, h;
+  io.Fonts->GetTexDataAsRGBA32(&px, &w, &h);
+  io.DisplaySize = ImVec2(1600, 900);
+  test::TempDir dir;
+  const std::string job = dir.file("job.braid");
+  const std::string assets = std::string(BRAID_TESTS_DATA_ROOT) + "/assets/traces/hta-dlrm";
+  const std::string cli = std::string(BRAID_CLI) + " ";
+  run(cli + "import " + assets + "/rank-0.json.gz " + assets + "/rank-1.json.gz -o " + job +
+      " > /dev/null");
+  run(cli + "lift " + job + " > /dev/null");
+  run(cli + "fuse " + job + " > /dev/null");
+  const std::string ab = run(cli + "ab " + job + " --backend sim --steps 2 --no-data-check");
+  const AbOutcome o = parse_ab_output(ab);
+  ASSERT_GE(o.fused_run, 0) << ab;
+  {
+    App app;
+    app_open(app, job, 1, o.fused_run);
+    app_wait(app);
+    ASSERT_TRUE(app.all_ready()) << app.status;
+    EXPECT_TRUE(app.compare);
+    EXPECT_EQ(app.slots[0].data->run.kind, RunKind::Imported);
+    EXPECT_EQ(app.slots[1].data->run.kind, RunKind::Simulated);
+    // Each counts from its first step.
+    EXPECT_EQ(app.slots[0].shift, step_origin(*app.slots[0].data));
+    EXPECT_EQ(app.slots[1].shift, step_origin(*app.slots[1].data));
+    EXPECT_FALSE(app.slots[0].data->steps.empty());
+    EXPECT_FALSE(app.slots[1].data->steps.empty());
+    EXPECT_TRUE(app.links_error.empty()) << app.links_error;
+    ImGui::NewFrame();
+    build_frame(app);
+    ImGui::Render();
+    EXPECT_EQ(app.geom.sections.size(), 2u);
+  }
+  ImGui::DestroyContext();
+}
+
 }  // namespace
 }  // namespace braid::view

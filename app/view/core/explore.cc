@@ -207,6 +207,7 @@ bool Explorer::poll() {
   } else {
     error_ = j->error;
   }
+  ++generation_;
   return true;
 }
 

@@ -89,6 +89,8 @@ class Explorer {
   double fraction() const;
   // Takes a finished run in: true when `result()` or `error()` changed.
   bool poll();
+  // Counts the changes of `result()` and `error()` (whoever polled).
+  int generation() const { return generation_; }
   const std::optional<ExploreResult>& result() const { return result_; }
   const std::string& error() const { return error_; }
   const ExploreRequest& request() const { return request_; }
@@ -109,6 +111,7 @@ class Explorer {
   };
   std::string dir_;  // scratch directory
   int counter_ = 0;
+  int generation_ = 0;
   ExploreRequest request_;
   std::unique_ptr<Job> job_;                   // in flight
   std::vector<std::unique_ptr<Job>> retired_;  // cancelled, still stopping
