@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
     app.explore.explorer.start(req);
     int restarts = 0;
     fit_all(app);
-    all.push_back(run("explorer running (background)", [&](int) {
+    all.push_back(run("explorer running", [&](int) {
       if (!app.explore.explorer.busy()) {
         app.explore.explorer.start(req);
         ++restarts;
@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
                    app.explore.explorer.error().c_str());
       return 1;
     }
-    all.push_back(run("explorer open (findings listed)", [&](int) {}));
+    all.push_back(run("explorer open (listed)", [&](int) {}));
     std::printf("(explorer: %zu findings, %d runs finished while frames were measured)\n",
                 app.explore.findings.size(), restarts);
     std::filesystem::remove(sched);

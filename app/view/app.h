@@ -167,8 +167,8 @@ struct App {
 
   FrameGeometry geom;
   // Where named widgets were drawn in the last frame (min x, min y, max x, max y), for the UI
-  // tests to click them: "finding N" (the explorer's checkboxes), "save", "replay run",
-  // "replay cancel".
+  // tests to click them: "finding N" (the explorer's checkboxes), "save", "lift", "replay run",
+  // "replay cancel", "replay button".
   std::map<std::string, ImVec4> widgets;
   std::string status;  // one line under the toolbar (errors, hints)
   float sidebar_width = 470.f;

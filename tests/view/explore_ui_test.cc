@@ -237,6 +237,7 @@ TEST_F(ViewExploreUi, CancelEndsTheChild) {
 // braid-view FILE --compare ORIGINAL_RUN FUSED_RUN: a real imported 2-rank trace (README's own
 // job block) beside the sim replay of its fused schedule, step-aligned.
 TEST(ViewOriginalBesideRewrite, AnImportedRunAndTheReplayOfItsFusedScheduleAlignByStep) {
+  setenv("BRAID_EXE", BRAID_CLI, 1);
   ImGui::CreateContext();
   ImGuiIO& io = ImGui::GetIO();
   io.IniFilename = nullptr;
@@ -250,7 +251,40 @@ TEST(ViewOriginalBesideRewrite, AnImportedRunAndTheReplayOfItsFusedScheduleAlign
   const std::string cli = std::string(BRAID_CLI) + " ";
   run(cli + "import " + assets + "/rank-0.json.gz " + assets + "/rank-1.json.gz -o " + job +
       " > /dev/null");
-  run(cli + "lift " + job + " > /dev/null");
+  {
+    // A run and no schedule: the Opportunities tab offers Lift (as `braid lift`), then explores.
+    App app;
+    app_open(app, job, 1);
+    app_wait(app);
+    show_tab(app, SideTab::Opportunities);
+    auto frame = [&] {
+      ImGui::NewFrame();
+      build_frame(app);
+      ImGui::Render();
+    };
+    for (int i = 0; i < 3; ++i) frame();
+    ASSERT_TRUE(app.widgets.count("lift"));
+    const ImVec4 r = app.widgets["lift"];
+    io.MousePos = ImVec2((r.x + r.z) / 2, (r.y + r.w) / 2);
+    frame();
+    io.MouseDown[0] = true;
+    frame();
+    io.MouseDown[0] = false;
+    frame();
+    EXPECT_NE(app.status.find("lifted run 1 into schedule"), std::string::npos) << app.status;
+    app_wait(app);
+    ASSERT_TRUE(app.explore.explorer.result()) << app.explore.explorer.error();
+    const auto sch = fusion::list_schedules(job);
+    ASSERT_EQ(sch.size(), 1u);
+    EXPECT_EQ(app.explore.explorer.result()->schedule_id, sch[0].id);
+    // A lifted schedule's compute is opaque: tp-sp's findings are advice with their assumption.
+    size_t advice = 0;
+    for (const ExploreFinding& f : app.explore.findings)
+      advice += f.status == ExploreFinding::Status::Advice && !f.assumption.empty();
+    EXPECT_GT(advice, 0u);
+  }
+  // One step (as `braid demo` does): the whole run's buffers exceed the mpi backend's limit.
+  run(cli + "lift " + job + " --step 552 > /dev/null");
   run(cli + "fuse " + job + " > /dev/null");
   const std::string ab = run(cli + "ab " + job + " --backend sim --steps 2 --no-data-check");
   const AbOutcome o = parse_ab_output(ab);
@@ -273,6 +307,22 @@ TEST(ViewOriginalBesideRewrite, AnImportedRunAndTheReplayOfItsFusedScheduleAlign
     build_frame(app);
     ImGui::Render();
     EXPECT_EQ(app.geom.sections.size(), 2u);
+    // Replay A/B on 2 MPI ranks from the window (mpirun -np 2, the schedule's ranks): its runs
+    // open in compare mode with the data-check verdict.
+    AbRequest r;
+    r.backend = AbBackend::Mpi;
+    r.steps = 2;
+    replay_start(app, r);
+    EXPECT_NE(app.replay.command.find("-np 2 "), std::string::npos) << app.replay.command;
+    while (!app.replay.child->finished())
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    app_wait(app);
+    ASSERT_EQ(app.replay.child->exit_status(), 0) << app.replay.child->log();
+    EXPECT_NE(app.replay.outcome.speedup.find("speedup"), std::string::npos);
+    EXPECT_FALSE(app.replay.outcome.data_check.empty()) << app.replay.child->log();
+    EXPECT_EQ(app.slots[1].run_id, app.replay.outcome.fused_run);
+    ASSERT_TRUE(app.all_ready());
+    EXPECT_EQ(app.slots[1].data->run.kind, RunKind::Replayed);
   }
   ImGui::DestroyContext();
 }

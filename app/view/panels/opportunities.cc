@@ -32,6 +32,7 @@ void explorer(App& app) {
         "This file has a run and no schedule. Lift the run into a schedule (as `braid lift` "
         "does) to explore rewrites of it.");
     if (ImGui::Button("Lift")) explore_lift(app);
+    note_widget(app, "lift");
     return;
   }
   if (!x.started) explore_start(app);  // the tab shown on a file with schedules
