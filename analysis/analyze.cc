@@ -5,6 +5,7 @@
 #include <set>
 
 #include "trace/error.h"
+#include "trace/json.h"
 #include "trace/summary.h"
 
 namespace braid::analysis {
@@ -27,8 +28,6 @@ std::string fmt(const char* f, double v) {
 std::string pct(Ns part, Ns whole) {
   return whole > 0 ? fmt("%.1f%%", 100.0 * static_cast<double>(part) / whole) : "-";
 }
-
-std::string q(const std::string& s) { return "\"" + json_escape(s) + "\""; }
 
 }  // namespace
 
@@ -223,105 +222,140 @@ std::string report_text(const Analysis& a) {
 }
 
 std::string report_json(const Analysis& a) {
-  std::string o = "{\"file\":" + q(a.path) + ",\"run\":" + std::to_string(a.run_id) +
-                  ",\"step\":" + std::to_string(a.step) +
-                  ",\"hta_compat\":" + (a.hta_compat ? "true" : "false") +
-                  ",\"profile\":" + q(a.profile.name);
-  o += ",\"clocks\":{\"reference\":" + std::to_string(a.clocks.reference) +
-       ",\"anchors\":" + std::to_string(a.clocks.anchors_used) +
-       ",\"anchors_dropped\":" + std::to_string(a.clocks.anchors_dropped) +
-       ",\"residual_rms_ns\":" + fmt("%.1f", a.clocks.residual_rms_ns) + ",\"ranks\":[";
-  for (size_t i = 0; i < a.clocks.ranks.size(); ++i) {
-    const RankClock& c = a.clocks.ranks[i];
-    o += std::string(i ? "," : "") + "{\"rank\":" + std::to_string(c.rank) + ",\"offset_ns\":" +
-         std::to_string(c.offset) + ",\"error_ns\":" + std::to_string(c.error) +
-         ",\"residual_rms_ns\":" + fmt("%.1f", c.residual_rms_ns) + ",\"anchors\":" +
-         std::to_string(c.anchors) + ",\"aligned\":" + (c.aligned ? "true" : "false") +
-         ",\"flagged\":" + (c.flagged ? "true" : "false") + "}";
+  json::Writer w;
+  w.begin_object()
+      .field("file", a.path)
+      .field("run", a.run_id)
+      .field("step", a.step)
+      .field("hta_compat", a.hta_compat)
+      .field("profile", a.profile.name);
+  w.key("clocks")
+      .begin_object()
+      .field("reference", a.clocks.reference)
+      .field("anchors", a.clocks.anchors_used)
+      .field("anchors_dropped", a.clocks.anchors_dropped)
+      .field_fixed("residual_rms_ns", a.clocks.residual_rms_ns, 1)
+      .key("ranks")
+      .begin_array();
+  for (const RankClock& c : a.clocks.ranks)
+    w.begin_object()
+        .field("rank", c.rank)
+        .field("offset_ns", c.offset)
+        .field("error_ns", c.error)
+        .field_fixed("residual_rms_ns", c.residual_rms_ns, 1)
+        .field("anchors", c.anchors)
+        .field("aligned", c.aligned)
+        .field("flagged", c.flagged)
+        .end_object();
+  w.end_array().end_object().key("ranks").begin_array();
+  for (const RankMetrics& m : a.metrics.ranks)
+    w.begin_object()
+        .field("rank", m.rank)
+        .field("step", m.step)
+        .field("start_ns", m.start)
+        .field("end_ns", m.end)
+        .field("busy_ns", m.busy_ns)
+        .field("idle_ns", m.idle_ns)
+        .field("compute_ns", m.compute_ns)
+        .field("comm_ns", m.comm_ns)
+        .field("memory_ns", m.memory_ns)
+        .field("non_compute_ns", m.non_compute_ns)
+        .field("overlap_ns", m.overlap_ns)
+        .field("exposed_comm_ns", m.exposed_comm_ns)
+        .field_fixed("overlap_pct", m.overlap_pct, 2)
+        .end_object();
+  w.end_array().key("collectives").begin_array();
+  for (const CollectiveMetrics& c : a.metrics.collectives)
+    w.begin_object()
+        .field("group", c.group)
+        .field("comm", c.comm)
+        .field("seq", c.seq)
+        .field("op", to_string(c.op))
+        .field("bytes", c.bytes)
+        .field("nranks", c.nranks)
+        .field("step", c.step)
+        .field("complete", c.complete)
+        .field("members", c.members.size())
+        .field("wait_ns", c.wait_ns)
+        .field("transfer_ns", c.transfer_ns)
+        .field("late_rank", c.late_rank)
+        .field_fixed("algbw_gbps", c.algbw_gbps, 3)
+        .field_fixed("busbw_gbps", c.busbw_gbps, 3)
+        .end_object();
+  w.end_array().key("summary").begin_array();
+  for (const CollectiveSummary& s : a.summary)
+    w.begin_object()
+        .field("comm", s.comm)
+        .field("op", to_string(s.op))
+        .field("bytes", s.bytes)
+        .field("nranks", s.nranks)
+        .field("count", s.count)
+        .field("median_wait_ns", s.median_wait_ns)
+        .field("median_transfer_ns", s.median_transfer_ns)
+        .field_fixed("median_busbw_gbps", s.median_busbw_gbps, 3)
+        .field("predicted_ns", s.predicted_ns)
+        .end_object();
+  w.end_array().key("critical_paths").begin_array();
+  for (const CriticalPath& p : a.paths) {
+    w.begin_object()
+        .field("step", p.step)
+        .field("start_ns", p.start)
+        .field("end_ns", p.end)
+        .key("by_category")
+        .begin_object();
+    for (auto& [c, ns] : p.by_category) w.field(c, ns);
+    w.end_object().key("by_comm").begin_object();
+    for (auto& [c, ns] : p.by_comm) w.field(c, ns);
+    w.end_object().key("chain").begin_array();
+    for (const PathSegment& s : p.chain)
+      w.begin_object()
+          .field("kind", to_string(s.kind))
+          .field("rank", s.rank)
+          .field("stream", s.stream)
+          .field("start_ns", s.start)
+          .field("end_ns", s.end)
+          .field("name", s.name)
+          .field("category", s.category)
+          .field("comm", s.comm)
+          .field("group", s.group)
+          .field("late_rank", s.late_rank)
+          .end_object();
+    w.end_array().end_object();
   }
-  o += "]},\"ranks\":[";
-  for (size_t i = 0; i < a.metrics.ranks.size(); ++i) {
-    const RankMetrics& m = a.metrics.ranks[i];
-    o += std::string(i ? "," : "") + "{\"rank\":" + std::to_string(m.rank) + ",\"step\":" +
-         std::to_string(m.step) + ",\"start_ns\":" + std::to_string(m.start) + ",\"end_ns\":" +
-         std::to_string(m.end) + ",\"busy_ns\":" + std::to_string(m.busy_ns) + ",\"idle_ns\":" +
-         std::to_string(m.idle_ns) + ",\"compute_ns\":" + std::to_string(m.compute_ns) +
-         ",\"comm_ns\":" + std::to_string(m.comm_ns) + ",\"memory_ns\":" + std::to_string(m.memory_ns) +
-         ",\"non_compute_ns\":" + std::to_string(m.non_compute_ns) + ",\"overlap_ns\":" +
-         std::to_string(m.overlap_ns) + ",\"exposed_comm_ns\":" + std::to_string(m.exposed_comm_ns) +
-         ",\"overlap_pct\":" + fmt("%.2f", m.overlap_pct) + "}";
-  }
-  o += "],\"collectives\":[";
-  for (size_t i = 0; i < a.metrics.collectives.size(); ++i) {
-    const CollectiveMetrics& c = a.metrics.collectives[i];
-    o += std::string(i ? "," : "") + "{\"group\":" + std::to_string(c.group) + ",\"comm\":" + q(c.comm) +
-         ",\"seq\":" + std::to_string(c.seq) + ",\"op\":" + q(std::string(to_string(c.op))) +
-         ",\"bytes\":" + std::to_string(c.bytes) + ",\"nranks\":" + std::to_string(c.nranks) +
-         ",\"step\":" + std::to_string(c.step) + ",\"complete\":" + (c.complete ? "true" : "false") +
-         ",\"members\":" + std::to_string(c.members.size()) + ",\"wait_ns\":" +
-         std::to_string(c.wait_ns) + ",\"transfer_ns\":" + std::to_string(c.transfer_ns) +
-         ",\"late_rank\":" + std::to_string(c.late_rank) + ",\"algbw_gbps\":" +
-         fmt("%.3f", c.algbw_gbps) + ",\"busbw_gbps\":" + fmt("%.3f", c.busbw_gbps) + "}";
-  }
-  o += "],\"summary\":[";
-  for (size_t i = 0; i < a.summary.size(); ++i) {
-    const CollectiveSummary& s = a.summary[i];
-    o += std::string(i ? "," : "") + "{\"comm\":" + q(s.comm) + ",\"op\":" + q(std::string(to_string(s.op))) +
-         ",\"bytes\":" + std::to_string(s.bytes) + ",\"nranks\":" + std::to_string(s.nranks) +
-         ",\"count\":" + std::to_string(s.count) + ",\"median_wait_ns\":" + std::to_string(s.median_wait_ns) +
-         ",\"median_transfer_ns\":" + std::to_string(s.median_transfer_ns) +
-         ",\"median_busbw_gbps\":" + fmt("%.3f", s.median_busbw_gbps) +
-         ",\"predicted_ns\":" + std::to_string(s.predicted_ns) + "}";
-  }
-  o += "],\"critical_paths\":[";
-  for (size_t i = 0; i < a.paths.size(); ++i) {
-    const CriticalPath& p = a.paths[i];
-    o += std::string(i ? "," : "") + "{\"step\":" + std::to_string(p.step) + ",\"start_ns\":" +
-         std::to_string(p.start) + ",\"end_ns\":" + std::to_string(p.end) + ",\"by_category\":{";
-    size_t k = 0;
-    for (auto& [c, ns] : p.by_category) o += std::string(k++ ? "," : "") + q(c) + ":" + std::to_string(ns);
-    o += "},\"by_comm\":{";
-    k = 0;
-    for (auto& [c, ns] : p.by_comm) o += std::string(k++ ? "," : "") + q(c) + ":" + std::to_string(ns);
-    o += "},\"chain\":[";
-    for (size_t j = 0; j < p.chain.size(); ++j) {
-      const PathSegment& s = p.chain[j];
-      o += std::string(j ? "," : "") + "{\"kind\":" + q(std::string(to_string(s.kind))) +
-           ",\"rank\":" + std::to_string(s.rank) + ",\"stream\":" + std::to_string(s.stream) +
-           ",\"start_ns\":" + std::to_string(s.start) + ",\"end_ns\":" + std::to_string(s.end) +
-           ",\"name\":" + q(s.name) + ",\"category\":" + q(s.category) + ",\"comm\":" + q(s.comm) +
-           ",\"group\":" + std::to_string(s.group) + ",\"late_rank\":" + std::to_string(s.late_rank) + "}";
-    }
-    o += "]}";
-  }
-  o += "],\"costs\":[";
-  size_t k = 0;
+  w.end_array().key("costs").begin_array();
   for (auto& [c, cc] : a.costs)
-    o += std::string(k++ ? "," : "") + "{\"comm\":" + q(c) + ",\"alpha_ns\":" + fmt("%.1f", cc.link.alpha_ns) +
-         ",\"ns_per_byte\":" + fmt("%.6g", cc.link.ns_per_byte) + ",\"samples\":" +
-         std::to_string(cc.samples) + ",\"cv_error\":" + fmt("%.4f", cc.cv_error) + ",\"source\":" +
-         q(cc.source) + "}";
-  o += "],\"parallelism\":[";
-  for (size_t i = 0; i < a.labels.size(); ++i)
-    o += std::string(i ? "," : "") + "{\"comm\":" + q(a.labels[i].comm) + ",\"dim\":" + q(a.labels[i].dim) +
-         ",\"nranks\":" + std::to_string(a.labels[i].nranks) + ",\"evidence\":" + q(a.labels[i].evidence) + "}";
-  o += "],\"kernels\":[";
-  for (size_t i = 0; i < a.metrics.kernels.size(); ++i) {
-    const KernelStat& s = a.metrics.kernels[i];
-    o += std::string(i ? "," : "") + "{\"rank\":" + std::to_string(s.rank) + ",\"name\":" + q(s.name) +
-         ",\"category\":" + q(std::string(to_string(s.category))) + ",\"count\":" + std::to_string(s.count) +
-         ",\"total_ns\":" + std::to_string(s.total_ns) + ",\"min_ns\":" + std::to_string(s.min_ns) +
-         ",\"max_ns\":" + std::to_string(s.max_ns) + "}";
-  }
-  o += "],\"diagnostics\":[";
-  for (size_t i = 0; i < a.diagnostics.size(); ++i) {
-    const Diagnostic& d = a.diagnostics[i];
-    o += std::string(i ? "," : "") + "{\"rank\":" + std::to_string(d.rank) + ",\"severity\":" +
-         q(std::string(to_string(d.severity))) + ",\"code\":" + q(d.code) + ",\"count\":" +
-         std::to_string(d.count) + ",\"detail\":" + q(d.detail) + "}";
-  }
-  o += "]}\n";
-  return o;
+    w.begin_object()
+        .field("comm", c)
+        .field_fixed("alpha_ns", cc.link.alpha_ns, 1)
+        .key("ns_per_byte")
+        .general(cc.link.ns_per_byte, 6)
+        .field("samples", cc.samples)
+        .field_fixed("cv_error", cc.cv_error, 4)
+        .field("source", cc.source)
+        .end_object();
+  w.end_array().key("parallelism").begin_array();
+  for (const CommLabel& l : a.labels)
+    w.begin_object()
+        .field("comm", l.comm)
+        .field("dim", l.dim)
+        .field("nranks", l.nranks)
+        .field("evidence", l.evidence)
+        .end_object();
+  w.end_array().key("kernels").begin_array();
+  for (const KernelStat& s : a.metrics.kernels)
+    w.begin_object()
+        .field("rank", s.rank)
+        .field("name", s.name)
+        .field("category", to_string(s.category))
+        .field("count", s.count)
+        .field("total_ns", s.total_ns)
+        .field("min_ns", s.min_ns)
+        .field("max_ns", s.max_ns)
+        .end_object();
+  w.end_array().key("diagnostics").begin_array();
+  for (const Diagnostic& d : a.diagnostics) put_diagnostic(w, d);
+  w.end_array().end_object();
+  return w.take() + "\n";
 }
 
 }  // namespace braid::analysis

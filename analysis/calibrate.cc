@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "analysis/fit.h"
 #include "analysis/metrics.h"
 
 namespace braid::analysis {
@@ -23,20 +24,26 @@ struct Fit {
 // Weighted least squares on x1 = steps, x2 = wire bytes, y = time, weight 1/y².
 Fit solve(const std::vector<CalibrationSample>& v, const std::vector<size_t>& use, double alpha0,
           bool fix_alpha) {
-  double s11 = 0, s12 = 0, s22 = 0, b1 = 0, b2 = 0;
+  fit::Matrix x;
+  std::vector<double> y, w;
   for (size_t i : use) {
     const auto& s = v[i];
-    double x1 = latency_steps(s.op, s.nranks, s.algo);
-    double x2 = wire_factor(s.op, s.nranks, s.algo) * static_cast<double>(s.bytes);
-    double y = static_cast<double>(s.transfer_ns);
-    double w = 1.0 / (y * y);
-    s11 += w * x1 * x1, s12 += w * x1 * x2, s22 += w * x2 * x2;
-    b1 += w * x1 * y, b2 += w * x2 * y;
+    x.push_back({latency_steps(s.op, s.nranks, s.algo),
+                 wire_factor(s.op, s.nranks, s.algo) * static_cast<double>(s.bytes)});
+    y.push_back(static_cast<double>(s.transfer_ns));
+    w.push_back(1.0 / (y.back() * y.back()));
   }
+  if (x.empty()) {  // no samples: every sum is 0
+    x.push_back({0.0, 0.0});
+    y.push_back(0);
+    w.push_back(0);
+  }
+  auto [a, b] = fit::normal_equations(x, y, w);
+  const double s11 = a[0][0], s12 = a[0][1], s22 = a[1][1], b1 = b[0][0], b2 = b[1][0];
   Fit f;
-  auto beta_only = [&](double a) {
-    f.alpha = a;
-    f.beta = s22 > 0 ? std::max(0.0, (b2 - a * s12) / s22) : 0;
+  auto beta_only = [&](double al) {
+    f.alpha = al;
+    f.beta = s22 > 0 ? std::max(0.0, (b2 - al * s12) / s22) : 0;
     f.ok = s22 > 0;
   };
   auto alpha_only = [&]() {
@@ -53,8 +60,9 @@ Fit solve(const std::vector<CalibrationSample>& v, const std::vector<size_t>& us
     beta_only(alpha0);
     return f;
   }
-  f.alpha = (b1 * s22 - b2 * s12) / det;
-  f.beta = (s11 * b2 - s12 * b1) / det;
+  fit::solve_linear(a, b, 0);
+  f.alpha = b[0][0];
+  f.beta = b[1][0];
   f.ok = true;
   if (f.alpha < 0) beta_only(0);
   else if (f.beta < 0) alpha_only();

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <set>
 
+#include "analysis/fit.h"
+
 namespace braid::analysis {
 
 const RankClock* ClockFit::rank(int32_t r) const {
@@ -26,27 +28,8 @@ struct Anchor {
   bool kept = true;
 };
 
-// Solves A x = b in place (Gaussian elimination with partial pivoting); false when singular.
-bool solve(std::vector<std::vector<double>> a, std::vector<std::vector<double>>& rhs) {
-  const size_t n = a.size();
-  for (size_t c = 0; c < n; ++c) {
-    size_t p = c;
-    for (size_t r = c + 1; r < n; ++r)
-      if (std::abs(a[r][c]) > std::abs(a[p][c])) p = r;
-    if (std::abs(a[p][c]) < 1e-12) return false;
-    std::swap(a[p], a[c]);
-    std::swap(rhs[p], rhs[c]);
-    for (size_t r = 0; r < n; ++r) {
-      if (r == c || a[r][c] == 0) continue;
-      double f = a[r][c] / a[c][c];
-      for (size_t k = c; k < n; ++k) a[r][k] -= f * a[c][k];
-      for (size_t k = 0; k < rhs[r].size(); ++k) rhs[r][k] -= f * rhs[c][k];
-    }
-  }
-  for (size_t r = 0; r < n; ++r)
-    for (double& v : rhs[r]) v /= a[r][r];
-  return true;
-}
+// Solves A x = b in place of b; false when singular.
+bool solve(const fit::Matrix& a, fit::Matrix& rhs) { return fit::solve_linear(a, rhs, 1e-12) == 0; }
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;

@@ -7,7 +7,7 @@
 
 #include "trace/error.h"
 #include "trace/import/input.h"
-#include "trace/summary.h"
+#include "trace/json.h"
 
 namespace braid::analysis {
 
@@ -82,12 +82,15 @@ void read_link(simdjson::dom::element root, const char* key, Link& link,
   link.bandwidth_gbps = number(v.value(), "bandwidth_gbps", link.bandwidth_gbps, w);
 }
 
-std::string link_json(const Link& l) {
-  char buf[64];
-  std::string s = "{\"name\": \"" + json_escape(l.name) + "\", ";
-  std::snprintf(buf, sizeof buf, "\"latency_ns\": %g, \"bandwidth_gbps\": %g}", l.latency_ns,
-                l.bandwidth_gbps);
-  return s + buf;
+void put_link(json::Writer& w, std::string_view key, const Link& l) {
+  w.key(key)
+      .begin_object()
+      .field("name", l.name)
+      .key("latency_ns")
+      .general(l.latency_ns, 6)
+      .key("bandwidth_gbps")
+      .general(l.bandwidth_gbps, 6)
+      .end_object();
 }
 
 }  // namespace
@@ -105,22 +108,31 @@ const HardwareProfile* find_profile(std::string_view name) {
   return nullptr;
 }
 
+void write_profile_members(json::Writer& w, const HardwareProfile& p) {
+  w.field("name", p.name)
+      .field("description", p.description)
+      .field("gpus_per_node", p.gpus_per_node);
+  w.key("gpu")
+      .begin_object()
+      .field("name", p.gpu.name)
+      .key("tflops_16bit")
+      .general(p.gpu.tflops_16bit, 6)
+      .key("tflops_32bit")
+      .general(p.gpu.tflops_32bit, 6)
+      .key("mem_bandwidth_gbps")
+      .general(p.gpu.mem_bandwidth_gbps, 6)
+      .key("kernel_overhead_ns")
+      .general(p.gpu.kernel_overhead_ns, 6)
+      .end_object();
+  put_link(w, "intra_node", p.intra_node);
+  put_link(w, "inter_node", p.inter_node);
+}
+
 std::string profile_to_json(const HardwareProfile& p) {
-  char buf[256];
-  std::string s = "{\n  \"name\": \"" + json_escape(p.name) + "\",\n  \"description\": \"" +
-                  json_escape(p.description) + "\",\n";
-  std::snprintf(buf, sizeof buf, "  \"gpus_per_node\": %d,\n", p.gpus_per_node);
-  s += buf;
-  s += "  \"gpu\": {\"name\": \"" + json_escape(p.gpu.name) + "\", ";
-  std::snprintf(buf, sizeof buf,
-                "\"tflops_16bit\": %g, \"tflops_32bit\": %g, \"mem_bandwidth_gbps\": %g, "
-                "\"kernel_overhead_ns\": %g},\n",
-                p.gpu.tflops_16bit, p.gpu.tflops_32bit, p.gpu.mem_bandwidth_gbps,
-                p.gpu.kernel_overhead_ns);
-  s += buf;
-  s += "  \"intra_node\": " + link_json(p.intra_node) + ",\n";
-  s += "  \"inter_node\": " + link_json(p.inter_node) + "\n}\n";
-  return s;
+  json::Writer w(json::Writer::Style::Spaced);
+  w.begin_object(/*lines=*/true);
+  write_profile_members(w, p);
+  return w.end_object().take() + "\n";
 }
 
 HardwareProfile parse_profile(std::string_view json, std::string_view source) {

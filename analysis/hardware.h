@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "trace/json.h"
 #include "trace/model.h"
 
 namespace braid::analysis {
@@ -56,6 +57,8 @@ const HardwareProfile* find_profile(std::string_view name);
 // "intra_node":{..},"inter_node":{..}}. Parsing starts from `base` (default_profile() unless
 // the JSON names a built-in profile in "base"), so a file only lists what it overrides.
 std::string profile_to_json(const HardwareProfile& p);
+// The same members, written into an open object of `w` (a calibration adds its own after them).
+void write_profile_members(json::Writer& w, const HardwareProfile& p);
 HardwareProfile parse_profile(std::string_view json, std::string_view source = "<profile>");
 // A built-in name or a path to a JSON file. Throws braid::Error (NotFound, BadFormat).
 HardwareProfile load_profile(const std::string& name_or_path);

@@ -2,6 +2,7 @@
 
 #include <tuple>
 
+#include "trace/json.h"
 #include "trace/reader.h"
 #include "trace/sqlite_util.h"
 #include "trace/store_update.h"
@@ -106,9 +107,7 @@ void store_analysis(const std::string& path, const Analysis& a) {
   {
     sql::Stmt s(db, "INSERT INTO analysis_communicators VALUES (?,?,?,?,?,?,?,?,?,?,?)");
     for (const CommLabel& l : a.labels) {
-      std::string ranks = "[";
-      for (size_t k = 0; k < l.members.size(); ++k) ranks += (k ? ", " : "") + std::to_string(l.members[k]);
-      ranks += "]";
+      const std::string ranks = json::int_array(l.members, json::Writer::Style::Spaced);
       int i = 1;
       s.bind(i++, run);
       s.bind(i++, l.comm);

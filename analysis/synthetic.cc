@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "trace/json.h"
 #include "trace/writer.h"
 
 namespace braid::analysis {
@@ -32,9 +33,9 @@ int64_t write_synthetic_job(const std::string& path, const SyntheticJob& job) {
   Communicator cm;
   cm.comm = job.comm;
   cm.nranks = job.nranks;
-  cm.ranks = "[";
-  for (int r = 0; r < job.nranks; ++r) cm.ranks += (r ? ", " : "") + std::to_string(r);
-  cm.ranks += "]";
+  std::vector<int> members(static_cast<size_t>(std::max(job.nranks, 0)));
+  for (int r = 0; r < job.nranks; ++r) members[r] = r;
+  cm.ranks = json::int_array(members, json::Writer::Style::Spaced);
   cm.label = "synthetic all-reduce group";
   cm.backend = "nccl";
   w.add_communicator(run, cm);

@@ -14,6 +14,7 @@
 
 #include "bench/gen_kineto.h"
 #include "trace/import/importer.h"
+#include "trace/json.h"
 #include "trace/reader.h"
 #include "trace/sqlite_util.h"
 #include "trace/writer.h"
@@ -90,12 +91,23 @@ int main(int argc, char** argv) {
   double med = secs[secs.size() / 2];
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
-  std::printf("{\"bench\":\"import_kineto\",\"mb\":%.1f,\"events\":%lld,\"rows\":%lld,"
-              "\"runs\":%d,\"median_s\":%.3f,\"min_s\":%.3f,\"max_s\":%.3f,\"mb_per_s\":%.1f,"
-              "\"events_per_s\":%.0f,\"peak_rss_mb\":%.1f,\"braid_mb\":%.1f,\"validated\":true}\n",
-              counts.bytes / 1e6, (long long)counts.events, (long long)last.rows, runs, med,
-              secs.front(), secs.back(), counts.bytes / 1e6 / med, counts.events / med,
-              ru.ru_maxrss / 1024.0, std::filesystem::file_size(out) / 1e6);
+  json::Writer w;
+  w.begin_object()
+      .field("bench", "import_kineto")
+      .field_fixed("mb", counts.bytes / 1e6, 1)
+      .field("events", counts.events)
+      .field("rows", last.rows)
+      .field("runs", runs)
+      .field_fixed("median_s", med, 3)
+      .field_fixed("min_s", secs.front(), 3)
+      .field_fixed("max_s", secs.back(), 3)
+      .field_fixed("mb_per_s", counts.bytes / 1e6 / med, 1)
+      .field_fixed("events_per_s", counts.events / med, 0)
+      .field_fixed("peak_rss_mb", ru.ru_maxrss / 1024.0, 1)
+      .field_fixed("braid_mb", std::filesystem::file_size(out) / 1e6, 1)
+      .field("validated", true)
+      .end_object();
+  std::printf("%s\n", w.str().c_str());
   std::filesystem::remove(json);
   std::filesystem::remove(out);
   return 0;

@@ -288,30 +288,6 @@ std::vector<OpRef> Dataflow::writers_between(OpRef a, OpRef b, const Slice& slic
 // ---------------------------------------------------------------------------------------------
 // Costs
 
-int64_t dtype_bytes_of(const std::string& dtype) {
-  int b = dtype_size(normalize_dtype(dtype));
-  return b > 0 ? b : 1;
-}
-
-int64_t nccl_bytes(const Schedule& s, const Collective& c) {
-  const Comm* comm = s.find_comm(c.comm);
-  const int64_t n = comm ? static_cast<int64_t>(comm->ranks.size()) : 1;
-  int64_t elems = 0;
-  switch (c.op) {
-    case CollOp::AllGather:
-    case CollOp::ReduceScatter:
-    case CollOp::AllToAll:
-      elems = n * c.count;
-      break;
-    case CollOp::ManyToMany:
-      for (const PeerChunk& p : c.sends) elems += p.count;
-      break;
-    default:
-      elems = c.count;
-  }
-  return elems * dtype_bytes_of(c.dtype);
-}
-
 namespace {
 analysis::Algorithm wire_algo(CollOp op) {
   switch (op) {
@@ -332,7 +308,7 @@ int64_t wire_bytes(const Schedule& s, const Collective& c, int32_t rank) {
   const Comm* comm = s.find_comm(c.comm);
   const int n = comm ? static_cast<int>(comm->ranks.size()) : 1;
   double f = analysis::wire_factor(c.op, n, wire_algo(c.op));
-  return static_cast<int64_t>(std::llround(f * static_cast<double>(nccl_bytes(s, c))));
+  return static_cast<int64_t>(std::llround(f * static_cast<double>(collective_bytes(s, c))));
 }
 
 int64_t group_wire_bytes(const Schedule& s, const MatchGroup& g) {
@@ -346,12 +322,13 @@ Ns group_ns(const Schedule& s, const MatchGroup& g, const analysis::CostModel& c
   const Collective& c0 = *s.op(g.members.front()).collective();
   if (c0.op == CollOp::Send || c0.op == CollOp::Recv) {
     std::vector<int32_t> members{g.members[0].rank, g.members[1].rank};
-    return cm.collective_ns(CollOp::Send, nccl_bytes(s, c0), 2, c0.comm, members);
+    return cm.collective_ns(CollOp::Send, collective_bytes(s, c0), 2, c0.comm, members);
   }
   const Comm* comm = s.find_comm(c0.comm);
   std::vector<int32_t> members = comm ? comm->ranks : std::vector<int32_t>{};
   int64_t bytes = 0;
-  for (const OpRef& r : g.members) bytes = std::max(bytes, nccl_bytes(s, *s.op(r).collective()));
+  for (const OpRef& r : g.members)
+    bytes = std::max(bytes, collective_bytes(s, *s.op(r).collective()));
   return cm.collective_ns(c0.op, bytes, static_cast<int>(members.size()), c0.comm, members);
 }
 

@@ -95,16 +95,13 @@ class Dataflow {
   mutable std::vector<RankIndex> index_;
 };
 
-// Bytes of nccl-tests size (the larger of input and output) of a collective on a rank, and the
-// wire bytes one rank puts on the network for it (ring / direct factors of the seeds' table);
-// manytomany: the bytes this rank sends.
-int64_t nccl_bytes(const Schedule& s, const Collective& c);
+// The wire bytes one rank puts on the network for a collective (ring / direct factors of the
+// seeds' table applied to collective_bytes, fusion/ir.h); manytomany: the bytes this rank sends.
 int64_t wire_bytes(const Schedule& s, const Collective& c, int32_t rank);
 // Predicted time of a matched collective (largest over its members for manytomany).
 Ns group_ns(const Schedule& s, const MatchGroup& g, const analysis::CostModel& cm);
 // Wire bytes of a matched group: the most any member puts on the wire.
 int64_t group_wire_bytes(const Schedule& s, const MatchGroup& g);
-int64_t dtype_bytes_of(const std::string& dtype);
 
 // Edits.
 struct Located {

@@ -178,6 +178,33 @@ Access access_of(const Schedule& s, int32_t rank, const Op& op) {
   return a;
 }
 
+int64_t collective_elements(const Collective& c, int64_t comm_size) {
+  switch (c.op) {
+    case CollOp::AllGather:
+    case CollOp::ReduceScatter:
+    case CollOp::AllToAll:
+      return comm_size * c.count;
+    case CollOp::ManyToMany: {
+      int64_t elems = 0;
+      for (const PeerChunk& p : c.sends) elems += p.count;
+      return elems;
+    }
+    default:
+      return c.count;
+  }
+}
+
+int64_t dtype_bytes_of(const std::string& dtype) {
+  int b = dtype_size(normalize_dtype(dtype));
+  return b > 0 ? b : 1;
+}
+
+int64_t collective_bytes(const Schedule& s, const Collective& c) {
+  const Comm* comm = s.find_comm(c.comm);
+  const int64_t n = comm ? static_cast<int64_t>(comm->ranks.size()) : 1;
+  return collective_elements(c, n) * dtype_bytes_of(c.dtype);
+}
+
 namespace {
 
 std::vector<OpRef> touching(const Schedule& s, int32_t rank, const Slice& slice, bool reads) {

@@ -230,6 +230,16 @@ Access access_of(const Schedule& s, int32_t rank, const Op& op);
 std::vector<OpRef> consumers_of(const Schedule& s, int32_t rank, const Slice& slice);
 std::vector<OpRef> producers_of(const Schedule& s, int32_t rank, const Slice& slice);
 
+// Sizes of a collective on one rank, nccl-tests' "size" (the larger of its input and output):
+// in elements on a communicator of `comm_size` ranks (n × count for all-gather, reduce-scatter
+// and all-to-all; a manytomany's sends in total; else count), and in bytes with the dtype's size
+// (1 byte per element for a dtype braid does not know) on the communicator the schedule gives it
+// (1 rank when it names none). Every layer sizes messages with these.
+int64_t collective_elements(const Collective& c, int64_t comm_size);
+int64_t collective_bytes(const Schedule& s, const Collective& c);
+// Bytes per element of a dtype, 1 when unknown.
+int64_t dtype_bytes_of(const std::string& dtype);
+
 // "rank 1 stream 'comm' op 3 (id 12: allreduce 'grad' on 'dp')", for messages.
 std::string describe(const Schedule& s, OpRef r);
 

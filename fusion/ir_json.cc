@@ -11,6 +11,7 @@
 #include "fusion/ir.h"
 #include "trace/error.h"
 #include "trace/import/input.h"
+#include "trace/json.h"
 
 namespace braid::fusion {
 
@@ -19,225 +20,100 @@ namespace braid::fusion {
 
 namespace {
 
-void put_string(std::string& o, std::string_view s) {
-  o += '"';
-  for (char ch : s) {
-    unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '\r': o += "\\r"; break;
-      case '\b': o += "\\b"; break;
-      case '\f': o += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += ch;
-        }
-    }
-  }
-  o += '"';
+void put_slice(json::Writer& w, const Slice& s) {
+  w.begin_object().field("buffer", s.buffer).field("offset", s.offset).field("count", s.count);
+  w.end_object();
 }
 
-void key(std::string& o, std::string_view k) {
-  put_string(o, k);
-  o += ": ";
+void put_slices(json::Writer& w, std::string_view key, const std::vector<Slice>& v) {
+  w.key(key).begin_array();
+  for (const Slice& s : v) put_slice(w, s);
+  w.end_array();
 }
 
-void put_slice(std::string& o, const Slice& s) {
-  o += "{\"buffer\": ";
-  put_string(o, s.buffer);
-  o += ", \"offset\": " + std::to_string(s.offset) + ", \"count\": " + std::to_string(s.count) +
-       "}";
-}
-
-void put_slices(std::string& o, const std::vector<Slice>& v) {
-  o += '[';
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) o += ", ";
-    put_slice(o, v[i]);
-  }
-  o += ']';
-}
-
-void put_chunks(std::string& o, const std::vector<PeerChunk>& v) {
-  o += '[';
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) o += ", ";
-    o += "{\"peer\": " + std::to_string(v[i].peer) + ", \"offset\": " +
-         std::to_string(v[i].offset) + ", \"count\": " + std::to_string(v[i].count) + "}";
-  }
-  o += ']';
+void put_chunks(json::Writer& w, std::string_view key, const std::vector<PeerChunk>& v) {
+  w.key(key).begin_array();
+  for (const PeerChunk& c : v)
+    w.begin_object()
+        .field("peer", c.peer)
+        .field("offset", c.offset)
+        .field("count", c.count)
+        .end_object();
+  w.end_array();
 }
 
 // One op on one line, keys in a fixed order per kind.
-void put_op(std::string& o, const Op& op) {
-  o += "{\"id\": " + std::to_string(op.id) + ", \"kind\": \"" +
-       std::string(to_string(op.kind())) + "\"";
+void put_op(json::Writer& w, const Op& op) {
+  w.begin_object().field("id", op.id).field("kind", to_string(op.kind()));
   if (const Compute* c = op.compute()) {
-    o += ", \"label\": ";
-    put_string(o, c->label);
-    o += ", \"duration_ns\": " + std::to_string(c->duration_ns) + ", \"reads\": ";
-    put_slices(o, c->reads);
-    o += ", \"writes\": ";
-    put_slices(o, c->writes);
-    o += c->opaque ? ", \"opaque\": true" : ", \"opaque\": false";
-    if (!c->replicated.empty()) {
-      o += ", \"replicated\": ";
-      put_string(o, c->replicated);
-    }
-    auto ints = [&o](const char* key, const std::vector<int64_t>& v) {
-      if (v.empty()) return;
-      o += std::string(", \"") + key + "\": [";
-      for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + std::to_string(v[i]);
-      o += ']';
+    w.field("label", c->label).field("duration_ns", c->duration_ns);
+    put_slices(w, "reads", c->reads);
+    put_slices(w, "writes", c->writes);
+    w.field("opaque", c->opaque);
+    if (!c->replicated.empty()) w.field("replicated", c->replicated);
+    auto ints = [&w](std::string_view key, const std::vector<int64_t>& v) {
+      if (!v.empty()) w.array_of(key, v);
     };
     ints("read_rows", c->read_rows);
     ints("write_rows", c->write_rows);
     ints("transpose", c->transpose);
     ints("transposed_reads", c->transposed_reads);
-    if (c->sum_rows) o += ", \"sum_rows\": true";
-    if (!c->fn.empty()) {
-      o += ", \"fn\": ";
-      put_string(o, c->fn);
-    }
+    if (c->sum_rows) w.field("sum_rows", true);
+    if (!c->fn.empty()) w.field("fn", c->fn);
   } else if (const Collective* c = op.collective()) {
-    o += ", \"op\": ";
-    put_string(o, to_string(c->op));
-    o += ", \"comm\": ";
-    put_string(o, c->comm);
-    o += ", \"dtype\": ";
-    put_string(o, c->dtype);
-    o += ", \"count\": " + std::to_string(c->count);
-    if (c->root != -1) o += ", \"root\": " + std::to_string(c->root);
-    if (c->peer != -1) o += ", \"peer\": " + std::to_string(c->peer);
-    if (!c->in.empty()) {
-      o += ", \"in\": ";
-      put_slice(o, c->in);
-    }
-    if (!c->out.empty()) {
-      o += ", \"out\": ";
-      put_slice(o, c->out);
-    }
-    if (!c->sends.empty()) {
-      o += ", \"sends\": ";
-      put_chunks(o, c->sends);
-    }
-    if (!c->recvs.empty()) {
-      o += ", \"recvs\": ";
-      put_chunks(o, c->recvs);
-    }
-    o += ", \"label\": ";
-    put_string(o, c->label);
+    w.field("op", to_string(c->op)).field("comm", c->comm).field("dtype", c->dtype);
+    w.field("count", c->count);
+    if (c->root != -1) w.field("root", c->root);
+    if (c->peer != -1) w.field("peer", c->peer);
+    if (!c->in.empty()) put_slice(w.key("in"), c->in);
+    if (!c->out.empty()) put_slice(w.key("out"), c->out);
+    if (!c->sends.empty()) put_chunks(w, "sends", c->sends);
+    if (!c->recvs.empty()) put_chunks(w, "recvs", c->recvs);
+    w.field("label", c->label);
   } else if (const Delay* d = op.delay()) {
-    o += ", \"duration_ns\": " + std::to_string(d->duration_ns);
+    w.field("duration_ns", d->duration_ns);
   } else if (const Record* r = op.record()) {
-    o += ", \"event\": ";
-    put_string(o, r->event);
-  } else if (const Wait* w = op.wait()) {
-    o += ", \"event\": ";
-    put_string(o, w->event);
+    w.field("event", r->event);
+  } else if (const Wait* wt = op.wait()) {
+    w.field("event", wt->event);
   }
-  if (!op.replaces.empty()) {
-    o += ", \"replaces\": [";
-    for (size_t i = 0; i < op.replaces.size(); ++i) {
-      if (i) o += ", ";
-      o += std::to_string(op.replaces[i]);
-    }
-    o += ']';
-  }
-  o += '}';
-}
-
-// A multi-line array: `items` is called per element and writes it after the indentation.
-template <typename T, typename F>
-void put_lines(std::string& o, const std::vector<T>& v, int indent, F item) {
-  if (v.empty()) {
-    o += "[]";
-    return;
-  }
-  o += "[\n";
-  for (size_t i = 0; i < v.size(); ++i) {
-    o.append(indent + 2, ' ');
-    item(v[i]);
-    o += i + 1 < v.size() ? ",\n" : "\n";
-  }
-  o.append(indent, ' ');
-  o += ']';
+  if (!op.replaces.empty()) w.array_of("replaces", op.replaces);
+  w.end_object();
 }
 
 }  // namespace
 
+// Top-level members, ranks, buffers, streams and ops one per line; each op, buffer and
+// communicator on one line.
 std::string to_json(const Schedule& s) {
-  std::string o;
-  o += "{\n  ";
-  key(o, "format");
-  put_string(o, kScheduleFormat);
-  o += ",\n  ";
-  key(o, "name");
-  put_string(o, s.name);
-  o += ",\n  ";
-  key(o, "provenance");
-  put_lines(o, s.provenance, 2, [&](const std::string& p) { put_string(o, p); });
-  o += ",\n  ";
-  key(o, "communicators");
-  put_lines(o, s.comms, 2, [&](const Comm& c) {
-    o += "{\"id\": ";
-    put_string(o, c.id);
-    o += ", \"ranks\": [";
-    for (size_t i = 0; i < c.ranks.size(); ++i) {
-      if (i) o += ", ";
-      o += std::to_string(c.ranks[i]);
+  json::Writer w(json::Writer::Style::Spaced);
+  constexpr bool kLines = true;
+  w.begin_object(kLines).field("format", kScheduleFormat).field("name", s.name);
+  w.key("provenance").begin_array(kLines);
+  for (const std::string& p : s.provenance) w.value(p);
+  w.end_array().key("communicators").begin_array(kLines);
+  for (const Comm& c : s.comms)
+    w.begin_object().field("id", c.id).array_of("ranks", c.ranks).end_object();
+  w.end_array().key("ranks").begin_array(kLines);
+  for (const RankSchedule& r : s.ranks) {
+    w.begin_object(kLines).field("rank", r.rank).key("buffers").begin_array(kLines);
+    for (const Buffer& b : r.buffers) {
+      w.begin_object().field("name", b.name).field("dtype", b.dtype).field("size", b.size);
+      if (!b.replicated.empty()) w.field("replicated", b.replicated);
+      w.end_object();
     }
-    o += "]}";
-  });
-  o += ",\n  ";
-  key(o, "ranks");
-  put_lines(o, s.ranks, 2, [&](const RankSchedule& r) {
-    o += "{\n      \"rank\": " + std::to_string(r.rank) + ",\n      ";
-    key(o, "buffers");
-    put_lines(o, r.buffers, 6, [&](const Buffer& b) {
-      o += "{\"name\": ";
-      put_string(o, b.name);
-      o += ", \"dtype\": ";
-      put_string(o, b.dtype);
-      o += ", \"size\": " + std::to_string(b.size);
-      if (!b.replicated.empty()) {
-        o += ", \"replicated\": ";
-        put_string(o, b.replicated);
-      }
-      o += "}";
-    });
-    if (!r.outputs.empty()) {
-      o += ",\n      ";
-      key(o, "outputs");
-      o += '[';
-      for (size_t i = 0; i < r.outputs.size(); ++i) {
-        if (i) o += ", ";
-        put_string(o, r.outputs[i]);
-      }
-      o += ']';
+    w.end_array();
+    if (!r.outputs.empty()) w.array_of("outputs", r.outputs);
+    w.key("streams").begin_array(kLines);
+    for (const Stream& st : r.streams) {
+      w.begin_object(kLines).field("name", st.name).key("ops").begin_array(kLines);
+      for (const Op& op : st.ops) put_op(w, op);
+      w.end_array().end_object();
     }
-    o += ",\n      ";
-    key(o, "streams");
-    put_lines(o, r.streams, 6, [&](const Stream& st) {
-      o += "{\n          ";
-      key(o, "name");
-      put_string(o, st.name);
-      o += ",\n          ";
-      key(o, "ops");
-      put_lines(o, st.ops, 10, [&](const Op& op) { put_op(o, op); });
-      o += "\n        }";
-    });
-    o += "\n    }";
-  });
-  o += "\n}\n";
-  return o;
+    w.end_array().end_object();
+  }
+  w.end_array().end_object();
+  return w.take() + "\n";
 }
 
 // ---------------------------------------------------------------------------------------------

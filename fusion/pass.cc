@@ -6,6 +6,7 @@
 #include "fusion/passes/passes.h"
 #include "fusion/validate.h"
 #include "trace/error.h"
+#include "trace/json.h"
 
 namespace braid::fusion {
 
@@ -53,38 +54,17 @@ const Pass* find_pass(std::string_view name) {
   return nullptr;
 }
 
-namespace {
-std::string json_str(std::string_view s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += static_cast<char>(c);
-        }
-    }
-  }
-  return o + "\"";
-}
-}  // namespace
-
 std::string finding_detail_json(const Finding& f, bool applied) {
-  std::string o = "{\"summary\":" + json_str(f.summary);
-  o += std::string(",\"applied\":") + (applied ? "true" : "false");
-  o += std::string(",\"legal\":") + (f.legal ? "true" : "false");
-  o += std::string(",\"enabling\":") + (f.enabling ? "true" : "false");
-  o += ",\"assumption\":" + json_str(f.assumption);
-  if (f.assumed) o += ",\"assumed\":true";  // applied under its assumption (fuse --assume)
-  o += ",\"saving_bytes\":" + std::to_string(f.saving_bytes) + "}";
-  return o;
+  json::Writer w;
+  w.begin_object()
+      .field("summary", f.summary)
+      .field("applied", applied)
+      .field("legal", f.legal)
+      .field("enabling", f.enabling)
+      .field("assumption", f.assumption);
+  if (f.assumed) w.field("assumed", true);  // applied under its assumption (fuse --assume)
+  w.field("saving_bytes", f.saving_bytes).end_object();
+  return w.take();
 }
 
 namespace passes {

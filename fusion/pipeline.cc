@@ -7,6 +7,7 @@
 
 #include "fusion/passes/passes.h"
 #include "trace/error.h"
+#include "trace/json.h"
 
 namespace braid::fusion {
 
@@ -27,16 +28,20 @@ int64_t PipelineResult::total_saving_bytes() const {
 }
 
 std::string PipelineResult::passes_json() const {
-  std::string o = "[";
+  json::Writer w;
+  w.begin_array();
   for (size_t i = 0; i < passes.size(); ++i) {
     size_t a = 0, d = 0;
     for (const Finding& f : applied) a += f.pass == passes[i];
     for (const Finding& f : advice) d += f.pass == passes[i];
-    o += (i ? "," : "") + std::string("{\"pass\":\"") + passes[i] +
-         "\",\"applied\":" + std::to_string(a) + ",\"advice\":" + std::to_string(d) +
-         ",\"rounds\":" + std::to_string(i < rounds.size() ? rounds[i] : 0) + "}";
+    w.begin_object()
+        .field("pass", passes[i])
+        .field("applied", a)
+        .field("advice", d)
+        .field("rounds", i < rounds.size() ? rounds[i] : 0)
+        .end_object();
   }
-  return o + "]";
+  return w.end_array().take();
 }
 
 FindingKey key_of(const Finding& f) { return FindingKey{f.pass, f.ops}; }

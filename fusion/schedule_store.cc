@@ -4,6 +4,7 @@
 
 #include "fusion/pipeline.h"
 #include "trace/error.h"
+#include "trace/json.h"
 #include "trace/reader.h"
 #include "trace/sqlite_util.h"
 #include "trace/store_update.h"
@@ -13,14 +14,7 @@
 namespace braid::fusion {
 
 namespace {
-template <typename T>
-std::string json_ints(const std::vector<T>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-// Parses the "[1,2,3]" arrays json_ints writes.
+// Parses the "[1,2,3]" arrays json::int_array writes.
 template <typename T>
 std::vector<T> parse_ints(const std::string& s) {
   std::vector<T> v;
@@ -64,7 +58,7 @@ void insert_opportunities(sqlite3* db, const std::vector<StoredOpportunity>& v) 
   for (const StoredOpportunity& o : v) {
     st.bind(1, o.schedule_id);
     st.bind(2, std::string_view(o.pass));
-    std::string ranks = json_ints(o.ranks), ops = json_ints(o.ops);
+    std::string ranks = json::int_array(o.ranks), ops = json::int_array(o.ops);
     st.bind(3, std::string_view(ranks));
     st.bind(4, std::string_view(ops));
     st.bind(5, static_cast<int64_t>(o.predicted_saving_ns));
@@ -111,10 +105,15 @@ int64_t store_fused(const std::string& path, int64_t parent_id, const Schedule& 
   pred.pass = "pipeline";
   for (const auto& r : res.schedule.ranks) pred.ranks.push_back(r.rank);
   pred.predicted_saving_ns = res.predicted_saving_ns();
-  pred.detail = "{\"simulated\":true,\"baseline_step_ns\":" + std::to_string(res.baseline_step_ns) +
-                ",\"fused_step_ns\":" + std::to_string(res.fused_step_ns) + ",\"profile\":\"" +
-                json_escape(profile) +
-                "\",\"local_saving_ns\":" + std::to_string(res.local_saving_ns()) + "}";
+  json::Writer w;
+  w.begin_object()
+      .field("simulated", true)
+      .field("baseline_step_ns", res.baseline_step_ns)
+      .field("fused_step_ns", res.fused_step_ns)
+      .field("profile", profile)
+      .field("local_saving_ns", res.local_saving_ns())
+      .end_object();
+  pred.detail = w.take();
   ops.push_back(std::move(pred));
   insert_opportunities(up.db(), ops);
   up.commit();

@@ -13,10 +13,12 @@
 #include <unordered_map>
 
 #include "analysis/cost_model.h"
+#include "analysis/fit.h"
 #include "replay/ab.h"
 #include "replay/common.h"
 #include "trace/error.h"
 #include "trace/import/input.h"
+#include "trace/json.h"
 
 namespace braid::replay {
 
@@ -55,61 +57,6 @@ fusion::Collective calibration_coll(CollOp op, int64_t count, fusion::Slice in, 
 
 // Kinds whose MPI implementation reduces element by element on the CPU.
 bool reduces(CollOp op) { return op == CollOp::AllReduce || op == CollOp::ReduceScatter; }
-
-// Solves the weighted least-squares problem min Σ w_i (x_i · p - y_i)² for p (k unknowns) by
-// the normal equations; columns in `fixed_zero` are held at 0.
-std::vector<double> least_squares(const std::vector<std::vector<double>>& x,
-                                  const std::vector<double>& y, const std::vector<double>& w,
-                                  std::vector<bool> fixed_zero) {
-  const size_t k = x.empty() ? 0 : x[0].size();
-  std::vector<std::vector<double>> a(k, std::vector<double>(k + 1, 0));
-  for (size_t i = 0; i < x.size(); ++i)
-    for (size_t p = 0; p < k; ++p) {
-      for (size_t q = 0; q < k; ++q) a[p][q] += w[i] * x[i][p] * x[i][q];
-      a[p][k] += w[i] * x[i][p] * y[i];
-    }
-  for (size_t p = 0; p < k; ++p)
-    if (fixed_zero[p]) {
-      std::fill(a[p].begin(), a[p].end(), 0);
-      for (size_t q = 0; q < k; ++q) a[q][p] = 0;
-      a[p][p] = 1;
-    }
-  // Gaussian elimination with partial pivoting.
-  for (size_t c = 0; c < k; ++c) {
-    size_t piv = c;
-    for (size_t r = c + 1; r < k; ++r)
-      if (std::fabs(a[r][c]) > std::fabs(a[piv][c])) piv = r;
-    std::swap(a[c], a[piv]);
-    if (std::fabs(a[c][c]) < 1e-300) continue;
-    for (size_t r = 0; r < k; ++r) {
-      if (r == c) continue;
-      const double f = a[r][c] / a[c][c];
-      for (size_t q = c; q <= k; ++q) a[r][q] -= f * a[c][q];
-    }
-  }
-  std::vector<double> p(k, 0);
-  for (size_t c = 0; c < k; ++c)
-    if (std::fabs(a[c][c]) >= 1e-300) p[c] = a[c][k] / a[c][c];
-  return p;
-}
-
-// Least squares with non-negative parameters (all but the first when it is an intercept):
-// refits with a parameter pinned at 0 while any comes out negative.
-std::vector<double> fit_nonneg(const std::vector<std::vector<double>>& x,
-                               const std::vector<double>& y, const std::vector<double>& w,
-                               bool intercept) {
-  std::vector<bool> fixed(x.empty() ? 0 : x[0].size(), false);
-  for (;;) {
-    std::vector<double> p = least_squares(x, y, w, fixed);
-    bool again = false;
-    for (size_t i = intercept ? 1 : 0; i < p.size(); ++i)
-      if (p[i] < 0 && !fixed[i]) {
-        fixed[i] = true;
-        again = true;
-      }
-    if (!again) return p;
-  }
-}
 
 // One collective probe: `repeats` collectives of `op` of `bytes` (per rank's full tensor) on
 // ranks 0..g-1 (the world when g == n; the others idle), or ping-pongs between ranks 2k and
@@ -461,7 +408,8 @@ std::map<CollOp, std::map<int, SizedLink>> fit_workload_links(
       wt.push_back(mean > 0 ? 1.0 / (mean * mean) : 0);
     }
     if (pts.size() < 2) continue;  // one size cannot separate α from β
-    const std::vector<double> f = fit_nonneg(x, y, wt, /*intercept=*/false);
+    const std::vector<double> f =
+        analysis::fit::nonneg_least_squares(x, y, wt, /*intercept=*/false);
     SizedLink sl{{f[0], f[1]}, 0, {}};
     // The line, then what each measured size differs from it by (points are by bytes).
     for (size_t i = 0; i < pts.size(); ++i)
@@ -545,7 +493,7 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
       w.push_back(1.0 / (measured[i] * measured[i]));
     }
     if (x.empty()) break;
-    std::vector<double> fit = fit_nonneg(x, y, w, /*intercept=*/false);
+    std::vector<double> fit = analysis::fit::nonneg_least_squares(x, y, w, /*intercept=*/false);
     skew = fit[0];
     link.alpha_ns = fit[1];
     link.ns_per_byte = fit[2];
@@ -588,7 +536,8 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
         y.push_back(measured[i] - c0 - skew);
         w.push_back(1.0 / (measured[i] * measured[i]));
       }
-      const std::vector<double> f = fit_nonneg(x, y, w, /*intercept=*/false);
+      const std::vector<double> f =
+          analysis::fit::nonneg_least_squares(x, y, w, /*intercept=*/false);
       const SizedLink sl{{f[0] / share, f[1] / share}, per_element ? f[2] / share : 0, {}};
       fits[op][t] = sl;
       if (key.second == nranks) {  // the world's fit is the kind's link for other sizes too
@@ -622,7 +571,7 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
       w.push_back(1.0 / (measured[i] * measured[i]));
     }
     if (x.empty()) continue;
-    const std::vector<double> f = fit_nonneg(x, y, w, /*intercept=*/false);
+    const std::vector<double> f = analysis::fit::nonneg_least_squares(x, y, w, /*intercept=*/false);
     const double slowdown = f[0] > 0 ? f[0] : 1.0;
     const Ns overhead = static_cast<Ns>(std::llround(f[1]));
     if (short_ops) {
@@ -705,62 +654,58 @@ SimOptions Calibration::sim_options() const {
 }
 
 std::string Calibration::to_json() const {
-  std::string p = analysis::profile_to_json(profile);
-  const size_t brace = p.rfind('}');
-  std::string body = p.substr(0, brace);
-  while (!body.empty() && (body.back() == '\n' || body.back() == ' ')) body.pop_back();
-  char buf[768];
-  std::snprintf(buf, sizeof buf,
-                ",\n  \"replay\": {\"backend\": \"%s\", \"ranks\": %d, \"compute_overhead_ns\": "
-                "%lld, \"compute_slowdown\": %.4f, \"short_compute_overhead_ns\": %lld, "
-                "\"short_compute_slowdown\": %.4f, \"short_compute_below_ns\": %lld, "
-                "\"step_overhead_ns\": %lld, \"start_skew_ns\": %lld, \"host_cores\": %d, "
-                "\"wait_spin_ns\": %lld, \"sibling_stagger\": %.4f, \"mean_rel_error\": %.4f, "
-                "\"op_links\": {",
-                backend.c_str(), ranks, static_cast<long long>(compute_overhead_ns),
-                compute_slowdown, static_cast<long long>(short_compute_overhead_ns),
-                short_compute_slowdown, static_cast<long long>(kShortestSleepNs),
-                static_cast<long long>(step_overhead_ns), static_cast<long long>(start_skew_ns),
-                host_cores, static_cast<long long>(wait_spin_ns), sibling_stagger, mean_rel_error);
-  std::string links;
+  json::Writer w(json::Writer::Style::Spaced);
+  w.begin_object(/*lines=*/true);
+  analysis::write_profile_members(w, profile);
+  w.key("replay")
+      .begin_object()
+      .field("backend", backend)
+      .field("ranks", ranks)
+      .field("compute_overhead_ns", compute_overhead_ns)
+      .field_fixed("compute_slowdown", compute_slowdown, 4)
+      .field("short_compute_overhead_ns", short_compute_overhead_ns)
+      .field_fixed("short_compute_slowdown", short_compute_slowdown, 4)
+      .field("short_compute_below_ns", kShortestSleepNs)
+      .field("step_overhead_ns", step_overhead_ns)
+      .field("start_skew_ns", start_skew_ns)
+      .field("host_cores", host_cores)
+      .field("wait_spin_ns", wait_spin_ns)
+      .field_fixed("sibling_stagger", sibling_stagger, 4)
+      .field_fixed("mean_rel_error", mean_rel_error, 4)
+      .key("op_links")
+      .begin_object();
   for (const auto& [op, l] : op_links) {
-    char one[200];
-    std::snprintf(one, sizeof one, "%s\"%s\": {\"alpha_ns\": %.1f, \"ns_per_byte\": %.6g",
-                  links.empty() ? "" : ", ", std::string(to_string(op)).c_str(), l.alpha_ns,
-                  l.ns_per_byte);
-    links += one;
-    if (auto e = reduce_ns_per_element.find(op); e != reduce_ns_per_element.end()) {
-      std::snprintf(one, sizeof one, ", \"ns_per_element\": %.6g", e->second);
-      links += one;
-    }
+    w.key(to_string(op))
+        .begin_object()
+        .field_fixed("alpha_ns", l.alpha_ns, 1)
+        .key("ns_per_byte")
+        .general(l.ns_per_byte, 6);
+    if (auto e = reduce_ns_per_element.find(op); e != reduce_ns_per_element.end())
+      w.key("ns_per_element").general(e->second, 6);
     if (auto k = sized_links.find(op); k != sized_links.end()) {
-      links += ", \"by_ranks\": {";
-      bool first = true;
+      w.key("by_ranks").begin_object();
       for (const auto& [ranks, sl] : k->second) {
-        std::snprintf(one, sizeof one,
-                      "%s\"%d\": {\"alpha_ns\": %.1f, \"ns_per_byte\": %.6g, "
-                      "\"ns_per_element\": %.6g",
-                      first ? "" : ", ", ranks, sl.link.alpha_ns, sl.link.ns_per_byte,
-                      sl.ns_per_element);
-        links += one;
+        w.key(std::to_string(ranks))
+            .begin_object()
+            .field_fixed("alpha_ns", sl.link.alpha_ns, 1)
+            .key("ns_per_byte")
+            .general(sl.link.ns_per_byte, 6)
+            .key("ns_per_element")
+            .general(sl.ns_per_element, 6);
         if (!sl.corrections.empty()) {
-          links += ", \"corrections\": [";
-          for (size_t i = 0; i < sl.corrections.size(); ++i) {
-            std::snprintf(one, sizeof one, "%s[%lld, %.1f]", i ? ", " : "",
-                          static_cast<long long>(sl.corrections[i].first),
-                          sl.corrections[i].second);
-            links += one;
-          }
-          links += "]";
+          w.key("corrections").begin_array();
+          for (const auto& [n, f] : sl.corrections)
+            w.begin_array().value(n).fixed(f, 1).end_array();
+          w.end_array();
         }
-        links += "}";
-        first = false;
+        w.end_object();
       }
-      links += "}";
+      w.end_object();
     }
-    links += "}";
+    w.end_object();
   }
-  return body + buf + links + "}}\n}\n";
+  w.end_object().end_object().end_object();
+  return w.take() + "\n";
 }
 
 SimProfile load_sim_profile(const std::string& name_or_path) {

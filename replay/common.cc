@@ -13,24 +13,6 @@ int element_size(std::string_view dtype) {
   return n > 0 ? n : 4;
 }
 
-int64_t collective_bytes(const fusion::Collective& c, int comm_size, int esize) {
-  const int64_t n = comm_size;
-  int64_t elems = 0;
-  switch (c.op) {
-    case CollOp::AllGather:
-    case CollOp::ReduceScatter:
-    case CollOp::AllToAll:
-      elems = n * c.count;
-      break;
-    case CollOp::ManyToMany:
-      for (const fusion::PeerChunk& p : c.sends) elems += p.count;
-      break;
-    default:
-      elems = c.count;
-  }
-  return elems * esize;
-}
-
 CollOp cost_op(CollOp op) { return op == CollOp::Recv ? CollOp::Send : op; }
 
 std::string sibling_key(const fusion::MatchGroup& g) {

@@ -12,12 +12,15 @@
 
 namespace braid::replay {
 
-// Bytes per element of a schedule dtype; 4 when the dtype is unknown.
+// Bytes per element of a schedule dtype as the executors allocate it; 4 when the dtype is
+// unknown.
 int element_size(std::string_view dtype);
 
-// nccl-tests "size" of one rank's part of a collective: the larger of its in/out slices in
-// bytes (for manytomany, the bytes this rank sends).
-int64_t collective_bytes(const fusion::Collective& c, int comm_size, int esize);
+// nccl-tests "size" of one rank's part of a collective in bytes at `esize` bytes per element
+// (fusion::collective_elements, the one rule).
+inline int64_t collective_bytes(const fusion::Collective& c, int comm_size, int esize) {
+  return fusion::collective_elements(c, comm_size) * esize;
+}
 
 // The cost-model op of a collective (a recv is costed as its send).
 CollOp cost_op(CollOp op);

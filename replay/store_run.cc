@@ -8,6 +8,7 @@
 #include "replay/common.h"
 #include "trace/categories.h"
 #include "trace/error.h"
+#include "trace/json.h"
 
 namespace braid::replay {
 
@@ -26,10 +27,7 @@ int64_t write_run(TraceWriter& w, const fusion::Schedule& s, const ReplayResult&
     for (size_t st = 0; st < rs.streams.size(); ++st)
       w.add_stream(run, StreamInfo{rs.rank, static_cast<int64_t>(st), true, rs.streams[st].name});
   for (const fusion::Comm& c : s.comms) {
-    std::string ranks = "[";
-    for (size_t i = 0; i < c.ranks.size(); ++i)
-      ranks += (i ? "," : "") + std::to_string(c.ranks[i]);
-    ranks += "]";
+    const std::string ranks = json::int_array(c.ranks);
     w.add_communicator(run, Communicator{c.id, static_cast<int32_t>(c.ranks.size()), ranks, c.id,
                                          r.backend});
   }

@@ -6,7 +6,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BRAID_BUILD_DIR:-$root/build}
 
 packages=(
-  cmake ninja-build g++ pkg-config
+  cmake ninja-build g++ pkg-config clang-format
   libsqlite3-dev zlib1g-dev libsimdjson-dev
   libprotobuf-dev protobuf-compiler libarchive-dev
   libcli11-dev

@@ -1,6 +1,7 @@
 // Writing output files the way every braid command must: through a private temporary file
 // beside the target that is renamed over it only when complete (removed on failure), and a
-// buffered writer with exact number formatting and JSON string escaping, allocation-free.
+// buffered writer with exact number formatting and JSON string escaping (json::escape),
+// allocation-free.
 #pragma once
 
 #include <fcntl.h>
@@ -16,35 +17,10 @@
 #include <string_view>
 
 #include "trace/error.h"
+#include "trace/json.h"
 #include "trace/temp_cleanup.h"
 
 namespace braid {
-
-// Length of the well-formed UTF-8 sequence at p (no overlongs, surrogates or > U+10FFFF),
-// 0 if it is not one.
-inline size_t utf8_len(const unsigned char* p, size_t avail) {
-  unsigned char c = p[0];
-  size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (avail < len || p[1] < lo || p[1] > hi) return 0;
-  for (size_t k = 2; k < len; ++k)
-    if ((p[k] & 0xC0) != 0x80) return 0;
-  return len;
-}
-
 
 // The output file: created beside the target under a private name, renamed at the end, removed
 // on any failure.
@@ -137,60 +113,10 @@ class BufferedOut {
     p[3] = static_cast<char>('0' + frac % 10);
     n_ = static_cast<size_t>(p + 4 - buf_.get());
   }
-  // A JSON string literal. Control characters are escaped, invalid UTF-8 bytes become U+FFFD.
+  // A JSON string literal, escaped as json::escape does (the one escaper).
   void str(std::string_view s) {
     put('"');
-    const auto* b = reinterpret_cast<const unsigned char*>(s.data());
-    size_t n = s.size(), i = 0;
-    while (i < n) {
-      // Fast path: a run of bytes that need nothing.
-      size_t j = i;
-      while (j < n && b[j] >= 0x20 && b[j] < 0x80 && b[j] != '"' && b[j] != '\\') ++j;
-      if (j > i) put(std::string_view(s.data() + i, j - i));
-      i = j;
-      if (i >= n) break;
-      unsigned char c = b[i];
-      if (c < 0x80) {
-        switch (c) {
-          case '"':
-            put("\\\"");
-            break;
-          case '\\':
-            put("\\\\");
-            break;
-          case '\b':
-            put("\\b");
-            break;
-          case '\f':
-            put("\\f");
-            break;
-          case '\n':
-            put("\\n");
-            break;
-          case '\r':
-            put("\\r");
-            break;
-          case '\t':
-            put("\\t");
-            break;
-          default: {
-            static const char kHex[] = "0123456789abcdef";
-            char e[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
-            put(std::string_view(e, 6));
-          }
-        }
-        ++i;
-        continue;
-      }
-      size_t len = utf8_len(b + i, n - i);
-      if (len == 0) {
-        put("\\ufffd");
-        ++i;
-      } else {
-        put(std::string_view(s.data() + i, len));
-        i += len;
-      }
-    }
+    json::escape(s, [this](std::string_view piece) { put(piece); });
     put('"');
   }
   // Fixed-point v / 10^digits with exactly `digits` decimals (v >= 0).

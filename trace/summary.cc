@@ -3,45 +3,10 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "trace/output_file.h"
+#include "trace/json.h"
 #include "trace/sqlite_util.h"
 
 namespace braid {
-
-std::string json_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
-  for (size_t i = 0; i < s.size(); ++i) {
-    unsigned char c = b[i];
-    if (c >= 0x80) {  // keep well-formed UTF-8, replace anything else: the output stays JSON
-      size_t len = utf8_len(b + i, s.size() - i);
-      if (len == 0) {
-        out += "\\ufffd";
-      } else {
-        out.append(s.data() + i, len);
-        i += len - 1;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
-}
 
 std::string format_ns(Ns ns) {
   char buf[64];
@@ -133,70 +98,76 @@ std::vector<RunSummary> summarize(const TraceReader& reader) {
   return out;
 }
 
+void put_diagnostic(json::Writer& w, const Diagnostic& d) {
+  w.begin_object()
+      .field("rank", d.rank)
+      .field("severity", to_string(d.severity))
+      .field("code", d.code)
+      .field("count", d.count)
+      .field("detail", d.detail)
+      .end_object();
+}
+
 std::string summary_json(const std::string& path, const std::vector<RunSummary>& runs) {
-  std::string j = "{\"file\":\"" + json_escape(path) + "\",\"runs\":[";
-  bool first_run = true;
+  json::Writer w;
+  w.begin_object().field("file", path).key("runs").begin_array();
   for (const auto& s : runs) {
-    if (!first_run) j += ',';
-    first_run = false;
-    auto kv = [&](const char* k, int64_t v) {
-      j += ",\"";
-      j += k;
-      j += "\":" + std::to_string(v);
-    };
-    j += "{\"run_id\":" + std::to_string(s.run.run_id);
-    j += ",\"kind\":\"" + std::string(to_string(s.run.kind)) + "\"";
-    j += ",\"backend\":\"" + json_escape(s.run.backend) + "\"";
-    j += ",\"source\":\"" + json_escape(s.run.source) + "\"";
-    j += ",\"ranks\":[";
-    for (size_t i = 0; i < s.ranks.size(); ++i) {
-      const auto& r = s.ranks[i];
-      if (i) j += ',';
-      j += "{\"rank\":" + std::to_string(r.rank) + ",\"world_size\":" + std::to_string(r.world_size) +
-           ",\"device\":" + std::to_string(r.device) + ",\"device_name\":\"" +
-           json_escape(r.device_name) + "\",\"backend\":\"" + json_escape(r.backend) +
-           "\",\"nccl_version\":\"" + json_escape(r.nccl_version) + "\",\"clock_offset_ns\":" +
-           std::to_string(r.clock_offset) + ",\"source\":\"" + json_escape(r.source) + "\"}";
-    }
-    j += "]";
-    kv("gpu_streams", s.gpu_streams);
-    kv("cpu_threads", s.cpu_threads);
-    kv("start_ns", s.start);
-    kv("end_ns", s.end);
-    kv("duration_ns", s.end - s.start);
-    j += ",\"counts\":{\"kernels\":" + std::to_string(s.kernels) +
-         ",\"memcpys\":" + std::to_string(s.memcpys) + ",\"memsets\":" + std::to_string(s.memsets) +
-         ",\"api_calls\":" + std::to_string(s.api_calls) + ",\"ranges\":" + std::to_string(s.ranges) +
-         ",\"steps\":" + std::to_string(s.steps) + ",\"collectives\":" + std::to_string(s.collectives) +
-         ",\"communicators\":" + std::to_string(s.communicators) + "}";
-    j += ",\"kernels_by_category\":{";
-    bool f = true;
-    for (const auto& [cat, n] : s.kernels_by_category) {
-      j += (f ? "\"" : ",\"") + json_escape(cat) + "\":{\"count\":" + std::to_string(n) +
-           ",\"time_ns\":" + std::to_string(s.kernel_time_by_category.at(cat)) + "}";
-      f = false;
-    }
-    j += "},\"collectives_by_op\":{";
-    f = true;
-    for (const auto& [op, t] : s.collectives_by_op) {
-      j += (f ? "\"" : ",\"") + json_escape(op) + "\":{\"count\":" + std::to_string(t.count) +
-           ",\"bytes\":" + std::to_string(t.bytes) + ",\"sized\":" + std::to_string(t.sized) +
-           ",\"time_ns\":" + std::to_string(t.time_ns) + "}";
-      f = false;
-    }
-    j += "},\"diagnostics\":[";
-    for (size_t i = 0; i < s.diagnostics.size(); ++i) {
-      const auto& d = s.diagnostics[i];
-      if (i) j += ',';
-      j += "{\"rank\":" + std::to_string(d.rank) + ",\"severity\":\"" +
-           std::string(to_string(d.severity)) + "\",\"code\":\"" + json_escape(d.code) +
-           "\",\"count\":" + std::to_string(d.count) + ",\"detail\":\"" + json_escape(d.detail) +
-           "\"}";
-    }
-    j += "]}";
+    w.begin_object()
+        .field("run_id", s.run.run_id)
+        .field("kind", to_string(s.run.kind))
+        .field("backend", s.run.backend)
+        .field("source", s.run.source);
+    w.key("ranks").begin_array();
+    for (const auto& r : s.ranks)
+      w.begin_object()
+          .field("rank", r.rank)
+          .field("world_size", r.world_size)
+          .field("device", r.device)
+          .field("device_name", r.device_name)
+          .field("backend", r.backend)
+          .field("nccl_version", r.nccl_version)
+          .field("clock_offset_ns", r.clock_offset)
+          .field("source", r.source)
+          .end_object();
+    w.end_array()
+        .field("gpu_streams", s.gpu_streams)
+        .field("cpu_threads", s.cpu_threads)
+        .field("start_ns", s.start)
+        .field("end_ns", s.end)
+        .field("duration_ns", s.end - s.start);
+    w.key("counts")
+        .begin_object()
+        .field("kernels", s.kernels)
+        .field("memcpys", s.memcpys)
+        .field("memsets", s.memsets)
+        .field("api_calls", s.api_calls)
+        .field("ranges", s.ranges)
+        .field("steps", s.steps)
+        .field("collectives", s.collectives)
+        .field("communicators", s.communicators)
+        .end_object();
+    w.key("kernels_by_category").begin_object();
+    for (const auto& [cat, n] : s.kernels_by_category)
+      w.key(cat)
+          .begin_object()
+          .field("count", n)
+          .field("time_ns", s.kernel_time_by_category.at(cat))
+          .end_object();
+    w.end_object().key("collectives_by_op").begin_object();
+    for (const auto& [op, t] : s.collectives_by_op)
+      w.key(op)
+          .begin_object()
+          .field("count", t.count)
+          .field("bytes", t.bytes)
+          .field("sized", t.sized)
+          .field("time_ns", t.time_ns)
+          .end_object();
+    w.end_object().key("diagnostics").begin_array();
+    for (const auto& d : s.diagnostics) put_diagnostic(w, d);
+    w.end_array().end_object();
   }
-  j += "]}\n";
-  return j;
+  w.end_array().end_object();
+  return w.take() + "\n";
 }
 
 std::string summary_text(const std::string& path, const std::vector<RunSummary>& runs) {

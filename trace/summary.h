@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "trace/json.h"  // json_escape, for callers of this header
 #include "trace/reader.h"
 
 namespace braid {
@@ -34,11 +35,12 @@ struct RunSummary {
 std::vector<RunSummary> summarize(const TraceReader& reader);
 
 std::string summary_json(const std::string& path, const std::vector<RunSummary>& runs);
+// One diagnostic as a JSON object {rank, severity, code, count, detail} (braid info and analyze).
+void put_diagnostic(json::Writer& w, const Diagnostic& d);
 std::string summary_text(const std::string& path, const std::vector<RunSummary>& runs);
 
 // Small helpers for the text report.
 std::string format_ns(Ns ns);          // "1.234 ms"
 std::string format_bytes(int64_t b);   // "12.5 MiB"
-std::string json_escape(std::string_view s);
 
 }  // namespace braid

@@ -11,28 +11,12 @@
 #include "replay/calibrate.h"
 #include "replay/fuse.h"
 #include "trace/error.h"
+#include "trace/json.h"
 #include "trace/reader.h"
 
 namespace braid::cli {
 
 namespace {
-
-std::string json_str(std::string_view s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      o += buf;
-    } else {
-      o += static_cast<char>(c);
-    }
-  }
-  return o + "\"";
-}
 
 std::string where(const fusion::Finding& f) {
   std::string t = "ranks ";
@@ -150,33 +134,32 @@ void register_fuse(CLI::App& app, Action& run) {
       if (!o->dry) fused_id = fusion::store_fused(o->file, id, s, res, sp.profile.name);
 
       if (o->json) {
-        std::string t =
-            "{\"schedule\":" + std::to_string(id) +
-            ",\"fused_schedule\":" + std::to_string(fused_id) + ",\"passes\":" + res.passes_json() +
-            ",\"fixed_point\":" + (res.fixed_point ? "true" : "false") +
-            ",\"baseline_step_ns\":" + std::to_string(res.baseline_step_ns) +
-            ",\"fused_step_ns\":" + std::to_string(res.fused_step_ns) +
-            ",\"predicted_saving_ns\":" + std::to_string(res.predicted_saving_ns()) +
-            ",\"local_saving_ns\":" + std::to_string(res.local_saving_ns());
+        json::Writer w;
+        w.begin_object()
+            .field("schedule", id)
+            .field("fused_schedule", fused_id)
+            .field_raw("passes", res.passes_json())
+            .field("fixed_point", res.fixed_point)
+            .field("baseline_step_ns", res.baseline_step_ns)
+            .field("fused_step_ns", res.fused_step_ns)
+            .field("predicted_saving_ns", res.predicted_saving_ns())
+            .field("local_saving_ns", res.local_saving_ns());
         // Only a schedule built under --assume has them (the key is absent otherwise).
         const std::vector<std::string> assumed = fusion::assumed_rewrites(res.schedule);
-        for (size_t i = 0; i < assumed.size(); ++i)
-          t += (i ? "," : ",\"assumptions\":[") + json_str(assumed[i]) +
-               (i + 1 == assumed.size() ? "]" : "");
-        t += ",\"findings\":[";
-        bool first = true;
-        auto add = [&](const fusion::Finding& f, bool applied) {
-          t += std::string(first ? "" : ",") + "{\"pass\":" + json_str(f.pass) + ",\"ranks\":[";
-          for (size_t i = 0; i < f.ranks.size(); ++i) t += (i ? "," : "") + std::to_string(f.ranks[i]);
-          t += "],\"ops\":[";
-          for (size_t i = 0; i < f.ops.size(); ++i) t += (i ? "," : "") + std::to_string(f.ops[i]);
-          t += "],\"local_saving_ns\":" + std::to_string(f.saving_ns) +
-               ",\"detail\":" + fusion::finding_detail_json(f, applied) + "}";
-          first = false;
+        if (!assumed.empty()) w.array_of("assumptions", assumed);
+        w.key("findings").begin_array();
+        auto add = [&w](const fusion::Finding& f, bool applied) {
+          w.begin_object()
+              .field("pass", f.pass)
+              .array_of("ranks", f.ranks)
+              .array_of("ops", f.ops)
+              .field("local_saving_ns", f.saving_ns)
+              .field_raw("detail", fusion::finding_detail_json(f, applied))
+              .end_object();
         };
         for (const auto& f : res.applied) add(f, true);
         for (const auto& f : res.advice) add(f, false);
-        t += "]}\n";
+        const std::string t = w.end_array().end_object().take() + "\n";
         std::fwrite(t.data(), 1, t.size(), stdout);
         return 0;
       }

@@ -16,27 +16,6 @@ namespace braid::cli {
 
 namespace {
 
-// The nccl-tests message size of one rank's part of a collective, in bytes.
-int64_t message_bytes(const fusion::Schedule& s, const fusion::Collective& c) {
-  const fusion::Comm* comm = s.find_comm(c.comm);
-  int64_t n = comm ? static_cast<int64_t>(comm->ranks.size()) : 1;
-  int64_t elems = c.count;
-  switch (c.op) {
-    case CollOp::AllGather:
-    case CollOp::ReduceScatter:
-    case CollOp::AllToAll:
-      elems = n * c.count;
-      break;
-    case CollOp::ManyToMany:
-      elems = 0;
-      for (const fusion::PeerChunk& p : c.sends) elems += p.count;
-      break;
-    default:
-      break;
-  }
-  return elems * std::max(1, dtype_size(c.dtype));
-}
-
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -67,7 +46,7 @@ std::string summary(const fusion::Schedule& s, const analysis::CostModel& cost) 
           ++computes;
           if (si == 0) comp += double(c->duration_ns);
         } else if (const fusion::Collective* c = op.collective()) {
-          int64_t bytes = message_bytes(s, *c);
+          int64_t bytes = fusion::collective_bytes(s, *c);
           Totals& t = by_op[std::string(to_string(c->op))];
           ++t.ops;
           t.bytes += bytes;

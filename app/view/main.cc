@@ -12,13 +12,13 @@
 #include <cfloat>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
 #include "app/view/app.h"
 #include "app/view/png_io.h"
 #include "trace/error.h"
+#include "trace/json.h"
 #include "trace/output_file.h"
 #include "trace/summary.h"
 
@@ -95,31 +95,38 @@ SideTab tab_from_name(const std::string& n) {
 
 std::string geometry_json(const App& app, int w, int h) {
   const FrameGeometry& g = app.geom;
-  std::ostringstream o;
-  o << "{\"width\":" << w << ",\"height\":" << h << ",\"axis_x0\":" << g.axis_x0
-    << ",\"axis_x1\":" << g.axis_x1 << ",\"t0\":" << g.t0 << ",\"t1\":" << g.t1
-    << ",\"lanes_y0\":" << g.lanes_y0 << ",\"lanes_y1\":" << g.lanes_y1
-    << ",\"label_x0\":" << g.label_x0 << ",\"label_x1\":" << g.label_x1 << ",\"sections\":[";
-  for (size_t i = 0; i < g.sections.size(); ++i) {
-    const auto& s = g.sections[i];
-    o << (i ? "," : "") << "{\"slot\":" << s.slot << ",\"run_id\":" << s.run_id
-      << ",\"shift\":" << s.shift << ",\"y0\":" << s.y0 << ",\"y1\":" << s.y1 << ",\"lanes\":[";
-    for (size_t j = 0; j < s.lanes.size(); ++j) {
-      const auto& l = s.lanes[j];
-      o << (j ? "," : "") << "{\"rank\":" << l.rank << ",\"stream\":" << l.stream
-        << ",\"y0\":" << l.y0 << ",\"y1\":" << l.y1 << ",\"rows\":" << l.rows << "}";
+  json::Writer o;
+  auto px = [&o](std::string_view k, float v) { o.key(k).general(v, 6); };  // as ostream prints
+  o.begin_object().field("width", w).field("height", h);
+  px("axis_x0", g.axis_x0);
+  px("axis_x1", g.axis_x1);
+  o.field("t0", g.t0).field("t1", g.t1);
+  px("lanes_y0", g.lanes_y0);
+  px("lanes_y1", g.lanes_y1);
+  px("label_x0", g.label_x0);
+  px("label_x1", g.label_x1);
+  o.key("sections").begin_array();
+  for (const auto& s : g.sections) {
+    o.begin_object().field("slot", s.slot).field("run_id", s.run_id).field("shift", s.shift);
+    px("y0", s.y0);
+    px("y1", s.y1);
+    o.key("lanes").begin_array();
+    for (const auto& l : s.lanes) {
+      o.begin_object().field("rank", l.rank).field("stream", l.stream);
+      px("y0", l.y0);
+      px("y1", l.y1);
+      o.field("rows", l.rows).end_object();
     }
-    o << "]}";
+    o.end_array().end_object();
   }
-  o << "],\"widgets\":{";
-  bool first = true;
+  o.end_array().key("widgets").begin_object();
   for (const auto& [name, r] : app.widgets) {
-    o << (first ? "" : ",") << "\"" << json_escape(name) << "\":[" << r.x << "," << r.y << ","
-      << r.z << "," << r.w << "]";
-    first = false;
+    o.key(name).begin_array();
+    for (float v : {r.x, r.y, r.z, r.w}) o.general(v, 6);
+    o.end_array();
   }
-  o << "}}\n";
-  return o.str();
+  o.end_object().end_object();
+  return o.take() + "\n";
 }
 
 struct Options {

@@ -17,7 +17,7 @@
 
 #include "capture/daemon/records_codec.h"
 #include "trace/error.h"
-#include "trace/summary.h"
+#include "trace/json.h"
 
 namespace braid::daemon {
 
@@ -611,14 +611,18 @@ void Daemon::finish(Capture& cap) {
   log("capture " + std::to_string(cap.id) + " finished: " + std::to_string(cap.records) +
       " records, " + std::to_string(cap.dropped) + " dropped, " + std::to_string(cap.lost) +
       " lost -> " + cap.path);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.3f", double(now_ms() - cap.started_ms) / 1e3);
-  completed_.push_back("{\"id\": " + std::to_string(cap.id) + ", \"job\": \"" +
-                       json_escape(cap.job) + "\", \"path\": \"" + json_escape(cap.path) +
-                       "\", \"records\": " + std::to_string(cap.records) + ", \"dropped\": " +
-                       std::to_string(cap.dropped) + ", \"agents\": " +
-                       std::to_string(cap.agents) + ", \"lost\": " + std::to_string(cap.lost) +
-                       ", \"seconds\": " + buf + "}");
+  json::Writer done(json::Writer::Style::Spaced);
+  done.begin_object()
+      .field("id", cap.id)
+      .field("job", cap.job)
+      .field("path", cap.path)
+      .field("records", cap.records)
+      .field("dropped", cap.dropped)
+      .field("agents", cap.agents)
+      .field("lost", cap.lost)
+      .field_fixed("seconds", double(now_ms() - cap.started_ms) / 1e3, 3)
+      .end_object();
+  completed_.push_back(done.take());
   if (completed_.size() > 32) completed_.erase(completed_.begin());
   if (cap.client)
     if (auto it = conns_.find(cap.client); it != conns_.end())
@@ -669,43 +673,50 @@ void Daemon::drop(Conn& c, const std::string& why) {
 }
 
 std::string Daemon::status_json() const {
-  int64_t now = now_ms();
-  auto secs = [&](int64_t since) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.3f", double(now - since) / 1e3);
-    return std::string(b);
-  };
-  std::string s = "{\n  \"daemon\": {\"pid\": " + std::to_string(getpid()) + ", \"socket\": \"" +
-                  json_escape(opts_.socket_path) + "\", \"out\": \"" + json_escape(opts_.out_dir) +
-                  "\", \"protocol\": " + std::to_string(kProtocolVersion) + "},\n  \"agents\": [";
-  bool first = true;
+  const int64_t now = now_ms();
+  auto secs = [&](int64_t since) { return double(now - since) / 1e3; };
+  constexpr bool kLines = true;
+  json::Writer w(json::Writer::Style::Spaced);
+  w.begin_object(kLines)
+      .key("daemon")
+      .begin_object()
+      .field("pid", getpid())
+      .field("socket", opts_.socket_path)
+      .field("out", opts_.out_dir)
+      .field("protocol", kProtocolVersion)
+      .end_object();
+  w.key("agents").begin_array(kLines);
   for (const auto& [id, c] : conns_) {
     if (c->role != Conn::Role::Agent || c->closing) continue;
     const Hello& h = c->hello;
-    s += std::string(first ? "\n" : ",\n") + "    {\"id\": " + std::to_string(id) +
-         ", \"job\": \"" + json_escape(h.job_id) + "\", \"rank\": " + std::to_string(h.rank) +
-         ", \"local_rank\": " + std::to_string(h.local_rank) + ", \"world_size\": " +
-         std::to_string(h.world_size) + ", \"pid\": " + std::to_string(h.pid) + ", \"host\": \"" +
-         json_escape(h.host) + "\", \"devices\": \"" + json_escape(h.devices) +
-         "\", \"connected_s\": " + secs(c->connected_ms) + "}";
-    first = false;
+    w.begin_object()
+        .field("id", id)
+        .field("job", h.job_id)
+        .field("rank", h.rank)
+        .field("local_rank", h.local_rank)
+        .field("world_size", h.world_size)
+        .field("pid", h.pid)
+        .field("host", h.host)
+        .field("devices", h.devices)
+        .field_fixed("connected_s", secs(c->connected_ms), 3)
+        .end_object();
   }
-  s += first ? "],\n  \"captures\": [" : "\n  ],\n  \"captures\": [";
-  first = true;
-  for (const auto& [id, cap] : captures_) {
-    s += std::string(first ? "\n" : ",\n") + "    {\"id\": " + std::to_string(id) +
-         ", \"job\": \"" + json_escape(cap->job) + "\", \"window\": \"" +
-         window_text(cap->mode, cap->value) + "\", \"agents\": " + std::to_string(cap->agents) +
-         ", \"pending\": " + std::to_string(cap->pending.size()) + ", \"records\": " +
-         std::to_string(cap->records) + ", \"path\": \"" + json_escape(cap->path) +
-         "\", \"elapsed_s\": " + secs(cap->started_ms) + "}";
-    first = false;
-  }
-  s += first ? "],\n  \"completed\": [" : "\n  ],\n  \"completed\": [";
-  for (size_t i = 0; i < completed_.size(); ++i)
-    s += std::string(i ? ",\n    " : "\n    ") + completed_[i];
-  s += completed_.empty() ? "]\n}\n" : "\n  ]\n}\n";
-  return s;
+  w.end_array().key("captures").begin_array(kLines);
+  for (const auto& [id, cap] : captures_)
+    w.begin_object()
+        .field("id", id)
+        .field("job", cap->job)
+        .field("window", window_text(cap->mode, cap->value))
+        .field("agents", cap->agents)
+        .field("pending", cap->pending.size())
+        .field("records", cap->records)
+        .field("path", cap->path)
+        .field_fixed("elapsed_s", secs(cap->started_ms), 3)
+        .end_object();
+  w.end_array().key("completed").begin_array(kLines);
+  for (const std::string& c : completed_) w.raw(c);
+  w.end_array().end_object();
+  return w.take() + "\n";
 }
 
 }  // namespace braid::daemon

@@ -78,7 +78,7 @@ class Coalesce : public Pass {
         const Comm* comm = s.find_comm(c0.comm);
         std::vector<int32_t> members = comm->ranks;
         if (a.op == CollOp::Send) members = {a.members[0].rank, a.members[1].rank};
-        Ns merged_ns = cm.collective_ns(a.op, nccl_bytes(s, merged),
+        Ns merged_ns = cm.collective_ns(a.op, collective_bytes(s, merged),
                                         static_cast<int>(members.size()), c0.comm, members);
         f.saving_ns = group_ns(s, a, cm) + group_ns(s, b, cm) - merged_ns;
         f.saving_bytes = 0;

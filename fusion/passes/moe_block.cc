@@ -419,9 +419,9 @@ class Finder {
       const Collective& c = *s_.op(a->members[0]).collective();
       const Comm* comm = s_.find_comm(c.comm);
       ns = std::max(
-          ns, group_ns(s_, *a, cm_) - cm_.collective_ns(CollOp::AllToAll, nccl_bytes(s_, c) / t,
-                                                        static_cast<int>(comm->ranks.size()),
-                                                        c.comm, comm->ranks));
+          ns, group_ns(s_, *a, cm_) -
+                  cm_.collective_ns(CollOp::AllToAll, collective_bytes(s_, c) / t,
+                                    static_cast<int>(comm->ranks.size()), c.comm, comm->ranks));
     }
     f.saving_bytes = wire - wire / t;
     f.saving_ns = ns;
@@ -694,7 +694,7 @@ class Finder {
       c.comm = rp.tp_comm;
       c.dtype = dtype;
       c.count = count;
-      ns = cm_.collective_ns(op, nccl_bytes(s_, c), t, rp.tp_comm, tp.ranks);
+      ns = cm_.collective_ns(op, collective_bytes(s_, c), t, rp.tp_comm, tp.ranks);
       return wire_bytes(s_, c, rp.rank);
     };
     int64_t bytes = 0, delta = 0;
@@ -732,9 +732,9 @@ class Finder {
         default: {
           const Comm* comm = s_.find_comm(c.comm);
           bytes += w - w / t;
-          ns += group_ns(s_, *g, cm_) - cm_.collective_ns(CollOp::AllToAll, nccl_bytes(s_, c) / t,
-                                                          static_cast<int>(comm->ranks.size()),
-                                                          c.comm, comm->ranks);
+          ns += group_ns(s_, *g, cm_) -
+                cm_.collective_ns(CollOp::AllToAll, collective_bytes(s_, c) / t,
+                                  static_cast<int>(comm->ranks.size()), c.comm, comm->ranks);
         }
       }
     }

@@ -74,9 +74,9 @@ class PpSp : public Pass {
     }
     f.saving_bytes = p2p - p2p / t;
     const Collective& send = *s.op(recvs.front()->members[0]).collective();
-    f.saving_ns = p2p_ns - cm.collective_ns(CollOp::Send, nccl_bytes(s, send) / t, 2, send.comm,
-                                            {recvs.front()->members[0].rank,
-                                             recvs.front()->members[1].rank});
+    f.saving_ns =
+        p2p_ns - cm.collective_ns(CollOp::Send, collective_bytes(s, send) / t, 2, send.comm,
+                                  {recvs.front()->members[0].rank, recvs.front()->members[1].rank});
     f.legal = false;
     f.summary = "P2P + " + op_name(s.op(g.members[0])) +
                 " (backward mirror): send only the shard each rank keeps";

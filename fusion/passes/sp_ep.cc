@@ -45,7 +45,7 @@ class SpEp : public Pass {
     const Collective& c = *s.op(a2a.members[0]).collective();
     const Comm* ec = s.find_comm(c.comm);
     const int t = static_cast<int>(s.find_comm(s.op(sp.members[0]).collective()->comm)->ranks.size());
-    const int64_t a2a_bytes = nccl_bytes(s, c);
+    const int64_t a2a_bytes = collective_bytes(s, c);
     const int64_t a2a_wire = group_wire_bytes(s, a2a);
     f.saving_bytes = group_wire_bytes(s, sp) + a2a_wire - a2a_wire / t;
     f.saving_ns = group_ns(s, sp, cm) + group_ns(s, a2a, cm) -
