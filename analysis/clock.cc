@@ -7,6 +7,7 @@
 #include <set>
 
 #include "analysis/fit.h"
+#include "trace/diagnostics.h"
 
 namespace braid::analysis {
 
@@ -202,8 +203,7 @@ ClockFit align_clocks(const RunData& run, const MatchResult& match, const ClockO
       c.flagged = true;
       Diagnostic d;
       d.rank = c.rank;
-      d.severity = Severity::Warning;
-      d.code = "analysis.clock_residual";
+      diag::set_code(d, diag::Code::analysis_clock_residual);
       d.detail = "rank " + std::to_string(c.rank) + ": collective ends disagree with the fitted "
                  "clock offset by " + std::to_string(std::llround(c.residual_rms_ns / 1000)) +
                  " µs RMS (median rank " + std::to_string(std::llround(med / 1000)) +
@@ -214,8 +214,7 @@ ClockFit align_clocks(const RunData& run, const MatchResult& match, const ClockO
   for (const RankClock& c : fit.ranks) unaligned += c.aligned ? 0 : 1;
   if (unaligned > 0) {
     Diagnostic d;
-    d.severity = Severity::Warning;
-    d.code = "analysis.clock_unanchored";
+    diag::set_code(d, diag::Code::analysis_clock_unanchored);
     d.count = unaligned;
     d.detail = "ranks that share no matched collective with rank " +
                std::to_string(fit.reference) + "; their own clocks are kept";
@@ -223,8 +222,7 @@ ClockFit align_clocks(const RunData& run, const MatchResult& match, const ClockO
   }
   if (fit.anchors_dropped > 0) {
     Diagnostic d;
-    d.severity = Severity::Info;
-    d.code = "analysis.clock_outlier_anchor";
+    diag::set_code(d, diag::Code::analysis_clock_outlier_anchor);
     d.count = fit.anchors_dropped;
     d.detail = "matched collectives left out of the clock fit: their ends disagree far beyond "
                "the other anchors' spread";

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <tuple>
 #include <set>
+#include <tuple>
+
+#include "trace/diagnostics.h"
 
 namespace braid::analysis {
 
@@ -251,8 +253,7 @@ MatchResult match_collectives(const RunData& run) {
       g.bytes = -1;
       ++res.mismatched;
       Diagnostic d;
-      d.severity = Severity::Warning;
-      d.code = "analysis.mismatched_collective";
+      diag::set_code(d, diag::Code::analysis_mismatched_collective);
       d.detail = "communicator '" + g.comm + "' #" + std::to_string(g.seq) + ": " + g.problem;
       res.diagnostics.push_back(d);
     }
@@ -287,8 +288,7 @@ MatchResult match_collectives(const RunData& run) {
           if (dup) {
             Diagnostic d;
             d.rank = r;
-            d.severity = Severity::Warning;
-            d.code = "analysis.duplicate_seq";
+            diag::set_code(d, diag::Code::analysis_duplicate_seq);
             d.detail = "communicator '" + comm + "' sequence number " + std::to_string(s) +
                        " appears twice on the rank; the later one is left unmatched";
             res.diagnostics.push_back(d);
@@ -402,8 +402,7 @@ MatchResult match_collectives(const RunData& run) {
 
   for (auto& [comm, n] : unmatched_by_comm) {
     Diagnostic d;
-    d.severity = Severity::Warning;
-    d.code = "analysis.unmatched_collective";
+    diag::set_code(d, diag::Code::analysis_unmatched_collective);
     d.count = n;
     d.detail = "collectives on communicator '" + comm +
                "' without their partner on every member rank of the run (dropped or sampled "
@@ -412,8 +411,7 @@ MatchResult match_collectives(const RunData& run) {
   }
   for (auto& [comm, n] : aligned_by_comm) {
     Diagnostic d;
-    d.severity = Severity::Info;
-    d.code = "analysis.order_aligned";
+    diag::set_code(d, diag::Code::analysis_order_aligned);
     d.count = n;
     d.detail = "communicator '" + comm +
                "': ranks disagree on the order of its collectives and the trace has no sequence "
@@ -423,8 +421,7 @@ MatchResult match_collectives(const RunData& run) {
   }
   if (p2p_no_peer > 0) {
     Diagnostic d;
-    d.severity = Severity::Warning;
-    d.code = "analysis.p2p_without_peer";
+    diag::set_code(d, diag::Code::analysis_p2p_without_peer);
     d.count = p2p_no_peer;
     d.detail = "send/recv operations whose peer the trace does not give; not matched";
     res.diagnostics.push_back(d);

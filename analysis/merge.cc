@@ -7,8 +7,10 @@
 
 #include "analysis/matching.h"
 #include "analysis/run_data.h"
+#include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/reader.h"
+#include "trace/rows.h"
 #include "trace/schema.h"
 #include "trace/sqlite_util.h"
 #include "trace/store_update.h"
@@ -191,7 +193,7 @@ MergeResult merge_files(const std::vector<std::string>& inputs, const std::strin
       // Meta: each input's keys under input.<i>.<key> (i = its position, from 0), and under the
       // key itself when every input that has it agrees (capture.window of one recording).
       std::map<std::string, std::optional<std::string>> shared;
-      Diagnostic skipped{-1, Severity::Warning, "merge.not_carried", 0, ""};
+      Diagnostic skipped = diag::make(diag::Code::merge_not_carried, 0, "");
       for (size_t i = 0; i < readers.size(); ++i) {
         const std::string prefix = "input." + std::to_string(i) + ".";
         w.set_meta(prefix + "path", inputs[i]);
@@ -229,25 +231,18 @@ MergeResult merge_files(const std::vector<std::string>& inputs, const std::strin
         up.bind(4, c.rank);
         up.run();
       }
-      sql::Stmt diag(u.db(), "INSERT INTO diagnostics(run_id, rank, severity, code, count, detail) VALUES (?,?,?,?,?,?)");
-      auto add = [&](const Diagnostic& d) {
-        diag.bind(1, res.run_id);
-        diag.bind(2, d.rank);
-        diag.bind(3, to_string(d.severity));
-        diag.bind(4, d.code);
-        diag.bind(5, d.count);
-        diag.bind(6, d.detail);
-        diag.run();
-      };
+      rows::SmallTables small(u.db());  // the diagnostics INSERT of trace/rows.h
+      auto add = [&](const Diagnostic& d) { small.diagnostic(res.run_id, d); };
       int unaligned = 0;
       for (const RankClock& c : res.clocks.ranks) unaligned += c.aligned ? 0 : 1;
       if (solve_clocks && unaligned > 0)
-        add({-1, Severity::Warning, "merge.clock_unanchored", unaligned,
-             "ranks with no matched collective shared with rank " +
-                 std::to_string(res.clocks.reference) +
-                 ": their own clocks are kept (offset 0), so their times may not line up"});
+        add(diag::make(diag::Code::merge_clock_unanchored, unaligned,
+                       "ranks with no matched collective shared with rank " +
+                           std::to_string(res.clocks.reference) +
+                           ": their own clocks are kept (offset 0), so their times may "
+                           "not line up"));
       for (const Diagnostic& d : res.clocks.diagnostics)
-        if (d.code != "analysis.clock_unanchored") add(d);
+        if (d.code != diag::info(diag::Code::analysis_clock_unanchored).code) add(d);
       u.commit();
     }
     fs::rename(tmp, output);

@@ -63,7 +63,7 @@ bool Collector::in_window(int64_t ts) const {
 
 bool Collector::incomplete(int64_t start, int64_t end) {
   if (start > 0 && end >= start) return false;
-  count("capture.incomplete_records", 1, Severity::Warning,
+  count(diag::Code::capture_incomplete_records, 1,
         "activity records without a start, or ending before it (incomplete when CUPTI was made "
         "to hand them over): not stored");
   return true;
@@ -254,7 +254,7 @@ void Collector::on_marker(const MarkerActivity& m) {
       o.domain = sink_.intern(o.domain_text);
       it = markers_.emplace(m.id, std::move(o)).first;
     } else {
-      count("capture.unmatched_marker_end", 1, Severity::Info,
+      count(diag::Code::capture_unmatched_marker_end, 1,
             "an NVTX range ended whose start was before CUPTI started");
       return;
     }
@@ -276,7 +276,7 @@ void Collector::on_device(const DeviceActivity& d) {
 }
 
 void Collector::on_unhandled(uint32_t kind) {
-  count("capture.unhandled_activity_kind", 1, Severity::Info,
+  count(diag::Code::capture_unhandled_activity_kind, 1,
         "CUPTI records of a kind braid does not store (last kind " + std::to_string(kind) + ")");
 }
 
@@ -388,17 +388,21 @@ void Collector::set_rank_info(const RankInfo& r) {
   info_dirty_ = true;
 }
 
-void Collector::count(const std::string& code, int64_t n, Severity sev, const std::string& detail) {
-  auto& c = counters_[code];
-  c.sev = sev;
-  c.n += n;
-  if (c.detail.empty() || !detail.empty()) c.detail = detail;
+void Collector::count(diag::Code code, int64_t n, const std::string& detail) {
+  count(diag::make(code, n, detail));
+}
+
+void Collector::count(const Diagnostic& d) {
+  auto& c = counters_[d.code];
+  c.sev = d.severity;
+  c.n += d.count;
+  if (c.detail.empty() || !d.detail.empty()) c.detail = d.detail;
   c.dirty = true;
 }
 
-void Collector::set_count(const std::string& code, int64_t n, Severity sev,
-                          const std::string& detail) {
-  auto& c = counters_[code];
+void Collector::set_count(diag::Code code, int64_t n, const std::string& detail) {
+  const Severity sev = diag::info(code).severity;
+  auto& c = counters_[std::string(diag::info(code).code)];
   if (c.n == n && c.detail == detail && c.sev == sev && !c.dirty) return;
   c = {sev, n, detail, true};
 }
@@ -471,11 +475,11 @@ void Collector::end_cycle(bool final) {
     it = pending_.erase(it);
   }
   if (without_work)
-    count("capture.collective_no_gpu_work", without_work, Severity::Info,
+    count(diag::Code::capture_collective_no_gpu_work, without_work,
           "NCCL calls that do no GPU work (in place on a one-rank communicator, or zero "
           "elements): times are the host call's");
   if (without_kernel)
-    count("capture.collective_without_kernel", without_kernel, Severity::Warning,
+    count(diag::Code::capture_collective_without_kernel, without_kernel,
           "NCCL calls whose GPU kernel or copy was not seen (outside the window, CUPTI off, or "
           "dropped records): times are the host call's");
   for (auto it = ext_kernels_.begin(); it != ext_kernels_.end();) {
@@ -487,7 +491,7 @@ void Collector::end_cycle(bool final) {
       for (auto& op : ops) write_proxy_op(op);
     early_proxies_.clear();
     if (!markers_.empty())
-      count("capture.unclosed_range", static_cast<int64_t>(markers_.size()), Severity::Info,
+      count(diag::Code::capture_unclosed_range, static_cast<int64_t>(markers_.size()),
             "NVTX ranges still open when the capture ended (not stored)");
     markers_.clear();
   }

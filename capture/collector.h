@@ -20,6 +20,7 @@
 #include "capture/clock_fit.h"
 #include "capture/nccl_event.h"
 #include "capture/sink.h"
+#include "trace/diagnostics.h"
 
 namespace braid::capture {
 
@@ -56,9 +57,10 @@ class Collector final : public ActivityHandler {
   int32_t rank() const { return rank_; }
 
   // Adds to (add) or sets (set) a diagnostics counter.
-  void count(const std::string& code, int64_t n, Severity sev = Severity::Warning,
-             const std::string& detail = "");
-  void set_count(const std::string& code, int64_t n, Severity sev, const std::string& detail);
+  // Diagnostics counters (trace/diagnostics.h gives each code's severity).
+  void count(diag::Code code, int64_t n, const std::string& detail = "");
+  void count(const Diagnostic& d);  // a diagnostic posted whole (its code, severity, count)
+  void set_count(diag::Code code, int64_t n, const std::string& detail);
 
   // Emits the collectives whose kernels were seen; with `final`, all of them. Writes the
   // counters and small tables to the sink.

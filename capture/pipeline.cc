@@ -131,19 +131,19 @@ void Pipeline::drain(bool final) {
     } else if (auto* r = std::get_if<RankInfo>(&item)) {
       col.set_rank_info(*r);
     } else if (auto* d = std::get_if<Diagnostic>(&item)) {
-      col.count(d->code, d->count, d->severity, d->detail);
+      col.count(*d);
     } else if (auto* f = std::get_if<Control>(&item)) {
       if (*f) (*f)(col);
     }
   }
   if (h.update_counters) h.update_counters(col);
   if (pool_ && pool_->refused() > 0)
-    col.set_count("capture.buffer_refused", pool_->refused(), Severity::Warning,
+    col.set_count(diag::Code::capture_buffer_refused, pool_->refused(),
                   "activity buffers CUPTI asked for beyond the pool's cap (its records were "
                   "dropped; raise BRAID_CAPTURE_MAX_BUFFERS)");
   int64_t dropped = this->dropped();
   if (dropped)
-    col.set_count("capture.queue_overflow", dropped, Severity::Warning,
+    col.set_count(diag::Code::capture_queue_overflow, dropped,
                   "events dropped because the writer fell behind");
   auto fits = clock_.fits();
   if (!fits.empty()) {
@@ -153,7 +153,7 @@ void Pipeline::drain(bool final) {
     std::snprintf(detail, sizeof detail,
                   "device-to-host clock fits: %zu, last slope %.9f, worst RMS residual %.0f ns",
                   fits.size(), fits.back().slope, worst);
-    col.set_count("capture.clock_fit", static_cast<int64_t>(fits.size()), Severity::Info, detail);
+    col.set_count(diag::Code::capture_clock_fit, static_cast<int64_t>(fits.size()), detail);
   }
   col.end_cycle(final);
   sink_->checkpoint();

@@ -7,6 +7,7 @@
 #include "fusion/validate.h"
 #include "replay/common.h"
 #include "trace/categories.h"
+#include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/json.h"
 
@@ -32,7 +33,7 @@ int64_t write_run(TraceWriter& w, const fusion::Schedule& s, const ReplayResult&
                                          r.backend});
   }
   for (const std::string& note : r.notes)
-    w.add_diagnostic(run, Diagnostic{-1, Severity::Info, "replay.note", 1, note});
+    w.add_diagnostic(run, diag::make(diag::Code::replay_note, 1, note));
 
   // Where each op id lives, and each collective's per-communicator sequence number; steps after
   // the first continue the numbering as a real job's later steps would.

@@ -2,7 +2,9 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <set>
 
+#include "trace/diagnostics.h"
 #include "trace/json.h"
 #include "trace/sqlite_util.h"
 
@@ -226,6 +228,12 @@ std::string summary_text(const std::string& path, const std::vector<RunSummary>&
                       d.count, d.detail.c_str());
         o += buf;
       }
+      // What each code counts, from the one table of codes (trace/diagnostics.h).
+      std::set<std::string> codes;
+      for (const auto& d : s.diagnostics) codes.insert(d.code);
+      for (const std::string& c : codes)
+        if (const diag::Info* info = diag::find(c))
+          o += "    " + c + ": " + std::string(info->description) + "\n";
     }
   }
   return o;

@@ -13,6 +13,7 @@
 #include <map>
 #include <tuple>
 
+#include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/schema.h"
 #include "trace/sqlite_util.h"
@@ -183,8 +184,7 @@ void TraceWriter::add_step(int64_t run, const Step& s) {
 void TraceWriter::bad_time(int64_t run, int32_t rank, Ns start, Ns end) {
   Diagnostic d;
   d.rank = rank;
-  d.severity = Severity::Warning;
-  d.code = "store.bad_time";
+  diag::set_code(d, diag::Code::store_bad_time);
   d.count = 1;
   d.detail = "records whose times are not a time (over 130 years from the clock's origin, or "
              "ending before they start) were not stored; first: start " +

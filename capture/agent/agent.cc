@@ -10,6 +10,7 @@
 #include "capture/daemon/client.h"
 #include "capture/daemon/window_sink.h"
 #include "capture/file_sink.h"
+#include "trace/diagnostics.h"
 
 namespace braid::capture::agent {
 namespace {
@@ -167,8 +168,7 @@ void Agent::on_daemon_open(const daemon::Open& o) {
     ops->open_steps(o.value);  // opens at the next step range
   } else {
     Diagnostic d;
-    d.severity = Severity::Warning;
-    d.code = "capture.steps_unavailable";
+    diag::set_code(d, diag::Code::capture_steps_unavailable);
     d.detail = "a steps window was asked for, but this process has no CUDA/CUPTI to see NVTX step "
                "ranges: nothing captured";
     pipeline_->post(d);

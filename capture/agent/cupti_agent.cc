@@ -42,6 +42,7 @@
 #include "capture/agent/agent.h"
 #include "capture/cupti_parse.h"
 #include "capture/nccl_interpose.h"
+#include "trace/diagnostics.h"
 
 namespace braid::capture::agent {
 namespace {
@@ -536,8 +537,7 @@ bool start_cupti(Agent& a) {
     std::fprintf(stderr, "braid capture: %s\n", detail.c_str());
     Diagnostic d;
     d.rank = -1;
-    d.severity = Severity::Error;
-    d.code = "capture.cupti_unavailable";
+    diag::set_code(d, diag::Code::capture_cupti_unavailable);
     d.detail = "no CUDA activity captured: " + detail;
     a.pipeline().post(d);
     return false;
@@ -625,7 +625,7 @@ bool start_cupti(Agent& a) {
   hooks.update_counters = [](Collector& c) {
     int64_t d = g_dropped.load();
     if (d)
-      c.set_count("capture.dropped_records", d, Severity::Warning,
+      c.set_count(diag::Code::capture_dropped_records, d,
                   "activity records CUPTI dropped for lack of buffer space (CUPTI's own count)");
   };
   int canary_ms = a.config().recalibrate_ms;

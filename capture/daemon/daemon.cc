@@ -16,6 +16,7 @@
 #include <set>
 
 #include "capture/daemon/records_codec.h"
+#include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/json.h"
 
@@ -505,7 +506,7 @@ int32_t Daemon::rerank(Capture& cap, const Conn& c, int32_t to) {
                            std::to_string(to) + " but shares rank " + std::to_string(cur) +
                            " with " + who + " in this capture; its rows keep rank " +
                            std::to_string(cur);
-      cap.sink->set_diagnostic({cur, Severity::Error, "daemon.rank_conflict", 1, detail});
+      cap.sink->set_diagnostic(diag::make(diag::Code::daemon_rank_conflict, 1, detail, cur));
       log("capture " + std::to_string(cap.id) + ": " + detail);
     }
     return cur;
@@ -526,8 +527,8 @@ void Daemon::on_done(Conn& c, std::string_view p) {
   st_dropped_ += d.dropped;
   int32_t rank = cap.pending[c.id];
   if (d.dropped > 0)
-    cap.sink->set_diagnostic({rank, Severity::Warning, "capture.dropped_records", d.dropped,
-                              "records the agent could not deliver to the daemon"});
+    cap.sink->set_diagnostic(diag::make(diag::Code::capture_dropped_records, d.dropped,
+                                        "records the agent could not deliver to the daemon", rank));
   cap.pending.erase(c.id);
   c.strings.erase(d.capture_id);
   if (cap.pending.empty()) finish(cap);
@@ -545,9 +546,11 @@ void Daemon::agent_gone(Conn& c, const std::string& why) {
     if (it == cap->pending.end()) continue;
     ++cap->lost;
     ++st_lost_;
-    cap->sink->set_diagnostic({it->second, Severity::Error, "daemon.agent_lost", 1,
-                               "process " + std::to_string(c.hello.pid) + " " + why +
-                                   " before its window closed; its records up to then are kept"});
+    cap->sink->set_diagnostic(
+        diag::make(diag::Code::daemon_agent_lost, 1,
+                   "process " + std::to_string(c.hello.pid) + " " + why +
+                       " before its window closed; its records up to then are kept",
+                   it->second));
     cap->pending.erase(it);
     if (cap->pending.empty()) done.push_back(id);
   }
@@ -583,9 +586,11 @@ void Daemon::check_deadlines() {
     for (auto& [agent, rank] : cap.pending) {
       ++cap.lost;
       ++st_lost_;
-      cap.sink->set_diagnostic({rank, Severity::Error, "daemon.agent_timeout", 1,
-                                "no end of window from this process within the grace period "
-                                "(silent for --grace-ms, or still sending at --close-max-ms)"});
+      cap.sink->set_diagnostic(
+          diag::make(diag::Code::daemon_agent_timeout, 1,
+                     "no end of window from this process within the grace period "
+                     "(silent for --grace-ms, or still sending at --close-max-ms)",
+                     rank));
     }
     cap.pending.clear();
     finish(cap);

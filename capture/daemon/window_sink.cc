@@ -1,13 +1,17 @@
 #include "capture/daemon/window_sink.h"
 
+#include "trace/diagnostics.h"
+
 namespace braid::daemon {
 
 namespace {
 // Counters that say records of the window were lost on the agent's side; their growth during a
 // window is added to the dropped count sent with Done.
 bool is_drop_counter(const std::string& code) {
-  return code == "capture.dropped_records" || code == "capture.queue_overflow" ||
-         code == "capture.buffer_refused";
+  using diag::Code;
+  return code == diag::info(Code::capture_dropped_records).code ||
+         code == diag::info(Code::capture_queue_overflow).code ||
+         code == diag::info(Code::capture_buffer_refused).code;
 }
 }  // namespace
 

@@ -23,6 +23,7 @@
 
 #include "chakra_et.pb.h"
 #include "trace/categories.h"
+#include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/import/importer.h"
 #include "trace/import/input.h"
@@ -205,28 +206,18 @@ class RankImport {
       c.backend = info_.backend;
       ctx_.writer.add_communicator(ctx_.run, c);
     }
-    diag(Severity::Info, "chakra.cpu_nodes_skipped", cpu_skipped_,
-         "host-side (is_cpu_op) nodes are not imported");
-    diag(Severity::Info, "chakra.kernels_without_duration", no_duration_,
-         "GPU compute nodes without a duration are not imported");
-    diag(Severity::Info, "chakra.other_nodes_skipped", other_skipped_,
-         "metadata, memory and other non-compute, non-communication nodes");
-    diag(Severity::Warning, "chakra.unknown_comm_op", unknown_op_,
-         "communication nodes whose operation neither comm_type nor the name tells");
+    ctx_.diagnose(diag::Code::chakra_cpu_nodes_skipped, cpu_skipped_,
+                  "host-side (is_cpu_op) nodes are not imported", info_.rank);
+    ctx_.diagnose(diag::Code::chakra_kernels_without_duration, no_duration_,
+                  "GPU compute nodes without a duration are not imported", info_.rank);
+    ctx_.diagnose(diag::Code::chakra_other_nodes_skipped, other_skipped_,
+                  "metadata, memory and other non-compute, non-communication nodes", info_.rank);
+    ctx_.diagnose(diag::Code::chakra_unknown_comm_op, unknown_op_,
+                  "communication nodes whose operation neither comm_type nor the name tells",
+                  info_.rank);
   }
 
  private:
-  void diag(Severity sev, const char* code, int64_t count, const char* detail) {
-    if (count == 0) return;
-    Diagnostic d;
-    d.rank = info_.rank;
-    d.severity = sev;
-    d.code = code;
-    d.count = count;
-    d.detail = detail;
-    ctx_.writer.add_diagnostic(ctx_.run, d);
-  }
-
   // A node's recorded start, or else a synthetic one: after the previous node on its stream
   // and after the imported nodes it depends on (data_deps).
   void place(const NodeView& n, int64_t stream, Ns dur, const std::string& where, Ns& start,

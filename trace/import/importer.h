@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "trace/diagnostics.h"
 #include "trace/writer.h"
 
 namespace braid {
@@ -44,6 +45,15 @@ struct ImportContext {
   // Each rank comes from one file only; a second file claiming it is refused.
   std::vector<std::pair<int32_t, std::string>> claimed;
   void claim_rank(int32_t rank, const std::string& file);
+  // The one way importers write a diagnostic (trace/diagnostics.h): nothing when count <= 0;
+  // the table's severity unless `severity` is given.
+  void diagnose(diag::Code code, int64_t count, std::string detail, int32_t rank = -1,
+                std::optional<Severity> severity = std::nullopt) {
+    if (count <= 0) return;
+    writer.add_diagnostic(run, severity
+                                   ? diag::make(code, *severity, count, std::move(detail), rank)
+                                   : diag::make(code, count, std::move(detail), rank));
+  }
   // Rank for the file at `index` when the file does not say.
   int32_t default_rank(size_t index) const {
     return index < options.ranks.size() ? options.ranks[index] : static_cast<int32_t>(index);

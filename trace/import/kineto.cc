@@ -22,11 +22,12 @@
 #include <vector>
 
 #include "trace/categories.h"
+#include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/import/importer.h"
-#include "trace/time_range.h"
 #include "trace/import/input.h"
 #include "trace/sqlite_util.h"
+#include "trace/time_range.h"
 
 namespace braid {
 namespace {
@@ -222,14 +223,8 @@ class KinetoFile {
     throw Error(ErrorCode::BadFormat, path_ + ": " + what);
   }
   Ns t(int64_t ns_rel) const { return base_ns_ + ns_rel; }
-  void note(Severity s, const std::string& code, int64_t n = 1, const std::string& detail = "") {
-    Diagnostic d;
-    d.rank = -1;  // rank is fixed up in finish()
-    d.severity = s;
-    d.code = code;
-    d.count = n;
-    d.detail = detail;
-    diags_.push_back(std::move(d));
+  void note(diag::Code code, std::string detail) {
+    diags_.push_back({code, std::move(detail)});  // written with the rank in finish()
   }
   void on_first_event() {
     if (events_started_) return;
@@ -259,7 +254,7 @@ class KinetoFile {
   int32_t dist_rank_ = -1;
   std::map<int64_t, std::string> device_names_;
   std::vector<Communicator> comms_;
-  std::vector<Diagnostic> diags_;
+  std::vector<std::pair<diag::Code, std::string>> diags_;  // noted before the rank is known
   std::vector<Step> steps_;
   std::map<std::pair<int64_t, bool>, std::string> streams_;  // (id, gpu) -> label
   std::map<std::pair<int64_t, int64_t>, std::string> thread_names_;  // (pid, tid) -> name
@@ -510,7 +505,7 @@ void KinetoFile::handle_top_value(std::string_view key, std::string& text) {
     auto v = dom_int_of(e);
     if (!v) bad("\"baseTimeNanoseconds\" is not an integer");
     if (events_started_ && *v != base_known_at_events_)
-      note(Severity::Info, "kineto.late_time_base", 1,
+      note(diag::Code::kineto_late_time_base,
            "baseTimeNanoseconds follows traceEvents; event times were shifted after loading");
     base_ns_ = *v;
     return;
@@ -541,7 +536,7 @@ void KinetoFile::handle_top_value(std::string_view key, std::string& text) {
     simdjson::dom::parser pp;
     simdjson::dom::element groups;
     if (pp.parse(json).get(groups) != simdjson::SUCCESS || !groups.is_array()) {
-      note(Severity::Warning, "kineto.bad_pg_config", 1, "pg_config could not be parsed");
+      note(diag::Code::kineto_bad_pg_config, "pg_config could not be parsed");
     } else {
       for (auto g : groups.get_array()) {
         Communicator c;
@@ -904,7 +899,7 @@ void KinetoFile::handle_event(od::object obj) {
       pk.meta = std::move(meta);
       nccl_.push_back(std::move(pk));
     } else if (is_comm(k.category)) {
-      note(Severity::Info, "kineto.nccl_kernel_unparsed", 1, std::string(name));
+      note(diag::Code::kineto_nccl_kernel_unparsed, std::string(name));
     }
     w_.add(run_, k);
     ++stored_;
@@ -1196,44 +1191,37 @@ void KinetoFile::finish() {
     w_.add_step(run_, s);
   }
   for (auto& c : comms_) w_.add_communicator(run_, c);
-  auto diag = [&](Severity sev, const std::string& code, int64_t n, const std::string& detail) {
-    if (n <= 0) return;
-    Diagnostic d;
-    d.rank = final_rank;
-    d.severity = sev;
-    d.code = code;
-    d.count = n;
-    d.detail = detail;
-    w_.add_diagnostic(run_, d);
+  auto put = [&](diag::Code code, int64_t n, std::string detail) {
+    ctx_.diagnose(code, n, std::move(detail), final_rank);
   };
-  for (auto& d : diags_) diag(d.severity, d.code, d.count, d.detail);
-  diag(Severity::Warning, "kineto.unlinked_nccl_kernel", unlinked,
-       "NCCL kernels with no CPU-side communication op found through correlation/External id");
-  diag(Severity::Info, "kineto.collective_without_metadata", no_meta,
-       "collectives without message sizes in the trace (profiler run without record_shapes or an "
-       "older PyTorch)");
-  diag(Severity::Info, "kineto.collective_sized_from_input_dims", from_dims,
-       "collectives without message-size metadata sized from the Input Dims of their CPU ops "
-       "(nccl:* annotation, record_param_comms, c10d operator)");
-  diag(Severity::Info, "kineto.cpu_only_collective", cpu_only,
-       "record_param_comms ops with no NCCL kernel; stored with CPU timing and stream -1");
-  diag(Severity::Info, "kineto.non_collective_comm_record", not_collective,
-       "record_param_comms entries that are not collectives (e.g. wait), not stored as such");
-  diag(Severity::Warning, "kineto.malformed_event", bad_events_,
-       "events without ph/ts or with unparseable timestamps, skipped");
-  diag(Severity::Warning, "kineto.negative_duration", negative_, "negative durations set to 0");
-  diag(Severity::Warning, "kineto.bad_time", bad_time_,
-       "events whose ts/dur overflow or are over 130 years from the clock's origin were "
-       "skipped; first: " +
-           bad_time_example_);
+  for (auto& [code, detail] : diags_) put(code, 1, std::move(detail));
+  put(diag::Code::kineto_unlinked_nccl_kernel, unlinked,
+      "NCCL kernels with no CPU-side communication op found through correlation/External id");
+  put(diag::Code::kineto_collective_without_metadata, no_meta,
+      "collectives without message sizes in the trace (profiler run without record_shapes or an "
+      "older PyTorch)");
+  put(diag::Code::kineto_collective_sized_from_input_dims, from_dims,
+      "collectives without message-size metadata sized from the Input Dims of their CPU ops "
+      "(nccl:* annotation, record_param_comms, c10d operator)");
+  put(diag::Code::kineto_cpu_only_collective, cpu_only,
+      "record_param_comms ops with no NCCL kernel; stored with CPU timing and stream -1");
+  put(diag::Code::kineto_non_collective_comm_record, not_collective,
+      "record_param_comms entries that are not collectives (e.g. wait), not stored as such");
+  put(diag::Code::kineto_malformed_event, bad_events_,
+      "events without ph/ts or with unparseable timestamps, skipped");
+  put(diag::Code::kineto_negative_duration, negative_, "negative durations set to 0");
+  put(diag::Code::kineto_bad_time, bad_time_,
+      "events whose ts/dur overflow or are over 130 years from the clock's origin were "
+      "skipped; first: " +
+          bad_time_example_);
   int64_t skipped = 0;
   std::string what;
   for (auto& [kind, n] : skipped_) {
     skipped += n;
     what += (what.empty() ? "" : ", ") + kind + ": " + std::to_string(n);
   }
-  diag(Severity::Info, "kineto.skipped_events", skipped,
-       "events not stored (flow arrows, instants, other categories): " + what);
+  put(diag::Code::kineto_skipped_events, skipped,
+      "events not stored (flow arrows, instants, other categories): " + what);
   ctx_.stats.rows += stored_ + static_cast<int64_t>(colls.size());
 }
 

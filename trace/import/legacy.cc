@@ -31,6 +31,7 @@
 #include <set>
 
 #include "trace/categories.h"
+#include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/import/importer.h"
 #include "trace/import/input.h"
@@ -227,13 +228,11 @@ void import_legacy(ImportContext& ctx, const std::string& path, size_t index) {
   info.backend = gloo ? "gloo" : "";
   info.source = path;
   w.add_rank(run, info);
-  auto diagnose = [&](int64_t count, Severity sev, const char* code, const char* detail) {
-    if (count > 0) w.add_diagnostic(run, Diagnostic{rank, sev, code, count, detail});
-  };
-  diagnose(skipped, Severity::Info, "legacy.skipped_events",
-           "events that are not complete \"X\" events with a name, ts and dur");
-  diagnose(unpaired, Severity::Warning, "legacy.collective_without_work",
-           "c10d calls without a gloo event of the same operation: they end with the call");
+  ctx.diagnose(diag::Code::legacy_skipped_events, skipped,
+               "events that are not complete \"X\" events with a name, ts and dur", rank);
+  ctx.diagnose(diag::Code::legacy_collective_without_work, unpaired,
+               "c10d calls without a gloo event of the same operation: they end with the call",
+               rank);
   ctx.stats.rows += rows;
   if (ctx.options.progress) {
     std::error_code ec;

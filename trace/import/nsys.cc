@@ -26,10 +26,11 @@
 #include <vector>
 
 #include "trace/categories.h"
+#include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/import/importer.h"
-#include "trace/time_range.h"
 #include "trace/sqlite_util.h"
+#include "trace/time_range.h"
 
 namespace braid {
 namespace {
@@ -277,18 +278,6 @@ class NsysImporter {
     return true;
   }
 
-  void diag(Severity sev, const std::string& code, int64_t count, const std::string& detail,
-            int32_t rank = -1) {
-    if (count <= 0) return;
-    Diagnostic d;
-    d.rank = rank;
-    d.severity = sev;
-    d.code = code;
-    d.count = count;
-    d.detail = detail;
-    w_.add_diagnostic(run_, d);
-  }
-
   void open() {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(file_, ec))
@@ -333,8 +322,8 @@ class NsysImporter {
         ++n;
       }
     bool core = !schema_->has(kKernel) || !schema_->has(kStrings);
-    diag(core ? Severity::Warning : Severity::Info, "nsys.missing_table", n,
-         file_ + ": absent, not imported: " + missing);
+    ctx_.diagnose(diag::Code::nsys_missing_table, n, file_ + ": absent, not imported: " + missing,
+                  -1, core ? Severity::Warning : Severity::Info);
   }
 
   void missing_column(const std::string& what) {
@@ -532,11 +521,11 @@ class NsysImporter {
     if (sole_) mine.insert(*sole_);
     for (int32_t r : mine) ctx_.claim_rank(r, file_);
     if (rows_without_pid && procs.size() > 1)
-      diag(Severity::Warning, "nsys.rows_without_process", 1,
-           file_ + ": GPU rows without globalPid in a multi-process export were skipped");
-    diag(Severity::Warning, "nsys.rank_guessed", guessed,
-         file_ + ": several processes and no rank information; ranks numbered from " +
-             std::to_string(base) + " in pid order");
+      ctx_.diagnose(diag::Code::nsys_rows_without_process, 1,
+                    file_ + ": GPU rows without globalPid in a multi-process export were skipped");
+    ctx_.diagnose(diag::Code::nsys_rank_guessed, guessed,
+                  file_ + ": several processes and no rank information; ranks numbered from " +
+                      std::to_string(base) + " in pid order");
   }
 
   // The rank of a row from its globalPid/globalTid, or nullopt when it cannot be placed.
@@ -766,12 +755,12 @@ class NsysImporter {
         ++binary;
       w_.add(run_, r);
     }
-    diag(Severity::Info, "nsys.nvtx_mark_skipped", marks,
-         file_ + ": NVTX marks (instants) are not imported as ranges");
-    diag(Severity::Warning, "nsys.nvtx_unterminated", open,
-         file_ + ": NVTX ranges without an end were skipped");
-    diag(Severity::Info, "nsys.nvtx_binary_payload", binary,
-         file_ + ": binary NVTX payloads were not decoded");
+    ctx_.diagnose(diag::Code::nsys_nvtx_mark_skipped, marks,
+                  file_ + ": NVTX marks (instants) are not imported as ranges");
+    ctx_.diagnose(diag::Code::nsys_nvtx_unterminated, open,
+                  file_ + ": NVTX ranges without an end were skipped");
+    ctx_.diagnose(diag::Code::nsys_nvtx_binary_payload, binary,
+                  file_ + ": binary NVTX payloads were not decoded");
   }
 
   // The NCCL NVTX ranges that describe the operation launched at `t` on thread `gtid`:
@@ -935,16 +924,19 @@ class NsysImporter {
       if (c.comm != 0) c.seq = next_seq[{c.rank, c.comm}]++;
       w_.add(run_, c);
     }
-    diag(Severity::Warning, "nsys.nccl_kernel_unlinked", unlinked,
-         file_ + ": NCCL kernels whose launching runtime call was not found (enqueue unknown)");
-    diag(Severity::Warning, "nsys.nccl_op_unresolved", unresolved,
-         file_ + ": SendRecv kernels without an enclosing NCCL NVTX range; op left as SendRecv");
-    diag(Severity::Info, "nsys.nccl_size_unknown", unsized,
-         file_ +
-             ": collectives without a size (no NCCL NVTX payload, or communicator size "
-             "unknown for all-gather/reduce-scatter)");
-    diag(Severity::Warning, "nsys.nccl_op_conflict", op_conflicts_,
-         file_ + ": NCCL NVTX range names another operation than its kernel; kernel name kept");
+    ctx_.diagnose(
+        diag::Code::nsys_nccl_kernel_unlinked, unlinked,
+        file_ + ": NCCL kernels whose launching runtime call was not found (enqueue unknown)");
+    ctx_.diagnose(
+        diag::Code::nsys_nccl_op_unresolved, unresolved,
+        file_ + ": SendRecv kernels without an enclosing NCCL NVTX range; op left as SendRecv");
+    ctx_.diagnose(diag::Code::nsys_nccl_size_unknown, unsized,
+                  file_ +
+                      ": collectives without a size (no NCCL NVTX payload, or communicator size "
+                      "unknown for all-gather/reduce-scatter)");
+    ctx_.diagnose(
+        diag::Code::nsys_nccl_op_conflict, op_conflicts_,
+        file_ + ": NCCL NVTX range names another operation than its kernel; kernel name kept");
   }
 
   // NCCL's "Message size [bytes]" is the per-rank message: count * type size for all-reduce,
@@ -1037,15 +1029,18 @@ class NsysImporter {
       c.backend = "nccl";
       w_.add_communicator(run_, c);
     }
-    diag(Severity::Warning, "nsys.missing_column", missing_col_count_,
-         file_ + ": " + missing_cols_);
-    diag(Severity::Warning, "nsys.unknown_string", unknown_strings_,
-         file_ + ": name ids not found in StringIds (names left empty)");
-    diag(Severity::Warning, "nsys.bad_time", bad_time_,
-         "rows whose start/end are not a time (over 130 years from the clock's origin, or ending "
-         "before they start) were skipped; first: " + bad_time_example_);
-    diag(Severity::Warning, "nsys.unplaced_rows", unplaced_,
-         file_ + ": rows of processes without a rank in a multi-process export were skipped");
+    ctx_.diagnose(diag::Code::nsys_missing_column, missing_col_count_,
+                  file_ + ": " + missing_cols_);
+    ctx_.diagnose(diag::Code::nsys_unknown_string, unknown_strings_,
+                  file_ + ": name ids not found in StringIds (names left empty)");
+    ctx_.diagnose(
+        diag::Code::nsys_bad_time, bad_time_,
+        "rows whose start/end are not a time (over 130 years from the clock's origin, or ending "
+        "before they start) were skipped; first: " +
+            bad_time_example_);
+    ctx_.diagnose(
+        diag::Code::nsys_unplaced_rows, unplaced_,
+        file_ + ": rows of processes without a rank in a multi-process export were skipped");
   }
 
   struct Proc {

@@ -7,6 +7,7 @@
 
 #include "analysis/clock.h"
 #include "analysis/run_data.h"
+#include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/sqlite_util.h"
 
@@ -292,8 +293,8 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
   }
   if (d->start > d->end) d->start = d->end = 0;
   if (clamped > 0)
-    d->diagnostics.push_back({-1, Severity::Warning, "view.overlap_clamped", clamped,
-                              "events shortened to fit 64 rows of overlapping events"});
+    d->diagnostics.push_back(diag::make(diag::Code::view_overlap_clamped, clamped,
+                                        "events shortened to fit 64 rows of overlapping events"));
   for (size_t li = 0; li < d->lanes.size(); ++li)
     for (size_t ri = 0; ri < d->lanes[li].rows.size(); ++ri) {
       const auto& ev = d->lanes[li].rows[ri].events;

@@ -1,4 +1,6 @@
 // Data-quality diagnostics of each run shown (what the importers skipped or fixed).
+#include "trace/diagnostics.h"
+
 #include <cinttypes>
 
 #include "app/view/app.h"
@@ -28,6 +30,9 @@ void diagnostics(App& app) {
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(
             (g.code + (g.rank >= 0 ? " (rank " + std::to_string(g.rank) + ")" : "")).c_str());
+        if (const diag::Info* info = diag::find(g.code); info && ImGui::IsItemHovered())
+          ImGui::SetTooltip("%.*s", static_cast<int>(info->description.size()),
+                            info->description.data());
         ImGui::TableNextColumn();
         ImGui::Text("%" PRId64, g.count);
         ImGui::TableNextColumn();
