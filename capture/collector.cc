@@ -315,7 +315,7 @@ void Collector::on_nccl_call(const NcclCall& c) {
     early_proxies_.erase(it);
   }
   if (c.graph == kGraphCaptured) {  // launches nothing now: its collectives are the replays
-    count("capture.nccl_graph_captured", 1, Severity::Info,
+    count(diag::Code::capture_nccl_graph_captured, 1,
           "NCCL calls made during CUDA stream capture (nccl_calls rows with seq -1): they ran "
           "nothing then; each graph launch adds a row and a collective per captured call");
     return;

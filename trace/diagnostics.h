@@ -128,6 +128,12 @@ namespace braid::diag {
     "NVTX ranges still open when the capture ended, not stored")                                  \
   X(capture_unhandled_activity_kind, "capture.unhandled_activity_kind", Info, "capture",          \
     "CUPTI records of kinds braid does not store")                                                \
+  X(capture_cupti_contended, "capture.cupti_contended", Warning, "capture",                       \
+    "another CUPTI client of the job was refused CUPTI because braid holds it")                   \
+  X(capture_cupti_taken, "capture.cupti_taken", Error, "capture",                                 \
+    "another CUPTI client took CUPTI's buffers or a kind braid records; braid's records stop")    \
+  X(capture_nccl_graph_captured, "capture.nccl_graph_captured", Info, "capture",                  \
+    "NCCL calls made during CUDA stream capture; their collectives are the graph's replays")      \
   X(daemon_rank_conflict, "daemon.rank_conflict", Error, "capture/daemon",                        \
     "two processes of one capture claimed the same rank")                                         \
   X(daemon_agent_lost, "daemon.agent_lost", Error, "capture/daemon",                              \

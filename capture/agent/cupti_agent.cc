@@ -131,8 +131,7 @@ void report_other_client(bool taken, const std::string& detail) {
   Agent* a = Agent::running();
   if (!a) return;
   Diagnostic d;
-  d.severity = taken ? Severity::Error : Severity::Warning;
-  d.code = taken ? "capture.cupti_taken" : "capture.cupti_contended";
+  diag::set_code(d, taken ? diag::Code::capture_cupti_taken : diag::Code::capture_cupti_contended);
   d.detail = detail;
   a->pipeline().post(d);
 }
