@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 
 #include "capture/config.h"
@@ -42,6 +43,18 @@ Collector::Collector(Sink& sink, const ClockFit& clock, int32_t rank, uint32_t n
 void Collector::note_stream(int64_t stream) {
   if (streams_.insert(stream).second)
     sink_.add_stream({rank_, stream, true, "stream " + std::to_string(stream)});
+}
+
+void Collector::note_thread(int64_t tid) {
+  if (tid <= 0 || !threads_.insert(tid).second) return;
+  std::string path = "/proc/self/task/" + std::to_string(tid) + "/comm";
+  FILE* f = std::fopen(path.c_str(), "re");
+  if (!f) return;  // gone already, or not a thread of this process: the GUI shows its id
+  char name[64] = {};
+  size_t n = std::fread(name, 1, sizeof name - 1, f);
+  std::fclose(f);
+  while (n > 0 && (name[n - 1] == '\n' || name[n - 1] == '\0')) --n;
+  if (n > 0) sink_.add_stream({rank_, tid, false, std::string(name, n)});
 }
 
 void Collector::window_edge(bool open, int64_t device_ts, const std::string& opener) {
@@ -199,6 +212,7 @@ void Collector::on_api(const ApiActivity& a) {
   if (it != corr_to_ext_.end()) c.external_id = static_cast<int64_t>(it->second);
   bound(api_tid_);
   api_tid_[a.correlation] = a.tid;
+  note_thread(c.tid);
   sink_.add(c);
 }
 

@@ -91,6 +91,10 @@ class Collector final : public ActivityHandler {
   void emit(const Pending& p, const KernelSpan* k);
   void write_proxy_op(const NcclProxyOp& p);
   void note_stream(int64_t stream);
+  // A host thread seen for the first time: named from /proc/self/task/<tid>/comm while it
+  // still runs (the writer thread sees its records within a drain period), so the GUI shows
+  // "pt_main_thread" instead of a number.
+  void note_thread(int64_t tid);
   bool in_window(int64_t device_ts) const;
   // A record of a graph launch: linked to the replayed calls of its node, or kept until their
   // links arrive.
@@ -144,6 +148,7 @@ class Collector final : public ActivityHandler {
   std::unordered_map<uint32_t, OpenMarker> outside_markers_;  // started outside the window
   std::unordered_map<const char*, KernelName> kernel_names_;
   std::set<int64_t> streams_;
+  std::set<int64_t> threads_;
   std::map<uint32_t, std::string> device_names_;
   std::set<std::string> comms_written_;
   struct Counter {

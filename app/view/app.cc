@@ -254,12 +254,12 @@ void relayout(App& app, int s) {
   if (slot.data) slot.layout = layout_run(*slot.data, slot.collapsed, app.layout_opt);
 }
 
-void fit_all(App& app) {
+void fit_all(App& app, bool whole) {
   Ns lo = INT64_MAX, hi = INT64_MIN;
   for (int s = 0; s < 2; ++s)
     if (const RunData* d = app.run(s)) {
-      lo = std::min(lo, d->start - app.slots[s].shift);
-      hi = std::max(hi, d->end - app.slots[s].shift);
+      lo = std::min(lo, (whole ? d->start : d->gpu_start) - app.slots[s].shift);
+      hi = std::max(hi, (whole ? d->end : d->gpu_end) - app.slots[s].shift);
     }
   if (lo <= hi) app.axis.fit(lo, hi);
 }

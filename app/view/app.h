@@ -210,7 +210,10 @@ void build_frame(App& app);
 // Navigation, shared by keys, panels and tests.
 // Recomputes the layout of slot `s` (after collapsing or expanding a rank).
 void relayout(App& app, int s);
-void fit_all(App& app);
+// Fits the span of the GPU work (kernels, copies, collectives) of the runs shown, where a
+// capture's process start-up without GPU work would otherwise take most of the window; with
+// `whole`, every event (CPU calls and annotations included).
+void fit_all(App& app, bool whole = false);
 void zoom_to(App& app, Ns t0, Ns t1);  // axis times
 void select_event(App& app, int slot, const Hit& hit, bool zoom);
 void show_tab(App& app, SideTab tab);

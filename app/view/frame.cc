@@ -26,16 +26,15 @@ void keyboard(App& app) {
   if (key_pressed('A')) app.axis.pan_px(w * 0.1f);
   if (key_pressed('D')) app.axis.pan_px(-w * 0.1f);
   if (key_pressed('F')) {
-    if (app.range_active)
+    if (app.range_active && !io.KeyShift)
       zoom_to(app, app.range_t0, app.range_t1);
     else
-      fit_all(app);
+      fit_all(app, io.KeyShift);
   }
   if (key_pressed(256 /* GLFW_KEY_ESCAPE */)) {
     app.selected.reset();
     app.range_active = false;
   }
-  (void)io;
 }
 
 void side_panel(App& app) {
@@ -84,6 +83,8 @@ void build_frame(App& app) {
   panels::search_box(app);
   ImGui::SameLine();
   if (ImGui::Button("Fit (F)")) fit_all(app);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("The span of the GPU work; Shift+F: everything, CPU calls included");
   ImGui::SameLine();
   ImGui::Checkbox("Flows", &app.show_flows);
   if (app.slots[0].ready() && !app.slots[0].extras.critical_path.empty()) {

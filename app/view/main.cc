@@ -119,6 +119,24 @@ std::string geometry_json(const App& app, int w, int h) {
     }
     o.end_array().end_object();
   }
+  o.end_array().key("metric_bars").begin_array();
+  for (const auto& b : g.metric_bars) {
+    o.begin_object().field("slot", b.slot).field("rank", b.rank);
+    px("y0", b.y0);
+    px("y1", b.y1);
+    o.key("x").begin_array();
+    for (float v : b.x) o.general(v, 6);
+    o.end_array().end_object();
+  }
+  o.end_array().key("late_bars").begin_array();
+  for (const auto& b : g.late_bars) {
+    o.begin_object().field("slot", b.slot).field("rank", b.rank);
+    px("x0", b.x0);
+    px("x1", b.x1);
+    px("y0", b.y0);
+    px("y1", b.y1);
+    o.end_object();
+  }
   o.end_array().key("widgets").begin_object();
   for (const auto& [name, r] : app.widgets) {
     o.key(name).begin_array();

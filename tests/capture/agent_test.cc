@@ -194,6 +194,25 @@ TEST(AgentThreads, ApiAndNcclThreadIdsJoin) {
   while (n.step()) nccl.insert(n.i64(0));
   EXPECT_EQ(nccl, printed);
   EXPECT_EQ(api, printed);
+  // Threads are named from /proc/self/task/<tid>/comm when the agent first sees them: the main
+  // thread still runs when its records are written; the second one may have ended by then
+  // (its rows keep the id), but a name it gets is its own.
+  std::map<int64_t, std::string> names;
+  sql::Stmt st(tr.db(), "SELECT stream, label FROM streams WHERE gpu = 0");
+  while (st.step()) names[st.i64(0)] = st.text(1);
+  std::map<std::string, int64_t> tid_of;
+  {
+    std::istringstream again(r.out);
+    for (std::string w1, w2; again >> w1 >> w2;) {
+      int64_t tid;
+      again >> tid;
+      if (w1 == "tid") tid_of[w2] = tid;
+    }
+  }
+  EXPECT_EQ(names[tid_of["main"]], "braid-main");
+  if (names.count(tid_of["second"])) {
+    EXPECT_EQ(names[tid_of["second"]], "braid-second");
+  }
   // The type was set before the first kind was enabled.
   auto set_at = r.log.find("cuptiSetThreadIdType 1");
   ASSERT_NE(set_at, std::string::npos) << r.log;

@@ -8,8 +8,8 @@
 //              runs at exit with most records still in CUPTI's buffers.
 //   steps N    N steps, each an NVTX range "step <i>" with 3 kernels and a copy inside an outer
 //              range "train"; prints "steps N".
-//   threads    NCCL calls and kernel launches on the main thread and on a second thread; prints
-//              each thread's gettid() as "tid <name> <id>".
+//   threads    NCCL calls and kernel launches on the main thread and on a second thread, named
+//              "braid-main" and "braid-second"; prints each thread's gettid() as "tid <name> <id>".
 //   onerank    on a one-rank communicator: 3 grouped out-of-place all-reduces, 1 grouped
 //              in-place all-reduce, 1 ungrouped out-of-place and 1 ungrouped in-place
 //              all-reduce; then on a two-rank one, 2 grouped all-reduces (kernels launch at
@@ -44,6 +44,7 @@
 #include <cupti.h>
 #include <dlfcn.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -130,6 +131,7 @@ int run_threads() {
   ncclComm_t comm = make_comm(2);
   float buf[64];
   auto work = [&](const char* who, uint32_t stream) {
+    pthread_setname_np(pthread_self(), (std::string("braid-") + who).c_str());
     std::printf("tid %s %ld\n", who, static_cast<long>(syscall(SYS_gettid)));
     for (int i = 0; i < 3; ++i) {
       fakecuda_launch(stream, "gemm_kernel");

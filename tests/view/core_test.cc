@@ -46,11 +46,26 @@ class ViewKnownTrace : public ::testing::Test {
 
 TEST_F(ViewKnownTrace, LanesHoldEventsOnTheJobAxisWithClockOffsetsApplied) {
   EXPECT_EQ(d_->groups.size(), 2u);
-  EXPECT_EQ(d_->lanes.size(), 6u);  // 2 ranks x (stream 7, stream 20, thread 100)
+  EXPECT_EQ(d_->lanes.size(), 8u);  // 2 ranks x (steps, stream 7, stream 20, thread 100)
   EXPECT_EQ(d_->start, kBase);
   EXPECT_EQ(d_->end, kBase + us(100));
-  // 5 GPU events per rank (gemm, add, allreduce, attention, memcpy) + 2 CPU calls.
+  EXPECT_EQ(d_->gpu_start, kBase);  // the memcpy [0, 8) us
+  EXPECT_EQ(d_->gpu_end, kBase + us(100));
+  // 5 GPU events per rank (gemm, add, allreduce, attention, memcpy) + 2 CPU calls; the steps
+  // lane shows the steps table and is not counted among the events.
   EXPECT_EQ(d_->event_count, 14);
+  for (const RankGroup& g : d_->groups) {
+    const Lane& steps = d_->lanes[g.lanes.front()];  // each rank's first lane
+    EXPECT_EQ(steps.stream, kStepsLane);
+    EXPECT_EQ(steps.label, "steps");
+    ASSERT_EQ(steps.rows.size(), 1u);
+    ASSERT_EQ(steps.rows[0].events.size(), 1u);
+    const Event& st = steps.rows[0].events[0];
+    EXPECT_EQ(st.kind, EventKind::Step);
+    EXPECT_EQ(d_->str(st.name), "step 0");
+    EXPECT_EQ(st.start, kBase);  // [0, 100) us on the job axis (rank 1's offset applied)
+    EXPECT_EQ(st.end, kBase + us(100));
+  }
   for (int32_t rank : {0, 1}) {
     const Lane& l = d_->lanes[lane(rank, 7)];
     ASSERT_EQ(l.rows.size(), 1u);
@@ -72,8 +87,8 @@ TEST_F(ViewKnownTrace, LanesHoldEventsOnTheJobAxisWithClockOffsetsApplied) {
   ASSERT_EQ(cpu.rows.size(), 2u);
   EXPECT_EQ(d_->str(cpu.rows[0].events[0].name), "aten::mm");
   EXPECT_EQ(d_->str(cpu.rows[1].events[0].name), "cudaLaunchKernel");
-  // GPU lanes first within each rank.
-  EXPECT_TRUE(d_->lanes[d_->groups[0].lanes.front()].gpu);
+  // The steps, then GPU lanes, then host lanes within each rank.
+  EXPECT_TRUE(d_->lanes[d_->groups[0].lanes[1]].gpu);
   EXPECT_FALSE(d_->lanes[d_->groups[0].lanes.back()].gpu);
 }
 
@@ -243,17 +258,48 @@ TEST(ViewLod, WideEventsAreNeverFoldedIntoBlocks) {
   EXPECT_EQ(items[2].count, 100);
 }
 
+// Events at least a pixel wide are drawn as themselves, a fold never takes in a gap of a pixel
+// or more, and a folded block has its dominant category (by time).
+TEST(ViewLod, EventsAPixelWideStayThemselvesAndGapsStayVisible) {
+  Row r;
+  // 100 ns per px: tiny 20-ns events every 30 ns (gaps of 0.1 px: folded together), a 150-ns
+  // event (1.5 px: itself), then, after a 150-ns gap (1.5 px), more tiny events.
+  Ns t = 0;
+  for (int i = 0; i < 10; ++i, t += 30) r.events.push_back({t, t + 20, 1, 3, EventKind::Kernel});
+  r.events.push_back({t, t + 150, 2, 1, EventKind::Kernel});  // gemm, 1.5 px
+  t += 150;
+  t += 150;  // the gap
+  for (int i = 0; i < 6; ++i, t += 30) r.events.push_back({t, t + 20, 1, 3, EventKind::Kernel});
+  // Three gemms of 0.9 px, 0.1 px apart: folded with them, and most of the block's time.
+  for (int i = 0; i < 3; ++i, t += 100) r.events.push_back({t, t + 90, 3, 1, EventKind::Kernel});
+  TimeAxis a;
+  a.set_width(1000);
+  a.set_window(0, 100'000);
+  std::vector<DrawItem> items;
+  fold_row(r, a, 0, 1.f, items);
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(items[0].count, 10);
+  EXPECT_EQ(items[0].category, 3);  // elementwise
+  EXPECT_EQ(items[1].count, 1);     // the 1.5-px gemm as itself
+  EXPECT_EQ(items[1].first, 10);
+  EXPECT_EQ(items[1].category, 1);
+  EXPECT_EQ(items[2].first, 11);  // the gap after it was not taken in
+  EXPECT_EQ(items[2].count, 9);
+  EXPECT_GE(items[2].x0 - items[1].x1, 1.f);
+  EXPECT_EQ(items[2].category, 1);  // 3 x 90 ns of gemm outweigh 6 x 20 ns of elementwise
+}
+
 TEST_F(ViewKnownTrace, LayoutCollapsesRanksAndHitTestFindsTheEventUnderThePoint) {
   LayoutOptions opt;
   RunLayout l = layout_run(*d_, {}, opt);
   ASSERT_EQ(l.groups.size(), 2u);
-  ASSERT_EQ(l.lanes.size(), 6u);
-  // rank 0: header, stream 7 (1 row), stream 20 (1 row), thread 100 (2 rows)
-  EXPECT_FLOAT_EQ(l.lanes[0].y0, opt.header_h);
-  EXPECT_FLOAT_EQ(l.lanes[2].y1 - l.lanes[2].y0, 2 * opt.row_h);
-  EXPECT_FLOAT_EQ(l.groups[1].y0, opt.header_h + 4 * opt.row_h + 3 * opt.lane_gap);
+  ASSERT_EQ(l.lanes.size(), 8u);
+  // rank 0: header, steps (1 row), stream 7 (1 row), stream 20 (1 row), thread 100 (2 rows)
+  EXPECT_FLOAT_EQ(l.lanes[1].y0, opt.header_h + opt.row_h + opt.lane_gap);
+  EXPECT_FLOAT_EQ(l.lanes[3].y1 - l.lanes[3].y0, 2 * opt.row_h);
+  EXPECT_FLOAT_EQ(l.groups[1].y0, opt.header_h + 5 * opt.row_h + 4 * opt.lane_gap);
   RunLayout c = layout_run(*d_, {1, 0}, opt);
-  EXPECT_EQ(c.lanes.size(), 3u);
+  EXPECT_EQ(c.lanes.size(), 4u);
   EXPECT_FLOAT_EQ(c.groups[1].y0, opt.header_h);
   EXPECT_LT(c.height, l.height);
 
@@ -262,15 +308,15 @@ TEST_F(ViewKnownTrace, LayoutCollapsesRanksAndHitTestFindsTheEventUnderThePoint)
   a.set_width(1000);
   a.set_window(kBase, kBase + us(100));  // 100 ns per pixel
   // The gemm on rank 0 stream 7: [10, 40) us -> x [100, 400).
-  float y = l.lanes[0].y0 + opt.row_h / 2;
+  float y = l.lanes[1].y0 + opt.row_h / 2;
   auto h = hit_test(*d_, l, a, 0, 250.f, y, opt);
   ASSERT_TRUE(h);
-  EXPECT_EQ(h->lane, l.lanes[0].lane);
+  EXPECT_EQ(h->lane, l.lanes[1].lane);
   EXPECT_EQ(h->index, 0);
   EXPECT_EQ(h->count, 1);
   EXPECT_FALSE(hit_test(*d_, l, a, 0, 425.f, y, opt));  // the gap between gemm and add
   // The nested launch on the CPU lane's second row.
-  auto cpu = hit_test(*d_, l, a, 0, 100.f, l.lanes[2].y0 + opt.row_h * 1.5f, opt);
+  auto cpu = hit_test(*d_, l, a, 0, 100.f, l.lanes[3].y0 + opt.row_h * 1.5f, opt);
   ASSERT_TRUE(cpu);
   EXPECT_EQ(d_->str(d_->event(cpu->lane, cpu->row, cpu->index).name), "cudaLaunchKernel");
 }
@@ -534,6 +580,7 @@ TEST(ViewRealTrace, EveryEventOnceInSortedNonOverlappingRows) {
   int64_t in_rows = 0, carrying = 0;
   for (const Lane& l : d->lanes)
     for (const Row& row : l.rows) {
+      if (l.stream == kStepsLane) continue;  // the steps table, shown as a lane
       in_rows += static_cast<int64_t>(row.events.size());
       for (size_t i = 0; i < row.events.size(); ++i) {
         EXPECT_LE(row.events[i].start, row.events[i].end);

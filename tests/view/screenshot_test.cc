@@ -29,6 +29,15 @@ struct LaneGeo {
   int64_t stream;
   double y0, y1;
 };
+struct BarGeo {
+  int rank;
+  double y0, y1;
+  double x[6];  // part boundaries: compute | overlapped | exposed | memory | idle
+};
+struct LateGeo {
+  int rank;
+  double x0, x1, y0, y1;
+};
 struct Geometry {
   double axis_x0, axis_x1, label_x0, label_x1;
   Ns t0, t1;
@@ -36,6 +45,8 @@ struct Geometry {
   std::vector<int64_t> run_ids;  // per section
   std::vector<LaneGeo> lanes;
   std::map<std::string, std::array<double, 4>> widgets;  // x0, y0, x1, y1
+  std::vector<BarGeo> bars;  // the Metrics tab's, when shown
+  std::vector<LateGeo> late;
 };
 
 bool have_xvfb() { return std::system("command -v xvfb-run >/dev/null 2>&1") == 0; }
@@ -80,6 +91,18 @@ std::pair<Image, Geometry> screenshot(const test::TempDir& dir, const std::strin
                          static_cast<int>(int64_t(l["rank"].get_int64())), l["stream"].get_int64(),
                          l["y0"].get_double(), l["y1"].get_double()});
   }
+  for (auto b : j["metric_bars"].get_array()) {
+    BarGeo bg{static_cast<int>(int64_t(b["rank"].get_int64())),
+              b["y0"].get_double(),
+              b["y1"].get_double(),
+              {}};
+    int k = 0;
+    for (auto x : b["x"].get_array()) bg.x[k++] = x.get_double();
+    g.bars.push_back(bg);
+  }
+  for (auto b : j["late_bars"].get_array())
+    g.late.push_back({static_cast<int>(int64_t(b["rank"].get_int64())), b["x0"].get_double(),
+                      b["x1"].get_double(), b["y0"].get_double(), b["y1"].get_double()});
   return {std::move(img), g};
 }
 
@@ -150,7 +173,7 @@ TEST_F(ViewScreenshot, KnownEventsLanesAndLabelsAreWhereTheTraceSays) {
   ASSERT_EQ(img.height, 800);
   EXPECT_EQ(g.t0, kBase - us(2));  // fit with 2% margins
   EXPECT_EQ(g.t1, kBase + us(102));
-  ASSERT_EQ(g.lanes.size(), 6u);
+  ASSERT_EQ(g.lanes.size(), 8u);  // per rank: steps, streams 7 and 20, thread 100
   const LaneGeo& s7 = lane(g, 0, 0, 7);
   const LaneGeo& s7r1 = lane(g, 0, 1, 7);
   const LaneGeo& s20 = lane(g, 0, 0, 20);
@@ -291,6 +314,44 @@ TEST_F(ViewScreenshot, TheReplayPanelAfterBraidAbOpensItsRuns) {
   EXPECT_GT(count_near(img, static_cast<int>(run[0]), static_cast<int>(run[0]) + 300,
                        static_cast<int>(run[3]), static_cast<int>(run[3]) + 60, kGoodText),
             30);
+}
+
+// The Metrics tab's charts on the known trace (analysis/metrics.h's numbers): each rank's bar
+// cut into computation (gemm 30 + add 5 + attention 8 = 43 us), exposed communication (the
+// allreduce: 35 us on rank 0, 30 us on rank 1; nothing computes under it), memory (the 8-us
+// copy) and idle (the rest of the 100-us span), each part as wide as its share and in its
+// colour; rank 1 arrived last at the allreduce, so the late-rank chart has its bar only.
+TEST_F(ViewScreenshot, MetricsChartsShowEachRanksTimeAndWhoMadeTheOthersWait) {
+  std::string braid = dir_.file("known.braid");
+  test::write_known_trace(braid);
+  auto [img, g] = screenshot(dir_, braid, "--tab metrics");
+  ASSERT_EQ(g.bars.size(), 2u);
+  const Rgb colors[5] = {kBarCompute, kBarOverlapped, kBarExposed, kBarMemory, kBarIdle};
+  for (const BarGeo& b : g.bars) {
+    ASSERT_TRUE(b.rank == 0 || b.rank == 1);
+    const double parts_us[5] = {43, 0, b.rank == 0 ? 35.0 : 30.0, 8, b.rank == 0 ? 14.0 : 19.0};
+    double w = b.x[5] - b.x[0];
+    EXPECT_GT(w, 150);  // the sidebar's width less the labels
+    for (int k = 0; k < 5; ++k) {
+      EXPECT_NEAR(b.x[k + 1] - b.x[k], w * parts_us[k] / 100.0, 1.0)
+          << "rank " << b.rank << " part " << k;
+      if (parts_us[k] == 0) continue;
+      int x = static_cast<int>((b.x[k] + b.x[k + 1]) / 2), y0 = static_cast<int>(b.y0) + 1,
+          y1 = static_cast<int>(b.y1) - 1;
+      int n = count_near(img, x - 2, x + 3, y0, y1, colors[k]);
+      EXPECT_GE(n, 5 * (y1 - y0) * 9 / 10) << "rank " << b.rank << " part " << k;
+    }
+  }
+  // Both spans are 100 us: the bars are as long as each other.
+  EXPECT_NEAR(g.bars[0].x[5] - g.bars[0].x[0], g.bars[1].x[5] - g.bars[1].x[0], 0.5);
+  ASSERT_EQ(g.late.size(), 1u);
+  const LateGeo& l = g.late[0];
+  EXPECT_EQ(l.rank, 1);
+  EXPECT_GT(l.x1 - l.x0, 100);  // the only late rank has the longest bar
+  int n = count_near(img, static_cast<int>(l.x0) + 1, static_cast<int>(l.x1) - 1,
+                     static_cast<int>(l.y0), static_cast<int>(l.y1), kBarLate);
+  EXPECT_GE(n, (static_cast<int>(l.x1) - static_cast<int>(l.x0) - 2) *
+                   (static_cast<int>(l.y1) - static_cast<int>(l.y0)) * 8 / 10);
 }
 
 TEST_F(ViewScreenshot, BadInputGetsOneLineAndNoFile) {

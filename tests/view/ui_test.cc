@@ -4,7 +4,9 @@
 #include <simdjson.h>
 
 #include "app/view/app.h"
+#include "app/view/core/colors.h"
 #include "trace/test_util.h"
+#include "trace/writer.h"
 #include "view/known_trace.h"
 
 namespace braid::view {
@@ -63,7 +65,7 @@ TEST_F(ViewHeadless, FitShowsTheWholeRunWithEveryLane) {
   open(1);
   ASSERT_TRUE(app_.all_ready());
   EXPECT_EQ(app_.geom.sections.size(), 1u);
-  EXPECT_EQ(app_.geom.sections[0].lanes.size(), 6u);
+  EXPECT_EQ(app_.geom.sections[0].lanes.size(), 8u);
   // fit: the run's span with 2% margins.
   EXPECT_EQ(app_.geom.t0, kBase - us(2));
   EXPECT_EQ(app_.geom.t1, kBase + us(102));
@@ -208,6 +210,106 @@ TEST_F(ViewHeadless, SearchJumpsToTheFirstMatch) {
   EXPECT_LE(app_.axis.t0(), kBase + us(45));
   EXPECT_GE(app_.axis.t1(), kBase + us(50));
   EXPECT_LT(app_.axis.t1() - app_.axis.t0(), us(10));
+}
+
+// A capture shaped like issue 21's PyTorch job on an H100: 3.5 s of start-up with only CPU
+// work, then 40 steps of 6 ms (52 kernels each: 11 GEMMs of 0.35 ms, elementwise kernels of
+// 40 us, back to back, then 0.5 ms idle), a thread named by the capture. It opens on the GPU
+// work; zoomed to the steps at 1600x900 every GEMM is drawn as itself, no folded block takes in
+// the idle gap between two steps, the folded elementwise kernels are coloured as elementwise,
+// the steps have their own row, and a click on a step zooms to it.
+TEST_F(ViewHeadless, ACaptureOpensOnItsGpuWorkWithStepsGemmsAndGapsVisible) {
+  ImGui::GetIO().DisplaySize = ImVec2(1600, 900);
+  std::string f = dir_.file("capture.braid");
+  constexpr Ns kMs = 1'000'000, kT0 = 1'700'000'000'000'000'000LL;
+  constexpr Ns kFirstStep = kT0 + 3'500 * kMs, kStep = 6 * kMs;
+  {
+    TraceWriter w(f, TraceWriter::Mode::Overwrite);
+    int64_t run = w.begin_run(RunKind::Captured, "braid record", "test");
+    RankInfo ri;
+    ri.rank = 0;
+    w.add_rank(run, ri);
+    w.add_stream(run, {0, 7, true, "stream 7"});
+    w.add_stream(run, {0, 4242, false, "pt_main_thread"});
+    StrId gemm = w.intern("sm90_xmma_gemm_bf16"), ew = w.intern("vectorized_elementwise_kernel"),
+          init = w.intern("import torch"), launch = w.intern("cudaLaunchKernel");
+    w.add(run, ApiCall{0, 4242, kT0, kT0 + 3'400 * kMs, init, ApiKind::Python, 0, 0});
+    int64_t corr = 1;
+    for (int s = 0; s < 40; ++s) {
+      Ns t = kFirstStep + s * kStep;
+      w.add_step(run, Step{0, s, t, t + kStep});
+      for (int k = 0; k < 52; ++k) {
+        bool is_gemm = k % 5 == 0 && k < 55;  // k = 0, 5, ..., 50: 11 GEMMs
+        Ns d = is_gemm ? 350'000 : 40'000;
+        w.add(run, ApiCall{0, 4242, t, t + 1000, launch, ApiKind::Runtime, corr, 0});
+        w.add(run, Kernel{0, 7, t, t + d, is_gemm ? gemm : ew,
+                          is_gemm ? Category::Gemm : Category::Elementwise, corr++, 0});
+        t += d;
+      }
+    }
+    w.add(run, ApiCall{0, 4242, kFirstStep + 40 * kStep, kT0 + 4'700 * kMs, init, ApiKind::Python,
+                       0, 0});
+    w.commit();
+  }
+  app_open(app_, f, 1);
+  app_wait(app_);
+  frame();
+  frame();
+  ASSERT_TRUE(app_.all_ready());
+  const RunData& d = *app_.slots[0].data;
+  EXPECT_EQ(d.end - d.start, 4'700 * kMs);  // the whole process
+  // Opened on the GPU work: the 40 steps (and fit's margins), not the 4.7 s.
+  EXPECT_LT(app_.geom.t1 - app_.geom.t0, 260 * kMs);
+  EXPECT_LE(app_.geom.t0, kFirstStep);
+  EXPECT_GE(app_.geom.t1, kFirstStep + 40 * kStep - 500'000);
+  auto thread = lane(0, 0, 4242);
+  ASSERT_TRUE(thread);
+  const Lane* cpu = nullptr;
+  for (const Lane& l : d.lanes)
+    if (!l.gpu && l.stream == 4242) cpu = &l;
+  ASSERT_TRUE(cpu);
+  EXPECT_EQ(cpu->label, "pt_main_thread");
+  // Stream 7 as drawn: every GEMM its own item, no item across a step's idle end.
+  const Lane* s7 = nullptr;
+  for (const Lane& l : d.lanes)
+    if (l.gpu && l.stream == 7) s7 = &l;
+  ASSERT_TRUE(s7);
+  std::vector<DrawItem> items;
+  fold_row(s7->rows[0], app_.axis, 0, app_.layout_opt.min_px, items);
+  int gemms = 0, folded = 0;
+  for (const DrawItem& it : items) {
+    const Event& e = s7->rows[0].events[it.first];
+    if (it.count == 1 && e.category == static_cast<uint8_t>(Category::Gemm)) ++gemms;
+    if (it.count > 1) {
+      ++folded;
+      EXPECT_EQ(it.category, static_cast<uint8_t>(Category::Elementwise));
+      const Event& last = s7->rows[0].events[it.first + it.count - 1];
+      // Inside one step: from the step's start to its busy end (5.59 ms in).
+      Ns step0 = kFirstStep + (e.start - kFirstStep) / kStep * kStep;
+      EXPECT_LE(last.end, step0 + 11 * 350'000 + 41 * 40'000) << it.first;
+    }
+  }
+  EXPECT_EQ(gemms, 40 * 11);
+  EXPECT_GT(folded, 40);
+  // The steps' own row: a click on step 3 zooms to it.
+  auto steps = lane(0, 0, kStepsLane);
+  ASSERT_TRUE(steps);
+  Ns mid = kFirstStep + 3 * kStep + kStep / 2;
+  move(x_of(mid), steps->y0 + 8);
+  frame();
+  ASSERT_TRUE(app_.hovered);
+  ImGui::GetIO().MouseDown[0] = true;
+  frame();
+  ImGui::GetIO().MouseDown[0] = false;
+  frame();
+  ASSERT_TRUE(app_.selected);
+  EXPECT_EQ(
+      d.str(
+          d.event(app_.selected->hit.lane, app_.selected->hit.row, app_.selected->hit.index).name),
+      "step 3");
+  EXPECT_LE(app_.axis.t0(), kFirstStep + 3 * kStep);
+  EXPECT_GE(app_.axis.t1(), kFirstStep + 4 * kStep);
+  EXPECT_LT(app_.axis.t1() - app_.axis.t0(), 2 * kStep);
 }
 
 // One source of numbers: on a real two-rank trace, the Metrics tab shows per rank exactly what

@@ -10,6 +10,8 @@ Rgb category_color(uint8_t category) {
       return {96, 125, 139};
     case kCategoryAnnotation:
       return {189, 176, 104};
+    case kCategoryStep:
+      return {120, 144, 176};
     default:
       break;
   }
@@ -47,6 +49,7 @@ Rgb category_color(uint8_t category) {
 std::string category_name(uint8_t category) {
   if (category == kCategoryCpu) return "cpu";
   if (category == kCategoryAnnotation) return "annotation";
+  if (category == kCategoryStep) return "step";
   return std::string(to_string(static_cast<Category>(category)));
 }
 

@@ -46,7 +46,7 @@ std::optional<Hit> hit_test(const RunData& d, const RunLayout& layout, const Tim
       }
     }
     if (!best) return std::nullopt;
-    return Hit{b.lane, r, best->first, best->count};
+    return Hit{b.lane, r, best->first, best->count, best->category};
   }
   return std::nullopt;
 }

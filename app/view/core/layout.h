@@ -15,7 +15,7 @@ struct LayoutOptions {
   float row_h = 16.f;     // one row of events
   float header_h = 18.f;  // a rank's header (its name, collapse toggle, busy strip)
   float lane_gap = 3.f;   // space below each lane
-  float min_px = 3.f;     // events narrower than this are folded (lod.h)
+  float min_px = 1.f;     // events narrower than this are folded; gaps this wide stay (lod.h)
 };
 
 struct LaneBox {
@@ -41,6 +41,7 @@ struct Hit {
   int lane = -1, row = -1;
   int64_t index = -1;  // first event of the drawn item
   int64_t count = 0;   // > 1: a folded block
+  uint8_t category = 0;  // the event's, or the folded block's dominant category
 };
 
 // What is drawn under (x, y) (section coordinates; x from the axis's left edge), with the same

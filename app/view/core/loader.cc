@@ -276,22 +276,48 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
     }
   }
 
+  // Each rank's steps (the `steps` table) in a lane of their own, first in the rank.
+  {
+    std::map<int64_t, StrId> step_names;
+    for (const auto& [rank, t] : a.ranks) {
+      if (t.steps.empty()) continue;
+      auto& ev = lanes.events(lanes.lane(rank, kStepsLane, false, "steps"));
+      for (const Step& s : t.steps) {
+        auto [it, fresh] = step_names.emplace(s.step, static_cast<StrId>(d->strings.size()));
+        if (fresh) d->strings.push_back("step " + std::to_string(s.step));
+        Ns o = off(rank);
+        ev.push_back({s.start + o, std::max(s.end, s.start) + o, it->second, kCategoryStep,
+                      EventKind::Step, 0, -1});
+      }
+      std::stable_sort(ev.begin(), ev.end(), by_start);
+    }
+  }
+
   int64_t clamped = 0;
-  d->start = INT64_MAX;
-  d->end = INT64_MIN;
+  d->start = d->gpu_start = INT64_MAX;
+  d->end = d->gpu_end = INT64_MIN;
   for (size_t i = 0; i < lanes.lane_count(); ++i) {
     Lane& l = d->lanes[i];
     auto& ev = lanes.events(static_cast<int>(i));
     l.event_count = static_cast<int64_t>(ev.size());
-    d->event_count += l.event_count;
+    if (l.stream != kStepsLane) d->event_count += l.event_count;  // events the file stores
     for (const Event& e : ev) {
       d->start = std::min(d->start, e.start);
       d->end = std::max(d->end, e.end);
+      if (e.kind == EventKind::Kernel || e.kind == EventKind::Memcpy ||
+          (e.kind == EventKind::Collective && l.gpu)) {
+        d->gpu_start = std::min(d->gpu_start, e.start);
+        d->gpu_end = std::max(d->gpu_end, e.end);
+      }
     }
     clamped += assign_rows(std::move(ev), l.rows);
     std::vector<Event>().swap(ev);
   }
   if (d->start > d->end) d->start = d->end = 0;
+  if (d->gpu_start > d->gpu_end) {
+    d->gpu_start = d->start;
+    d->gpu_end = d->end;
+  }
   if (clamped > 0)
     d->diagnostics.push_back(diag::make(diag::Code::view_overlap_clamped, clamped,
                                         "events shortened to fit 64 rows of overlapping events"));
@@ -344,6 +370,8 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
   for (auto& [rank, ls] : by_rank) {
     std::sort(ls.begin(), ls.end(), [&](int a, int b) {
       const Lane &x = d->lanes[a], &y = d->lanes[b];
+      bool xs = !x.gpu && x.stream == kStepsLane, ys = !y.gpu && y.stream == kStepsLane;
+      if (xs != ys) return xs;
       if (x.gpu != y.gpu) return x.gpu;
       return x.stream < y.stream;
     });

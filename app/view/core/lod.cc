@@ -35,6 +35,24 @@ int64_t gallop_start(const std::vector<Event>& ev, int64_t from, Ns t) {
   return it - ev.begin();
 }
 
+// The category with the most time among events [i, j): exact for small blocks, else from 16
+// evenly spaced samples, so a block costs a bounded number of reads however many it holds.
+uint8_t dominant_category(const std::vector<Event>& ev, int64_t i, int64_t j) {
+  constexpr int64_t kSamples = 16;
+  Ns time[256] = {};
+  uint8_t best = ev[i].category;
+  auto add = [&](const Event& e) {
+    time[e.category] += std::max<Ns>(1, e.end - e.start);
+    if (time[e.category] > time[best]) best = e.category;
+  };
+  if (j - i <= kSamples) {
+    for (int64_t k = i; k < j; ++k) add(ev[k]);
+  } else {
+    for (int64_t s = 0; s < kSamples; ++s) add(ev[i + (j - i - 1) * s / (kSamples - 1)]);
+  }
+  return best;
+}
+
 }  // namespace
 
 void fold_row(const Row& row, const TimeAxis& axis, Ns shift, float min_px,
@@ -47,7 +65,7 @@ void fold_row(const Row& row, const TimeAxis& axis, Ns shift, float min_px,
     float x0 = axis.x_of(ev[i].start - shift);
     float x1 = axis.x_of(ev[i].end - shift);
     if (x1 - x0 >= min_px) {
-      out.push_back({x0, x1, i, 1});
+      out.push_back({x0, x1, i, 1, ev[i].category});
       ++i;
       continue;
     }
@@ -73,7 +91,8 @@ void fold_row(const Row& row, const TimeAxis& axis, Ns shift, float min_px,
       block_end = std::max(block_end, e1);
       j = k;
     }
-    out.push_back({x0, std::max(block_end, x0 + 1.f), i, j - i});
+    out.push_back({x0, std::max(block_end, x0 + 1.f), i, j - i,
+                   j - i == 1 ? ev[i].category : dominant_category(ev, i, j)});
     i = j;
   }
 }

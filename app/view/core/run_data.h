@@ -15,17 +15,20 @@
 
 namespace braid::view {
 
-enum class EventKind : uint8_t { Kernel, Memcpy, Collective, CpuCall, Annotation };
+enum class EventKind : uint8_t { Kernel, Memcpy, Collective, CpuCall, Annotation, Step };
 
 // Categories beyond trace/model.h's kernel categories, for events that are not kernels.
 inline constexpr uint8_t kCategoryCpu = 200;         // CPU op / runtime call
 inline constexpr uint8_t kCategoryAnnotation = 201;  // NVTX range, user annotation
+inline constexpr uint8_t kCategoryStep = 202;        // a step of the `steps` table
+// The stream id of a rank's steps lane (its first lane): the steps the file holds, one row.
+inline constexpr int64_t kStepsLane = INT64_MIN;
 
 // One drawn event. 32 bytes, so a 10-million-event trace takes 320 MB.
 struct Event {
   Ns start = 0, end = 0;  // job axis (rank clock + clock_offset_ns)
   StrId name = 0;
-  uint8_t category = 0;  // braid::Category code, or kCategoryCpu / kCategoryAnnotation
+  uint8_t category = 0;  // braid::Category code, or kCategoryCpu / Annotation / Step
   EventKind kind = EventKind::Kernel;
   uint16_t reserved = 0;
   int32_t coll = -1;  // index into RunData::colls when the event carries a collective
@@ -89,6 +92,7 @@ struct RunData {
   std::vector<Diagnostic> diagnostics;
   std::vector<std::string> strings;  // interned names, by StrId
   Ns start = 0, end = 0;             // span of all events on the job axis
+  Ns gpu_start = 0, gpu_end = 0;     // span of the GPU work (kernels, copies), else start/end
   std::vector<float> gpu_density;    // mean busy fraction of the GPU lanes, kOverviewBins
   int64_t event_count = 0;
 

@@ -48,6 +48,7 @@ RangeStats range_stats(const RunData& d, Ns t0, Ns t1) {
       auto it = std::upper_bound(row.events.begin(), row.events.end(), t0,
                                  [](Ns v, const Event& e) { return v < e.end; });
       for (; it != row.events.end() && it->start < t1; ++it) {
+        if (it->kind == EventKind::Step) continue;  // the steps lane repeats the steps table
         Ns a = std::max(it->start, t0), b = std::min(it->end, t1);
         auto& c = s.by_category[category_name(it->category)];
         ++c.count;

@@ -37,8 +37,8 @@ void communicators(App& app) {
         if (dim != x.comm_dim.end() && ImGui::IsItemHovered())
           ImGui::SetTooltip("%s", x.comm_evidence.at(c.comm).c_str());
         ImGui::TableNextColumn();
-        ImGui::TextUnformatted(c.ranks.empty() ? std::to_string(c.nranks).c_str()
-                                               : short_name(c.ranks, 40).c_str());
+        text_elided(c.ranks.empty() ? std::to_string(c.nranks) : c.ranks,
+                    ImGui::CalcTextSize("M").x * 24);
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(c.label.c_str());
         auto it = per_comm.find(c.comm);

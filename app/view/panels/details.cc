@@ -14,7 +14,16 @@ void row(const char* k, const std::string& v) {
   ImGui::TableNextColumn();
   ImGui::TextDisabled("%s", k);
   ImGui::TableNextColumn();
-  ImGui::TextWrapped("%s", v.c_str());
+  text_elided(v);
+}
+
+// A key/value table: the keys as wide as the widest, the values the rest of the panel.
+bool begin_kv(const char* id) {
+  if (!ImGui::BeginTable(id, 2, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit))
+    return false;
+  ImGui::TableSetupColumn("key", ImGuiTableColumnFlags_WidthFixed);
+  ImGui::TableSetupColumn("value", ImGuiTableColumnFlags_WidthStretch);
+  return true;
 }
 
 std::string dur(Ns ns) { return format_duration(static_cast<double>(ns)); }
@@ -42,10 +51,10 @@ void details(App& app) {
   ImGui::TextWrapped("%s",
                      d.str(e.name).empty() ? event_title(d, e).c_str() : d.str(e.name).c_str());
   if (ImGui::Button("Zoom to it")) select_event(app, sel.slot, sel.hit, true);
-  if (!ImGui::BeginTable("details", 2, ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg))
-    return;
+  if (!begin_kv("details")) return;
   row("run", d.run_title());
   row("rank / lane", std::to_string(lane.rank) + " / " + lane.label);
+  if (e.kind == EventKind::Step) row("step", d.str(e.name));
   row("category", category_name(e.category));
   row("start", dur(e.start - d.start) + " after the run's start");
   row("duration", dur(e.end - e.start));

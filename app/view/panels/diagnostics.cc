@@ -18,7 +18,9 @@ void diagnostics(App& app) {
     } else if (ImGui::BeginTable("diag", 4,
                                  ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit |
                                      ImGuiTableFlags_Borders)) {
-      for (const char* h : {"severity", "code", "count", "detail"}) ImGui::TableSetupColumn(h);
+      for (const char* h : {"severity", "code", "count"})
+        ImGui::TableSetupColumn(h, ImGuiTableColumnFlags_WidthFixed);
+      ImGui::TableSetupColumn("detail", ImGuiTableColumnFlags_WidthStretch);
       ImGui::TableHeadersRow();
       for (const Diagnostic& g : d->diagnostics) {
         ImGui::TableNextRow();

@@ -123,7 +123,7 @@ void rank_table(const RunMetrics& m) {
     ImGui::TableNextColumn();
     ImGui::Text("%.1f%%", r.overlap_pct);
     ImGui::TableNextColumn();
-    ImGui::Text("%s (%s)", dur(r.idle_ns).c_str(), pct(r.idle_ns, r.span()).c_str());
+    ImGui::TextUnformatted(dur(r.idle_ns).c_str());
   }
   ImGui::EndTable();
 }
@@ -151,7 +151,7 @@ void exposed_table(App& app, int slot, const RunData& d) {
     const analysis::CollectiveMetrics& w = d.metrics.collectives[e.worst];
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
-    std::string what = std::string(to_string(e.op)) + " on " + (e.comm.empty() ? "?" : e.comm);
+    std::string what = std::string(to_string(e.op)) + (e.comm.empty() ? "" : " on " + e.comm);
     std::string label = elide_middle(what, 28) + "##x" + std::to_string(i);
     if (ImGui::Selectable(label.c_str(), false, ImGuiSelectableFlags_SpanAllColumns))
       zoom_to_collective(app, slot, w);

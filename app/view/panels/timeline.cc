@@ -53,8 +53,9 @@ void tooltip(const App& app, int slot, const Hit& h) {
   if (h.count > 1) {
     const Event& last = d.event(h.lane, h.row, h.index + h.count - 1);
     ImGui::Text("%lld events (zoom in to see them)", static_cast<long long>(h.count));
-    ImGui::Text("from %s, span %s", event_title(d, e).c_str(),
+    ImGui::Text("mostly %s, span %s", category_name(h.category).c_str(),
                 format_duration(static_cast<double>(last.end - e.start)).c_str());
+    ImGui::TextDisabled("from %s", short_name(event_title(d, e), 60).c_str());
     ImGui::EndTooltip();
     return;
   }
@@ -232,7 +233,18 @@ void timeline(App& app, ImVec2 size) {
       dl->AddRectFilled(ImVec2(axis_x0, ly0), ImVec2(axis_x0 + axis_w, ly1), col(kLaneBackground));
       dl->AddText(ImVec2(p0.x + 14, ly0 + (std::min(opt.row_h, ly1 - ly0) - text_h) * 0.5f),
                   IM_COL32(200, 200, 205, 255),
-                  short_name(l.label, static_cast<size_t>((kLabelWidth - 18) / char_w)).c_str());
+                  elide_middle(l.label, static_cast<size_t>((kLabelWidth - 18) / char_w)).c_str());
+      if (hovered_labels && mouse.y >= ly0 && mouse.y < ly1 && !app.drag_mode) {
+        // The whole label, and the id a thread or stream has in the trace.
+        ImGui::BeginTooltip();
+        ImGui::TextUnformatted(l.label.c_str());
+        if (l.stream == kStepsLane)
+          ImGui::TextDisabled("rank %d: the steps the file holds; click one to zoom to it", l.rank);
+        else
+          ImGui::TextDisabled("rank %d, %s id %lld", l.rank, l.gpu ? "stream" : "thread",
+                              static_cast<long long>(l.stream));
+        ImGui::EndTooltip();
+      }
       dl->PushClipRect(ImVec2(axis_x0, ly0), ImVec2(axis_x0 + axis_w, ly1), true);
       for (size_t r = 0; r < l.rows.size(); ++r) {
         float ry0 = ly0 + static_cast<float>(r) * opt.row_h, ry1 = ry0 + opt.row_h - 1;
@@ -244,9 +256,10 @@ void timeline(App& app, ImVec2 size) {
           const Event& e = row.events[it.first];
           float x0 = axis_x0 + std::max(it.x0, -2.f);
           float x1 = axis_x0 + std::min(std::max(it.x1, it.x0 + 1.f), axis_w + 2.f);
-          Rgb c = category_color(e.category);
+          Rgb c = category_color(it.category);
           if (it.count > 1) {
-            dl->AddRectFilled(ImVec2(x0, ry0 + 1), ImVec2(x1, ry1), blend(c, kFoldedColor, 0.5f));
+            // A folded block in its dominant category's colour, dimmed toward grey.
+            dl->AddRectFilled(ImVec2(x0, ry0 + 1), ImVec2(x1, ry1), blend(c, kFoldedColor, 0.3f));
             if (x1 - x0 > 8 * char_w) {
               char buf[32];
               std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(it.count));
@@ -273,7 +286,8 @@ void timeline(App& app, ImVec2 size) {
           float mx = mouse.x - axis_x0;
           for (const DrawItem& it : items)
             if (mx >= it.x0 - 1 && mx <= std::max(it.x1, it.x0 + 1) + 1) {
-              app.hovered = Selection{s, Hit{b.lane, static_cast<int>(r), it.first, it.count}};
+              app.hovered =
+                  Selection{s, Hit{b.lane, static_cast<int>(r), it.first, it.count, it.category}};
               break;
             }
         }
@@ -427,9 +441,13 @@ void timeline(App& app, ImVec2 size) {
     }
     if (!down) {
       if (!app.drag_moved && app.drag_mode == 1) {
-        if (app.hovered)
-          select_event(app, app.hovered->slot, app.hovered->hit, false);
-        else
+        if (app.hovered) {
+          // A step (the steps lane) zooms to itself.
+          const Hit& h = app.hovered->hit;
+          const RunData& hd = *app.slots[app.hovered->slot].data;
+          bool step = h.count == 1 && hd.event(h.lane, h.row, h.index).kind == EventKind::Step;
+          select_event(app, app.hovered->slot, h, step);
+        } else
           app.selected.reset();
       }
       if (app.drag_mode == 2 && app.range_active) {
