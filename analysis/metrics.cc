@@ -76,6 +76,17 @@ RankMetrics row_metrics(int32_t rank, Activity& a, Ns lo, Ns hi) {
   return m;
 }
 
+// Length of [a, b) that the merged, sorted intervals `cover` leave uncovered (binary search:
+// a collective costs the intervals it overlaps, not the rank's whole list).
+Ns uncovered(Ns a, Ns b, const std::vector<Interval>& cover) {
+  auto it = std::upper_bound(cover.begin(), cover.end(), a,
+                             [](Ns t, const Interval& i) { return t < i.end; });
+  Ns covered = 0;
+  for (; it != cover.end() && it->start < b; ++it)
+    covered += std::min(b, it->end) - std::max(a, it->start);
+  return (b - a) - covered;
+}
+
 constexpr Ns kUs = 1000;
 Ns ceil_us(Ns t) { return t >= 0 ? (t + kUs - 1) / kUs * kUs : -((-t) / kUs * kUs); }
 Ns floor_us(Ns t) { return t >= 0 ? t / kUs * kUs : -((-t + kUs - 1) / kUs * kUs); }
@@ -248,8 +259,7 @@ Metrics compute_metrics(const RunData& run, const MatchResult& match, const Cloc
     if (grp.members.size() < 2) cm.late_rank = -1;
     for (MemberTiming& mt : cm.members) {
       mt.wait_ns = cm.last_arrival - mt.arrival;
-      std::vector<Interval> self{{mt.arrival, std::max(mt.arrival, mt.end)}};
-      mt.exposed_ns = (self[0].end - self[0].start) - intersect_length(self, computation[mt.rank]);
+      mt.exposed_ns = uncovered(mt.arrival, std::max(mt.arrival, mt.end), computation[mt.rank]);
       cm.exposed_ns += mt.exposed_ns;
     }
     cm.wait_ns = cm.last_arrival - cm.first_arrival;

@@ -84,6 +84,7 @@ struct FrameGeometry {
     float x0 = 0, x1 = 0, y0 = 0, y1 = 0;  // the bar of others' total wait
   };
   std::vector<LateGeom> late_bars;
+  int link_lines = 0;  // compare mode: fused-op links drawn
 };
 
 enum class SideTab {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "analysis/analyze.h"
 #include "analysis/calibrate.h"
@@ -252,6 +253,18 @@ TEST(Metrics, OverlapExposedCommAndStraggler) {
   EXPECT_NEAR(a.algbw_gbps, 4194304.0 / 80000, 1e-9);
   EXPECT_NEAR(a.busbw_gbps, 4194304.0 / 80000 * 2 * 3 / 4, 1e-9);
   for (const MemberTiming& mt : a.members) EXPECT_EQ(mt.wait_ns, mt.rank == 3 ? 0 : 50 * us);
+  // Each member's exposed time (its interval not under computation on its rank): the step's
+  // collectives are the rank's communication, so their exposed parts add up to the rank's.
+  std::map<int32_t, Ns> exposed;
+  for (const CollectiveMetrics& c : m.collectives) {
+    Ns sum = 0;
+    for (const MemberTiming& mt : c.members) {
+      exposed[mt.rank] += mt.exposed_ns;
+      sum += mt.exposed_ns;
+    }
+    EXPECT_EQ(c.exposed_ns, sum);
+  }
+  for (const RankMetrics& r : m.ranks) EXPECT_EQ(exposed[r.rank], r.exposed_comm_ns) << r.rank;
 }
 
 TEST(CriticalPath, ThroughTheStragglerAndTheCollective) {

@@ -550,7 +550,7 @@ TEST(ViewExtras, OpportunitiesAndFusedOpsArePlacedOnTheirRuns) {
   }
   auto ops = summarize_links(links);
   ASSERT_EQ(ops.size(), 1u);  // one fused collective, on both ranks
-  EXPECT_EQ(ops[0].what, "allreduce on 'pg0'");
+  EXPECT_EQ(ops[0].what, "allreduce on 'pg0' #1");
   EXPECT_EQ(ops[0].replaces, 2u);
   EXPECT_EQ(ops[0].ranks, (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(ops[0].steps, 2u);

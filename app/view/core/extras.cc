@@ -263,7 +263,7 @@ std::vector<FusedOpSummary> summarize_links(const std::vector<FusedLink>& links)
         index.emplace(std::make_tuple(l.what, l.order, l.replaces.size()), out.size());
     if (fresh) {
       FusedOpSummary s;
-      s.what = l.what;
+      s.what = l.what + (l.order >= 0 ? " #" + std::to_string(l.order + 1) : "");
       s.replaces = l.replaces.size();
       out.push_back(std::move(s));
     }

@@ -85,7 +85,7 @@ std::vector<FusedLink> fused_links(const RunData& baseline, const RunData& fused
 // The fused operations once each (the Compare tab's list): links of the same collective on
 // different ranks (same description, communicator position and replaced count) together.
 struct FusedOpSummary {
-  std::string what;
+  std::string what;            // "allreduce on 'dp' #2": the 2nd collective on 'dp' of a step
   size_t replaces = 0;         // ops of the parent each rank's instance replaces
   std::vector<size_t> links;   // indexes into the fused_links result
   std::vector<int32_t> ranks;  // ranks it runs on

@@ -193,22 +193,11 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
     }
   };
 
-  LaneBuilder lanes(*d);
-  for (const StreamInfo& s : reader.streams(run_id)) lanes.lane(s.rank, s.stream, s.gpu, s.label);
-
   // Collectives are numbered rank by rank in the analysis load's order, so a collective of the
   // analysis (rank, index) is RunData::colls[first_coll[rank] + index].
   std::map<int32_t, int32_t> first_coll;
   for (const auto& [rank, t] : a.ranks) {
     const Ns o = off(rank);
-    for (const Kernel& k : t.kernels)
-      lanes.events(lanes.lane(rank, k.stream, true))
-          .push_back({k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category),
-                      EventKind::Kernel, 0, -1});
-    for (const Memcpy& m : t.memcpys)
-      lanes.events(lanes.lane(rank, m.stream, true))
-          .push_back({m.start + o, m.end + o, m.name, static_cast<uint8_t>(Category::Memory),
-                      EventKind::Memcpy, static_cast<uint16_t>(m.kind), -1});
     first_coll[rank] = static_cast<int32_t>(d->colls.size());
     for (Collective c : t.collectives) {
       c.start += o;
@@ -219,6 +208,58 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
       d->colls.push_back(r);
     }
   }
+
+  // Cross-rank matching and metrics, as `braid analyze` computes them, on the clock offsets the
+  // file holds (those `braid analyze` solved, once it has run).
+  analysis::MatchResult match = analysis::match_collectives(a);
+  d->metrics = analysis::compute_metrics(a, match, analysis::stored_clocks(a));
+  std::vector<int32_t> metrics_of(match.groups.size(), -1);
+  for (size_t i = 0; i < d->metrics.collectives.size(); ++i)
+    metrics_of[d->metrics.collectives[i].group] = static_cast<int32_t>(i);
+  for (size_t g = 0; g < match.groups.size(); ++g) {
+    const analysis::CollGroup& grp = match.groups[g];
+    if (grp.members.empty()) continue;
+    Match m;
+    m.order = grp.seq;
+    m.op = grp.op;
+    m.metrics = metrics_of[g];
+    m.latest_start = INT64_MIN;
+    m.earliest_end = INT64_MAX;
+    m.latest_end = INT64_MIN;
+    for (const analysis::CollRef& ref : grp.members) {
+      auto ci = first_coll.at(ref.rank) + ref.index;
+      CollRec& r = d->colls[ci];
+      m.comm = r.c.comm;
+      m.members.push_back(ci);
+      m.latest_start = std::max(m.latest_start, r.c.start);
+      m.earliest_end = std::min(m.earliest_end, r.c.end);
+      m.latest_end = std::max(m.latest_end, r.c.end);
+      r.match = static_cast<int32_t>(d->matches.size());
+    }
+    d->matches.push_back(std::move(m));
+  }
+  match = analysis::MatchResult();
+
+  // The lanes, rank by rank, each rank's analysis data freed once its events are in lanes (the
+  // two never both hold the whole run).
+  LaneBuilder lanes(*d);
+  for (const StreamInfo& s : reader.streams(run_id)) lanes.lane(s.rank, s.stream, s.gpu, s.label);
+  std::map<int32_t, std::vector<Step>> steps;
+  for (auto& [rank, t] : a.ranks) {
+    const Ns o = off(rank);
+    for (const Kernel& k : t.kernels)
+      lanes.events(lanes.lane(rank, k.stream, true))
+          .push_back({k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category),
+                      EventKind::Kernel, 0, -1});
+    std::vector<Kernel>().swap(t.kernels);
+    for (const Memcpy& m : t.memcpys)
+      lanes.events(lanes.lane(rank, m.stream, true))
+          .push_back({m.start + o, m.end + o, m.name, static_cast<uint8_t>(Category::Memory),
+                      EventKind::Memcpy, static_cast<uint16_t>(m.kind), -1});
+    std::vector<Memcpy>().swap(t.memcpys);
+    steps[rank] = std::move(t.steps);
+  }
+  a = analysis::RunData();
   reader.api_calls(run_id, [&](const ApiCall& c) {
     Ns o = off(c.rank);
     lanes.events(lanes.lane(c.rank, c.tid, false))
@@ -279,10 +320,10 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
   // Each rank's steps (the `steps` table) in a lane of their own, first in the rank.
   {
     std::map<int64_t, StrId> step_names;
-    for (const auto& [rank, t] : a.ranks) {
-      if (t.steps.empty()) continue;
+    for (const auto& [rank, rank_steps] : steps) {
+      if (rank_steps.empty()) continue;
       auto& ev = lanes.events(lanes.lane(rank, kStepsLane, false, "steps"));
-      for (const Step& s : t.steps) {
+      for (const Step& s : rank_steps) {
         auto [it, fresh] = step_names.emplace(s.step, static_cast<StrId>(d->strings.size()));
         if (fresh) d->strings.push_back("step " + std::to_string(s.step));
         Ns o = off(rank);
@@ -333,36 +374,6 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
         }
     }
 
-  // Cross-rank matching and metrics, as `braid analyze` computes them, on the clock offsets the
-  // file holds (those `braid analyze` solved, once it has run).
-  analysis::MatchResult match = analysis::match_collectives(a);
-  d->metrics = analysis::compute_metrics(a, match, analysis::stored_clocks(a));
-  std::vector<int32_t> metrics_of(match.groups.size(), -1);
-  for (size_t i = 0; i < d->metrics.collectives.size(); ++i)
-    metrics_of[d->metrics.collectives[i].group] = static_cast<int32_t>(i);
-  for (size_t g = 0; g < match.groups.size(); ++g) {
-    const analysis::CollGroup& grp = match.groups[g];
-    if (grp.members.empty()) continue;
-    Match m;
-    m.order = grp.seq;
-    m.op = grp.op;
-    m.metrics = metrics_of[g];
-    m.latest_start = INT64_MIN;
-    m.earliest_end = INT64_MAX;
-    m.latest_end = INT64_MIN;
-    for (const analysis::CollRef& ref : grp.members) {
-      auto ci = first_coll.at(ref.rank) + ref.index;
-      CollRec& r = d->colls[ci];
-      m.comm = r.c.comm;
-      m.members.push_back(ci);
-      m.latest_start = std::max(m.latest_start, r.c.start);
-      m.earliest_end = std::min(m.earliest_end, r.c.end);
-      m.latest_end = std::max(m.latest_end, r.c.end);
-      r.match = static_cast<int32_t>(d->matches.size());
-    }
-    d->matches.push_back(std::move(m));
-  }
-
   // Lanes grouped per rank: GPU streams by stream id, then host lanes.
   std::map<int32_t, std::vector<int>> by_rank;
   for (size_t i = 0; i < d->lanes.size(); ++i)
@@ -386,8 +397,8 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
     if (l.label.empty())
       l.label = l.gpu ? "stream " + std::to_string(l.stream) : "thread " + std::to_string(l.stream);
 
-  for (const auto& [rank, t] : a.ranks)
-    for (Step s : t.steps) {
+  for (const auto& [rank, rank_steps] : steps)
+    for (Step s : rank_steps) {
       Ns o = off(rank);
       s.start += o;
       s.end += o;

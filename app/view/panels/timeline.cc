@@ -341,34 +341,51 @@ void timeline(App& app, ImVec2 size) {
     }
 
   // Compare mode: each fused operation of B linked to the operations of A it replaces, in the
-  // same step only (B's k-th instance to A's k-th), on the same rank. When more lines than
-  // fit the view would be drawn, only those of the fused op chosen in the Compare tab.
+  // same step only (B's k-th instance to A's k-th), on the same rank. With a fused op chosen in
+  // the Compare tab, only its links; else, when more than a screenful would be drawn, only
+  // those of the first step in view (one step shows what each fused op stands for).
   if (app.compare && !app.links.empty()) {
     struct Line {
       ImVec2 a, b;
+      size_t step;
     };
     std::vector<Line> lines;
     std::vector<uint8_t> chosen(app.links.size(), 1);
+    bool one_op = false;
     if (app.selected_link >= 0) {
       auto ops = summarize_links(app.links);
       if (app.selected_link < static_cast<int>(ops.size())) {
         std::fill(chosen.begin(), chosen.end(), 0);
         for (size_t li : ops[app.selected_link].links) chosen[li] = 1;
+        one_op = true;
       }
     }
+    size_t first_step = SIZE_MAX;
     for (size_t li = 0; li < app.links.size(); ++li) {
       if (!chosen[li]) continue;
-      for (const FusedLink::Step& st : app.links[li].steps)
-        for (int32_t fc : st.fused) {
+      const auto& steps = app.links[li].steps;
+      for (size_t k = 0; k < steps.size(); ++k)
+        for (int32_t fc : steps[k].fused) {
           auto pb = place_of(app, 1, places[1], fc, axis_x0, opt);
-          if (!pb || pb->x < axis_x0 - 50 || pb->x > axis_x0 + axis_w + 50) continue;
-          for (int32_t rc : st.replaced) {
+          if (!pb) continue;
+          for (int32_t rc : steps[k].replaced) {
             auto pa = place_of(app, 0, places[0], rc, axis_x0, opt);
-            if (pa && pa->rank == pb->rank) lines.push_back({{pa->x, pa->y}, {pb->x, pb->y}});
+            if (!pa || pa->rank != pb->rank) continue;
+            bool in_view = (pa->x >= axis_x0 && pa->x <= axis_x0 + axis_w) ||
+                           (pb->x >= axis_x0 && pb->x <= axis_x0 + axis_w);
+            if (!in_view) continue;
+            lines.push_back({{pa->x, pa->y}, {pb->x, pb->y}, k});
+            first_step = std::min(first_step, k);
           }
         }
     }
-    for (const Line& l : lines) dl->AddLine(l.a, l.b, IM_COL32(0, 230, 255, 160), 1.5f);
+    constexpr size_t kMaxLinks = 24;
+    bool only_first = !one_op && lines.size() > kMaxLinks;
+    for (const Line& l : lines)
+      if (!only_first || l.step == first_step)
+        dl->AddLine(l.a, l.b, IM_COL32(0, 230, 255, 170), 1.5f);
+    app.geom.link_lines = 0;
+    for (const Line& l : lines) app.geom.link_lines += !only_first || l.step == first_step;
   }
 
   // The selected event: outline, and its collective's instances on every rank.
