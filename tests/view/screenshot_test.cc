@@ -45,7 +45,7 @@ struct Geometry {
   std::vector<int64_t> run_ids;  // per section
   std::vector<LaneGeo> lanes;
   std::map<std::string, std::array<double, 4>> widgets;  // x0, y0, x1, y1
-  std::vector<BarGeo> bars;  // the Metrics tab's, when shown
+  std::vector<BarGeo> bars;                              // the Metrics tab's, when shown
   std::vector<LateGeo> late;
 };
 
