@@ -46,6 +46,9 @@ struct Finding {
   // Advice applied under its assumption (braid fuse --assume): the fused schedule is what the job
   // would run if the assumption holds; no data check can prove it.
   bool assumed = false;
+  // Advice the pass has a rewrite for (set by the pipeline on the advice it reports, whose
+  // `rewrite` it clears): applicable under PipelineOptions::assume.
+  bool can_assume = false;
 };
 
 // Ranks a search may be limited to (the pipeline's look-ahead after an enabling rewrite).

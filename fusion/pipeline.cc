@@ -349,6 +349,7 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
         if (f.legal && worth(f))
           f.summary += "; not applied: the simulated step does not get shorter";
       }
+      f.can_assume = !f.legal && f.rewrite != nullptr;
       f.rewrite = nullptr;
       res.advice.push_back(std::move(f));
     }

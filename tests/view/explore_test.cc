@@ -159,6 +159,52 @@ TEST(ViewExplore, ANewChoiceCancelsTheRunInFlightAndAFileWithoutScheduleSaysSo) 
   }
 }
 
+TEST(ViewExplore, TickedAdviceIsAppliedUnderItsAssumption) {
+  // A real trace lifted (HTA's DLRM job): compute is opaque, tp-sp's findings are
+  // advice the pass can rewrite.
+  test::TempDir dir;
+  const std::string job = dir.file("job.braid");
+  const std::string assets = std::string(BRAID_TESTS_DATA_ROOT) + "/assets/traces/hta-dlrm";
+  const std::string cli = std::string(BRAID_CLI) + " ";
+  ASSERT_EQ(
+      std::system((cli + "import " + assets + "/rank-0.json.gz " + assets + "/rank-1.json.gz -o " +
+                   job + " > /dev/null && " + cli + "lift " + job + " > /dev/null")
+                      .c_str()),
+      0);
+  Explorer ex;
+  ExploreRequest req;
+  req.path = job;
+  ex.start(req);
+  ex.wait();
+  ASSERT_TRUE(ex.result()) << ex.error();
+  std::vector<ExploreFinding> fs = ex.result()->findings;
+  size_t advice = 0, pick = fs.size();
+  for (size_t i = 0; i < fs.size(); ++i)
+    if (fs[i].status == ExploreFinding::Status::Advice && fs[i].can_assume) {
+      ++advice;
+      if (pick == fs.size() && fs[i].local_saving_ns > 0) pick = i;
+    }
+  ASSERT_GE(advice, 1u);
+  ASSERT_LT(pick, fs.size());
+  const fusion::FindingKey key = fs[pick].key;
+  fs[pick].ticked = true;
+  ex.choose(fs);
+  ex.wait();
+  ASSERT_TRUE(ex.result()) << ex.error();
+  // That one finding applied (assumed), the rest of the pass's advice not.
+  size_t applied = 0;
+  for (const ExploreFinding& f : ex.result()->findings) {
+    if (f.status != ExploreFinding::Status::Applied) continue;
+    ++applied;
+    EXPECT_EQ(f.key, key);
+    EXPECT_TRUE(f.assumed);
+  }
+  EXPECT_EQ(applied, 1u);
+  // Saved, the fused schedule names its assumption, as braid fuse --assume stores it.
+  const int64_t id = ex.save();
+  EXPECT_EQ(fusion::assumed_rewrites(fusion::load_stored_schedule(job, id)).size(), 1u);
+}
+
 TEST(ViewChild, ExitStatusLogAndAProgramThatDoesNotExist) {
   ChildProcess ok({"sh", "-c", "echo out; echo err >&2; exit 3"});
   while (!ok.finished()) std::this_thread::sleep_for(std::chrono::milliseconds(5));

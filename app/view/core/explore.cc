@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -50,6 +51,7 @@ ExploreResult explore(const ExploreRequest& req, const std::string& scratch,
   fusion::PipelineOptions opt;
   opt.skip = req.skip;
   opt.force = req.force;
+  opt.assume = req.assume;
   opt.cancel = cancel;
   opt.progress = [progress](size_t i, size_t n) {
     if (progress) *progress = 0.85 * static_cast<double>(i) / static_cast<double>(n ? n : 1);
@@ -88,6 +90,8 @@ ExploreResult explore(const ExploreRequest& req, const std::string& scratch,
     e.summary = x.summary;
     e.assumption = x.assumption;
     e.legal = x.legal;
+    e.assumed = x.assumed;
+    e.can_assume = x.can_assume;
     e.ticked = status == ExploreFinding::Status::Applied;
     return e;
   };
@@ -149,18 +153,28 @@ void Explorer::start(ExploreRequest req) {
 
 void Explorer::choose(const std::vector<ExploreFinding>& findings) {
   ExploreRequest req = request_;
+  req.assume.clear();
   for (const ExploreFinding& f : findings) {
     req.skip.erase(f.key);
     req.force.erase(f.key);
     const bool was_applied = f.status == ExploreFinding::Status::Applied;
-    if (f.ticked && f.legal) {
-      // Applied by the pipeline itself unless it was forced in or is not worth it on its own.
-      if (!was_applied || request_.force.count(f.key)) req.force.insert(f.key);
-      if (f.status == ExploreFinding::Status::Deselected) req.force.erase(f.key);
+    const bool advice = !f.legal;
+    if (f.ticked && f.can_tick()) {
+      // Applied by the pipeline itself unless it was forced in, is advice, or is not worth it on
+      // its own.
+      if (!was_applied || advice || request_.force.count(f.key)) req.force.insert(f.key);
+      if (f.status == ExploreFinding::Status::Deselected && !advice) req.force.erase(f.key);
+      if (advice && std::find(req.assume.begin(), req.assume.end(), f.key.pass) == req.assume.end())
+        req.assume.push_back(f.key.pass);
     } else if (!f.ticked) {
       if (was_applied || f.status == ExploreFinding::Status::Deselected) req.skip.insert(f.key);
     }
   }
+  // Under `assume`, a pass's advice with a positive saving would all be applied: only the ticked.
+  for (const ExploreFinding& f : findings)
+    if (!f.ticked && !f.legal &&
+        std::find(req.assume.begin(), req.assume.end(), f.key.pass) != req.assume.end())
+      req.skip.insert(f.key);
   start(std::move(req));
 }
 

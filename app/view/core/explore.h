@@ -31,10 +31,14 @@ struct ExploreFinding {
   Ns local_saving_ns = 0;
   std::string summary, assumption;
   bool legal = false;
-  bool ticked = false;  // applied in this result
-  // Whether ticking it can apply it: legal findings can (forced in when the pipeline would not
-  // apply them by itself); advice is not applied (its rewrite is not built without proof).
-  bool can_tick() const { return legal; }
+  bool assumed = false;     // applied advice, under its assumption (braid fuse --assume)
+  bool can_assume = false;  // advice the pass has a rewrite for
+  bool ticked = false;      // applied in this result
+  // Whether ticking it can apply it: legal findings (forced in when the pipeline would not
+  // apply them by itself) and advice with a rewrite (applied under its assumption, as
+  // `braid fuse --assume PASS` does, the other advice of that pass left out); advice the pass
+  // cannot rewrite cannot be ticked.
+  bool can_tick() const { return legal || can_assume || assumed; }
 };
 const char* to_string(ExploreFinding::Status s);
 
@@ -58,6 +62,7 @@ struct ExploreRequest {
   int64_t schedule_id = -1;  // -1: the newest root schedule
   std::string profile = "h100-nvlink";
   std::set<fusion::FindingKey> skip, force;  // fusion::PipelineOptions
+  std::vector<std::string> assume;           // passes whose ticked advice is applied
 };
 
 // Runs one request on the caller's thread. `cancel` / `progress` as in PipelineOptions;

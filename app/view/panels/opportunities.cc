@@ -112,10 +112,13 @@ void explorer(App& app) {
       note_widget(app, "finding " + std::to_string(i));
       ImGui::EndDisabled();
       if (!f.can_tick() && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
-        ImGui::SetTooltip("advice: not applied without proof of its assumption");
+        ImGui::SetTooltip("advice the pass has no rewrite for: not applied");
+      else if (f.can_assume && !f.ticked && ImGui::IsItemHovered())
+        ImGui::SetTooltip("tick to apply it under its assumption (as braid fuse --assume %s)",
+                          f.key.pass.c_str());
       ImGui::PopID();
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(to_string(f.status));
+      ImGui::TextUnformatted(f.assumed ? "assumed" : to_string(f.status));
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(f.key.pass.c_str());
       ImGui::TableNextColumn();
