@@ -448,25 +448,35 @@ class StalledDaemon {
   FrameReader in_;
 };
 
+// An agent client registered with `daemon` (its capture 7 open), and n kernels through a sink.
+std::unique_ptr<AgentClient> registered_client(const std::string& sock, StalledDaemon& daemon) {
+  AgentIdentity id;
+  id.pid = getpid();
+  id.job_id = "train";
+  auto client = std::make_unique<AgentClient>(sock, id, AgentClient::Callbacks{}, 50);
+  daemon.welcome();
+  EXPECT_TRUE(client->wait_registered(5000));
+  return client;
+}
+void send_kernels(DaemonSink& sink, int n) {
+  StrId k = sink.intern("gemm");
+  for (int i = 0; i < n; ++i) sink.add(Kernel{0, 7, i * 10, i * 10 + 5, k, Category::Gemm, i, 0});
+  sink.close();
+}
+
 TEST(Daemon, AgentWaitsForADaemonThatStopsReadingInsteadOfHangingUp) {
   test::TempDir dir;
   std::string sock = dir.file("stalled.sock");
   StalledDaemon daemon(sock);
-  AgentIdentity id;
-  id.pid = getpid();
-  id.job_id = "train";
-  AgentClient client(sock, id, {}, 50);
-  daemon.welcome();
-  ASSERT_TRUE(client.wait_registered(5000));
+  auto c = registered_client(sock, daemon);
+  AgentClient& client = *c;
+  ASSERT_TRUE(client.registered());
   // 8 MB of records: far more than a Unix socket holds, so the sender blocks while the daemon
   // sleeps 3 s (longer than the 2 s after which the agent used to hang up).
   int64_t sent_rows = 0, dropped = -1;
   std::thread agent([&] {
     DaemonSink sink(client, 7, 64 << 10);
-    StrId k = sink.intern("gemm");
-    for (int i = 0; i < 200'000; ++i)
-      sink.add(Kernel{0, 7, i * 10, i * 10 + 5, k, Category::Gemm, i, 0});
-    sink.close();
+    send_kernels(sink, 200'000);
     sent_rows = sink.sent_rows();
     dropped = sink.dropped();
   });
@@ -484,19 +494,13 @@ TEST(Daemon, AgentGivesUpOnAHungDaemonAfterItsPatience) {
   test::TempDir dir;
   std::string sock = dir.file("hung.sock");
   StalledDaemon daemon(sock);
-  AgentIdentity id;
-  id.pid = getpid();
-  id.job_id = "train";
-  AgentClient client(sock, id, {}, 50);
-  daemon.welcome();
-  ASSERT_TRUE(client.wait_registered(5000));
+  auto c = registered_client(sock, daemon);
+  AgentClient& client = *c;
+  ASSERT_TRUE(client.registered());
   client.set_send_patience_ms(500);
   DaemonSink sink(client, 7, 64 << 10);
-  StrId k = sink.intern("gemm");
   auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 200'000; ++i)
-    sink.add(Kernel{0, 7, i * 10, i * 10 + 5, k, Category::Gemm, i, 0});
-  sink.close();
+  send_kernels(sink, 200'000);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_GT(sink.dropped(), 0) << "nothing can be delivered to a daemon that never reads";
   EXPECT_LT(s, 10.0) << "a hung daemon held the sender for " << s << " s";
