@@ -12,7 +12,6 @@
 #include "trace/reader.h"
 #include "trace/rows.h"
 #include "trace/schema.h"
-#include "trace/sqlite_util.h"
 #include "trace/store_update.h"
 #include "trace/temp_cleanup.h"
 #include "trace/writer.h"
@@ -97,9 +96,8 @@ bool format_key(const std::string& k) { return k == "schema_version" || k == "fo
 
 std::vector<std::pair<std::string, std::string>> meta_of(const TraceReader& r) {
   std::vector<std::pair<std::string, std::string>> out;
-  sql::Stmt q(r.db(), "SELECT key, value FROM meta ORDER BY key");
-  while (q.step())
-    if (!format_key(q.text(0))) out.emplace_back(q.text(0), q.text(1));
+  for (auto& kv : r.meta_rows())
+    if (!format_key(kv.first)) out.push_back(std::move(kv));
   return out;
 }
 
@@ -113,15 +111,8 @@ std::string left_out(const TraceReader& r, int64_t run) {
   for (const RunRow& x : r.runs())
     if (x.run_id != run) others += (others.empty() ? "" : " ") + std::to_string(x.run_id);
   if (!others.empty()) add("runs " + others + " (only run " + std::to_string(run) + " is merged)");
-  std::vector<std::string> derived;
-  sql::Stmt t(r.db(), "SELECT name FROM sqlite_master WHERE type='table' AND (name LIKE "
-                      "'analysis!_%' ESCAPE '!' OR name IN ('schedules','opportunities'))"
-                      " ORDER BY name");
-  while (t.step()) derived.push_back(t.text(0));
-  for (const std::string& name : derived) {
-    int64_t n = sql::scalar(r.db(), "SELECT COUNT(*) FROM \"" + name + "\"");
+  for (const auto& [name, n] : r.derived_tables())
     if (n > 0) add(name + " " + std::to_string(n) + " rows");
-  }
   return out;
 }
 
@@ -222,16 +213,9 @@ MergeResult merge_files(const std::vector<std::string>& inputs, const std::strin
     }
     {
       StoreUpdate u(tmp);
-      sql::Stmt up(u.db(), "UPDATE ranks SET clock_offset_ns=?, offset_error_ns=? WHERE run_id=? AND rank=?");
-      for (const RankClock& c : res.clocks.ranks) {
-        if (!c.aligned) continue;
-        up.bind(1, static_cast<int64_t>(c.offset));
-        up.bind(2, static_cast<int64_t>(c.error));
-        up.bind(3, res.run_id);
-        up.bind(4, c.rank);
-        up.run();
-      }
-      rows::SmallTables small(u.db());  // the diagnostics INSERT of trace/rows.h
+      rows::SmallTables small(u.db());
+      for (const RankClock& c : res.clocks.ranks)
+        if (c.aligned) small.clock_offset(res.run_id, c.rank, c.offset, c.error);
       auto add = [&](const Diagnostic& d) { small.diagnostic(res.run_id, d); };
       int unaligned = 0;
       for (const RankClock& c : res.clocks.ranks) unaligned += c.aligned ? 0 : 1;

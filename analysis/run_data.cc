@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "trace/error.h"
-#include "trace/sqlite_util.h"
 
 namespace braid::analysis {
 
@@ -135,14 +134,8 @@ RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick) {
 
   // Only the synchronization calls: their names are found first, then only those rows read.
   std::map<int64_t, SyncKind> sync_names;
-  {
-    sql::Stmt s(reader.db(),
-                "SELECT DISTINCT a.name_id, s.text FROM api_calls a JOIN strings s ON s.id ="
-                " a.name_id WHERE a.run_id=?");
-    s.bind(1, run);
-    while (s.step())
-      if (auto k = sync_kind_of(s.text(1))) sync_names.emplace(s.i64(0), *k);
-  }
+  for (const auto& [id, name] : reader.api_call_names(run))
+    if (auto k = sync_kind_of(name)) sync_names.emplace(id, *k);
   reader.api_calls(run, [&](const ApiCall& a) {
     if (a.kind != ApiKind::Runtime && a.kind != ApiKind::Driver) return more();
     RankTrace& t = rank_of(a.rank);

@@ -4,6 +4,7 @@
 
 #include "trace/json.h"
 #include "trace/reader.h"
+#include "trace/rows.h"
 #include "trace/sqlite_util.h"
 #include "trace/store_update.h"
 
@@ -130,7 +131,7 @@ void store_analysis(const std::string& path, const Analysis& a) {
   }
   {
     sql::Stmt s(db, "INSERT INTO analysis_clocks VALUES (?,?,?,?,?,?,?,?,?)");
-    sql::Stmt up(db, "UPDATE ranks SET clock_offset_ns=?, offset_error_ns=? WHERE run_id=? AND rank=?");
+    rows::SmallTables ranks(db);
     for (const RankClock& c : a.clocks.ranks) {
       int i = 1;
       s.bind(i++, run);
@@ -143,12 +144,7 @@ void store_analysis(const std::string& path, const Analysis& a) {
       s.bind(i++, c.flagged ? 1 : 0);
       s.bind(i++, a.clocks.reference);
       s.run();
-      if (!c.aligned) continue;
-      up.bind(1, static_cast<int64_t>(c.offset));
-      up.bind(2, static_cast<int64_t>(c.error));
-      up.bind(3, run);
-      up.bind(4, c.rank);
-      up.run();
+      if (c.aligned) ranks.clock_offset(run, c.rank, c.offset, c.error);
     }
   }
   {
@@ -188,6 +184,29 @@ StoredCosts load_costs(const std::string& path, int64_t run) {
     c.samples = static_cast<int>(s.i64(5));
     out.comms[s.text(0)] = c;
   }
+  return out;
+}
+
+std::vector<StoredPathSegment> load_critical_path(const TraceReader& reader, int64_t run) {
+  std::vector<StoredPathSegment> out;
+  if (!reader.has_table("analysis_critical_path")) return out;
+  sql::Stmt s(reader.db(),
+              "SELECT step, kind, rank, stream, start_ns, end_ns, name FROM analysis_critical_path"
+              " WHERE run_id=? ORDER BY step, position");
+  s.bind(1, run);
+  while (s.step())
+    out.push_back({s.i64(0), s.text(1), static_cast<int32_t>(s.i64(2)), s.i64(3), s.i64(4),
+                   s.i64(5), s.text(6)});
+  return out;
+}
+
+std::vector<StoredCommLabel> load_comm_labels(const TraceReader& reader, int64_t run) {
+  std::vector<StoredCommLabel> out;
+  if (!reader.has_table("analysis_communicators")) return out;
+  sql::Stmt s(reader.db(),
+              "SELECT comm, parallel_dim, evidence FROM analysis_communicators WHERE run_id=?");
+  s.bind(1, run);
+  while (s.step()) out.push_back({s.text(0), s.text(1), s.text(2)});
   return out;
 }
 

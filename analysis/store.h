@@ -1,13 +1,19 @@
-// Storing `braid analyze` results in the `.braid` file, for the GUI: tables analysis_* (docs/
-// schema.md) and the solved clock offsets in ranks.clock_offset_ns / offset_error_ns. One
-// all-or-nothing transaction (StoreUpdate); the rows of the analysed run (and step) are
-// replaced, other runs' rows are kept.
+// The owner of the analysis_* tables (docs/schema.md; their DDL is in trace/schema.cc): the one
+// module that writes and reads their rows. store_analysis stores `braid analyze` results for the
+// GUI, with the solved clock offsets (ranks.clock_offset_ns / offset_error_ns, written through
+// trace/rows.h), in one all-or-nothing transaction (StoreUpdate); the rows of the analysed run
+// (and step) are replaced, other runs' rows are kept.
 #pragma once
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "analysis/analyze.h"
+
+namespace braid {
+class TraceReader;
+}
 
 namespace braid::analysis {
 
@@ -22,5 +28,24 @@ struct StoredCosts {
   std::map<std::string, CommCost> comms;
 };
 StoredCosts load_costs(const std::string& path, int64_t run);
+
+// The cross-rank critical path stored for `run` (analysis_critical_path), by step and position;
+// times on the job axis. Empty when the file has no such table.
+struct StoredPathSegment {
+  int64_t step = -1;
+  std::string kind;  // kernel, memcpy, collective or gap
+  int32_t rank = -1;
+  int64_t stream = -1;
+  Ns start = 0, end = 0;
+  std::string name;
+};
+std::vector<StoredPathSegment> load_critical_path(const TraceReader& reader, int64_t run);
+
+// Each communicator's parallel dimension as stored for `run` (analysis_communicators), with the
+// evidence for it. Empty when the file has no such table.
+struct StoredCommLabel {
+  std::string comm, dim, evidence;
+};
+std::vector<StoredCommLabel> load_comm_labels(const TraceReader& reader, int64_t run);
 
 }  // namespace braid::analysis

@@ -11,12 +11,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include "bench/gen_kineto.h"
 #include "trace/import/importer.h"
 #include "trace/json.h"
 #include "trace/reader.h"
-#include "trace/sqlite_util.h"
 #include "trace/writer.h"
 
 using namespace braid;
@@ -61,21 +62,26 @@ int main(int argc, char** argv) {
 
   // Validate before reporting.
   TraceReader r(out);
-  auto count = [&](const char* sql) { return sql::scalar(r.db(), sql); };
-  int64_t kernels = count("SELECT COUNT(*) FROM kernels");
-  int64_t memcpys = count("SELECT COUNT(*) FROM memcpys WHERE kind<>'memset'");
-  int64_t memsets = count("SELECT COUNT(*) FROM memcpys WHERE kind='memset'");
-  int64_t apis = count("SELECT COUNT(*) FROM api_calls");
-  int64_t colls = count("SELECT COUNT(*) FROM collectives WHERE stream>=0");
-  int64_t steps = count("SELECT COUNT(*) FROM steps");
+  int64_t kernels = 0, memcpys = 0, memsets = 0, apis = 0, colls = 0, steps = 0;
+  std::map<std::string, int64_t> colls_by_op;
+  for (const RunRow& run : r.runs()) {
+    const TraceReader::Counts n = r.counts(run.run_id);
+    kernels += n.kernels;
+    memcpys += n.memcpys;
+    memsets += n.memsets;
+    apis += n.api_calls;
+    steps += n.steps;
+    for (const auto& [op, k] : r.stream_collectives_by_op(run.run_id)) {
+      colls += k;
+      colls_by_op[op] += k;
+    }
+  }
   bool ok = kernels == counts.kernels && memcpys == counts.memcpys && memsets == counts.memsets &&
             apis == counts.cpu_ops + counts.runtime && colls == counts.nccl_kernels &&
             steps == counts.steps && last.events == counts.events;
   for (int op = 0; op < kNumCollOps; ++op) {
     if (!counts.nccl_by_op[op]) continue;
-    std::string q = "SELECT COUNT(*) FROM collectives WHERE stream>=0 AND op='" +
-                    std::string(to_string(static_cast<CollOp>(op))) + "'";
-    ok &= sql::scalar(r.db(), q) == counts.nccl_by_op[op];
+    ok &= colls_by_op[std::string(to_string(static_cast<CollOp>(op)))] == counts.nccl_by_op[op];
   }
   if (!ok) {
     std::fprintf(stderr, "VALIDATION FAILED: kernels %lld/%lld memcpys %lld/%lld apis %lld/%lld "

@@ -37,7 +37,7 @@ FileSink::FileSink(std::string path, const FileSinkOptions& opts) : path_(std::m
     rows::SmallTables(db_).run(kRun, RunKind::Captured, -1, opts.backend, opts.source,
                                opts.label, rows::now_iso8601());
     sql::exec(db_, "COMMIT");  // from here on the file is a valid (empty) capture
-    ins_string_ = sql::Stmt(db_, "INSERT INTO strings(id, text) VALUES (?, ?)");
+    ins_string_ = rows::StringInserter(db_);
     ins_kernel_ = rows::Inserter<Kernel>(db_);
     ins_memcpy_ = rows::Inserter<Memcpy>(db_);
     ins_api_ = rows::Inserter<ApiCall>(db_);
@@ -66,9 +66,7 @@ StrId FileSink::intern(std::string_view s) {
   // Written at once, in the open transaction, so a checkpoint commits a row with its strings.
   if (strings_.has_new()) {
     for (auto& [sid, text] : strings_.take_new()) {
-      ins_string_.bind(1, static_cast<int64_t>(sid));
-      ins_string_.bind(2, text);
-      ins_string_.run();
+      ins_string_.add(sid, text);
       ++pending_;
     }
   }
@@ -134,14 +132,7 @@ void FileSink::set_meta(std::string_view key, std::string_view value) {
 
 void FileSink::renumber_rank(int32_t from, int32_t to) {
   if (from == to) return;
-  for (const char* t : {"kernels", "memcpys", "api_calls", "nvtx_ranges", "steps", "collectives",
-                        "nccl_calls", "nccl_proxy_ops", "streams", "ranks", "diagnostics"}) {
-    sql::Stmt s(db_, std::string("UPDATE ") + t + " SET rank=? WHERE run_id=? AND rank=?");
-    s.bind(1, to);
-    s.bind(2, kRun);
-    s.bind(3, from);
-    s.run();
-  }
+  rows::renumber_rank(db_, kRun, from, to);
   auto move_keys = [&](auto& m, auto rank_of, auto rekey) {
     std::decay_t<decltype(m)> out;
     for (auto& [k, v] : m) out.emplace(rank_of(k) == from ? rekey(k) : k, v);
@@ -170,9 +161,7 @@ void FileSink::write_small_tables() {
     out.stream(kRun, {std::get<0>(k), std::get<1>(k), std::get<2>(k), label});
   for (auto& [id, c] : comms_) out.communicator(kRun, c);
   // diagnostics has no key: the current totals replace the rows of this run.
-  sql::Stmt del(db_, "DELETE FROM diagnostics WHERE run_id=?");
-  del.bind(1, kRun);
-  del.run();
+  out.clear_diagnostics(kRun);
   for (auto& [k, d] : diags_) out.diagnostic(kRun, d);
   for (auto& [k, v] : meta_) out.meta(k, v);
 }
@@ -197,7 +186,7 @@ void FileSink::close() {
   // TraceWriter leaves its files).
   sqlite3_exec(db_, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
   // Prepared statements must go before the connection.
-  ins_string_ = sql::Stmt();
+  ins_string_.reset();
   ins_kernel_.reset(), ins_memcpy_.reset(), ins_api_.reset(), ins_range_.reset();
   ins_coll_.reset(), ins_step_.reset(), ins_call_.reset(), ins_proxy_.reset();
   sqlite3_close_v2(db_);

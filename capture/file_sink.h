@@ -62,7 +62,7 @@ class FileSink final : public Sink {
   bool closed_ = false;
   int64_t pending_ = 0, committed_ = 0;
   rows::StringTable strings_;
-  sql::Stmt ins_string_;
+  rows::StringInserter ins_string_;
   rows::Inserter<Kernel> ins_kernel_;
   rows::Inserter<Memcpy> ins_memcpy_;
   rows::Inserter<ApiCall> ins_api_;

@@ -131,6 +131,11 @@ std::vector<StoredSchedule> list_schedules(const std::string& path) {
   return v;
 }
 
+bool has_schedules(const TraceReader& reader) {
+  return reader.has_table("schedules") &&
+         sql::scalar(reader.db(), "SELECT COUNT(*) FROM schedules") > 0;
+}
+
 Schedule load_stored_schedule(const std::string& path, int64_t id) {
   TraceReader r(path);
   sql::Stmt st(r.db(), "SELECT body FROM schedules WHERE schedule_id = ?");

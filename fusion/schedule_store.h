@@ -1,5 +1,6 @@
 // Schedules and opportunities in a `.braid` file (tables `schedules` and `opportunities`,
-// docs/schema.md). Writes are all-or-nothing (StoreUpdate); reads open the file read-only.
+// docs/schema.md; their DDL is in trace/schema.cc): the one module that writes and reads their
+// rows. Writes are all-or-nothing (StoreUpdate); reads open the file read-only.
 #pragma once
 
 #include <sqlite3.h>
@@ -10,6 +11,10 @@
 #include <vector>
 
 #include "fusion/ir.h"
+
+namespace braid {
+class TraceReader;
+}
 
 namespace braid::fusion {
 
@@ -54,6 +59,9 @@ int64_t store_fused(const std::string& path, int64_t parent_id, const Schedule& 
                     PipelineResult& res, const std::string& profile);
 
 std::vector<StoredSchedule> list_schedules(const std::string& path);
+// Whether the file open in `reader` holds at least one schedule (false for a file without the
+// table).
+bool has_schedules(const TraceReader& reader);
 // Throws braid::Error(NotFound) naming the ids present when `id` is not stored.
 Schedule load_stored_schedule(const std::string& path, int64_t id);
 // Opportunities of one schedule (all schedules when schedule_id < 0), largest saving first.

@@ -1,6 +1,8 @@
 #include "trace/reader.h"
 
+#include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "trace/error.h"
 #include "trace/rows.h"
@@ -208,18 +210,70 @@ std::string TraceReader::meta(const std::string& key) const {
   return s.step() ? s.text(0) : std::string();
 }
 
+std::vector<std::pair<std::string, std::string>> TraceReader::meta_rows() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  sql::Stmt s(db_, "SELECT key, value FROM meta ORDER BY key");
+  while (s.step()) out.emplace_back(s.text(0), s.text(1));
+  return out;
+}
+
+std::vector<std::string> TraceReader::strings() const {
+  if (strings_loaded_) return strings_;
+  std::vector<std::string> out;
+  sql::Stmt s(db_, "SELECT id, text FROM strings");
+  while (s.step()) {
+    auto i = static_cast<size_t>(s.i64(0));
+    if (i >= out.size()) out.resize(i + 1);
+    out[i] = s.text(1);
+  }
+  return out;
+}
+
 const std::string& TraceReader::str(StrId id) const {
   if (!strings_loaded_) {
-    sql::Stmt s(db_, "SELECT id, text FROM strings");
-    while (s.step()) {
-      auto i = static_cast<size_t>(s.i64(0));
-      if (i >= strings_.size()) strings_.resize(i + 1);
-      strings_[i] = s.text(1);
-    }
+    strings_ = strings();
     strings_loaded_ = true;
   }
   static const std::string kEmpty;
   return id < strings_.size() ? strings_[id] : kEmpty;
+}
+
+TraceReader::Counts TraceReader::counts(int64_t run) const {
+  auto count = [&](const char* sql) {
+    sql::Stmt q(db_, sql);
+    q.bind(1, run);
+    return q.step() ? q.i64(0) : 0;
+  };
+  Counts c;
+  c.gpu_streams = count("SELECT COUNT(*) FROM streams WHERE run_id=? AND gpu=1");
+  c.cpu_threads = count("SELECT COUNT(*) FROM streams WHERE run_id=? AND gpu=0");
+  c.kernels = count("SELECT COUNT(*) FROM kernels WHERE run_id=?");
+  c.memcpys = count("SELECT COUNT(*) FROM memcpys WHERE run_id=? AND kind<>'memset'");
+  c.memsets = count("SELECT COUNT(*) FROM memcpys WHERE run_id=? AND kind='memset'");
+  c.api_calls = count("SELECT COUNT(*) FROM api_calls WHERE run_id=?");
+  c.ranges = count("SELECT COUNT(*) FROM nvtx_ranges WHERE run_id=?");
+  c.steps = count("SELECT COUNT(*) FROM steps WHERE run_id=?");
+  c.collectives = count("SELECT COUNT(*) FROM collectives WHERE run_id=?");
+  c.communicators = count("SELECT COUNT(*) FROM communicators WHERE run_id=?");
+  return c;
+}
+
+std::vector<std::pair<StrId, std::string>> TraceReader::api_call_names(int64_t run) const {
+  std::vector<std::pair<StrId, std::string>> out;
+  sql::Stmt s(db_,
+              "SELECT DISTINCT a.name_id, s.text FROM api_calls a JOIN strings s ON s.id ="
+              " a.name_id WHERE a.run_id=?");
+  s.bind(1, run);
+  while (s.step()) out.emplace_back(static_cast<StrId>(s.i64(0)), s.text(1));
+  return out;
+}
+
+std::map<std::string, int64_t> TraceReader::stream_collectives_by_op(int64_t run) const {
+  std::map<std::string, int64_t> out;
+  sql::Stmt s(db_, "SELECT op, COUNT(*) FROM collectives WHERE run_id=? AND stream>=0 GROUP BY op");
+  s.bind(1, run);
+  while (s.step()) out[s.text(0)] = s.i64(1);
+  return out;
 }
 
 Ns TraceReader::max_duration(const char* table, int64_t run) const {
@@ -333,6 +387,100 @@ bool TraceReader::has_table(const std::string& name) const {
   sql::Stmt s(db_, "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?");
   s.bind(1, name);
   return s.step();
+}
+
+std::vector<std::pair<std::string, int64_t>> TraceReader::derived_tables() const {
+  std::vector<std::string> names;
+  sql::Stmt t(db_,
+              "SELECT name FROM sqlite_master WHERE type='table' AND (name LIKE "
+              "'analysis!_%' ESCAPE '!' OR name IN ('schedules','opportunities'))"
+              " ORDER BY name");
+  while (t.step()) names.push_back(t.text(0));
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const std::string& name : names)
+    out.emplace_back(name, sql::scalar(db_, "SELECT COUNT(*) FROM \"" + name + "\""));
+  return out;
+}
+
+namespace {
+
+const std::set<std::string>& core_tables() {
+  static const std::set<std::string> t{
+      "meta",          "strings",     "categories", "runs",         "ranks", "streams",
+      "kernels",       "memcpys",     "api_calls",  "nvtx_ranges",  "steps", "collectives",
+      "communicators", "diagnostics", "schedules",  "opportunities"};
+  return t;
+}
+
+std::string quoted_name(const std::string& id) {
+  std::string q = "\"";
+  for (char c : id) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string cell(sqlite3_stmt* s, int c) {
+  switch (sqlite3_column_type(s, c)) {
+    case SQLITE_NULL:
+      return "";
+    case SQLITE_INTEGER:
+      return std::to_string(sqlite3_column_int64(s, c));
+    case SQLITE_FLOAT: {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.6g", sqlite3_column_double(s, c));
+      return buf;
+    }
+    default: {
+      auto p = sqlite3_column_text(s, c);
+      return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(s, c)) : "";
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<TraceReader::TableText> TraceReader::extra_tables(int64_t run, size_t max_rows) const {
+  std::vector<TableText> out;
+  std::vector<std::string> names;
+  {
+    sql::Stmt s(db_, "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name");
+    while (s.step()) names.push_back(s.text(0));
+  }
+  for (const std::string& name : names) {
+    if (core_tables().count(name) || name.starts_with("sqlite_")) continue;
+    std::vector<std::string> cols;
+    bool has_run = false;
+    {
+      sql::Stmt s(db_, "SELECT name FROM pragma_table_info(?)");
+      s.bind(1, name);
+      while (s.step()) {
+        std::string c = s.text(0);
+        if (c == "run_id")
+          has_run = true;
+        else
+          cols.push_back(c);
+      }
+    }
+    if (!has_run) continue;
+    TableText t;
+    t.name = name;
+    t.columns = cols;
+    std::string q = "SELECT ";
+    for (size_t i = 0; i < cols.size(); ++i) q += (i ? ", " : "") + quoted_name(cols[i]);
+    q += " FROM " + quoted_name(name) + " WHERE run_id=? LIMIT " + std::to_string(max_rows + 1);
+    sql::Stmt s(db_, q);
+    s.bind(1, run);
+    while (s.step()) {
+      if (t.rows.size() == max_rows) {
+        t.truncated = true;
+        break;
+      }
+      std::vector<std::string> row;
+      for (size_t i = 0; i < cols.size(); ++i) row.push_back(cell(s.get(), static_cast<int>(i)));
+      t.rows.push_back(std::move(row));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 void TraceReader::nccl_calls(int64_t run, const Fn<NcclCallRow>& fn) const {

@@ -5,8 +5,10 @@
 #include <sqlite3.h>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "trace/model.h"
@@ -47,9 +49,27 @@ class TraceReader {
   std::vector<Diagnostic> diagnostics(int64_t run) const;
   std::vector<Step> steps(int64_t run) const;
   std::string meta(const std::string& key) const;  // "" if absent
+  // Every meta row as (key, value), by key.
+  std::vector<std::pair<std::string, std::string>> meta_rows() const;
 
   // Interned strings (loaded once, on first use).
   const std::string& str(StrId id) const;
+  // All of them, indexed by id ("" for an id no string has); a copy of the loaded ones, else read
+  // for the caller alone (not kept).
+  std::vector<std::string> strings() const;
+
+  // How many rows `run` has in each table (memcpys without the memsets, which are counted apart).
+  struct Counts {
+    int64_t gpu_streams = 0, cpu_threads = 0;
+    int64_t kernels = 0, memcpys = 0, memsets = 0, api_calls = 0, ranges = 0, steps = 0;
+    int64_t collectives = 0, communicators = 0;
+  };
+  Counts counts(int64_t run) const;
+  // The distinct names of `run`'s API calls, as (string id, text), in no particular order.
+  std::vector<std::pair<StrId, std::string>> api_call_names(int64_t run) const;
+  // `run`'s collectives that ran on a stream (stream >= 0, not host-side records), counted by op
+  // name ("allreduce", ...).
+  std::map<std::string, int64_t> stream_collectives_by_op(int64_t run) const;
 
   // Streaming queries. The window forms return the events that overlap [t0, t1) on one
   // (rank, stream), in start order; `fn` returns false to stop early.
@@ -72,6 +92,21 @@ class TraceReader {
   void proxy_ops(int64_t run, const Fn<ProxyOpRow>& fn) const;
 
   bool has_table(const std::string& name) const;
+
+  // Tables of results derived from this file alone (analysis_*, schedules, opportunities) that
+  // exist in it, by name, with their row counts (all runs).
+  std::vector<std::pair<std::string, int64_t>> derived_tables() const;
+
+  // The tables beyond the core schema (trace tables, schedules, opportunities; sqlite_* aside)
+  // that have a run_id column, by name, each with up to `max_rows` of `run`'s rows as text
+  // (NULL as "", reals as %.6g), so that tables of later stages are shown as they are.
+  struct TableText {
+    std::string name;
+    std::vector<std::string> columns;  // without run_id
+    std::vector<std::vector<std::string>> rows;
+    bool truncated = false;  // the run has more than max_rows rows
+  };
+  std::vector<TableText> extra_tables(int64_t run, size_t max_rows) const;
 
  private:
   Ns max_duration(const char* table, int64_t run) const;

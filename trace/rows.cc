@@ -199,6 +199,15 @@ void StringTable::write(sqlite3* db,
   }
 }
 
+StringInserter::StringInserter(sqlite3* db)
+    : s_(db, "INSERT INTO strings(id, text) VALUES (?, ?)") {}
+
+void StringInserter::add(StrId id, std::string_view text) {
+  s_.bind(1, static_cast<int64_t>(id));
+  s_.bind(2, text);
+  s_.run();
+}
+
 sql::Stmt& SmallTables::stmt(sql::Stmt& s, const char* text) {
   if (!s) s = sql::Stmt(db_, text);
   return s;
@@ -278,6 +287,64 @@ void SmallTables::meta(std::string_view key, std::string_view value) {
   q.bind(1, key);
   q.bind(2, value);
   q.run();
+}
+
+void SmallTables::clear_diagnostics(int64_t run) {
+  auto& q = stmt(clear_diag_, "DELETE FROM diagnostics WHERE run_id=?");
+  q.bind(1, run);
+  q.run();
+}
+
+void SmallTables::clock_offset(int64_t run, int32_t rank, Ns offset, Ns error) {
+  auto& q = stmt(offset_,
+                 "UPDATE ranks SET clock_offset_ns=?, offset_error_ns=? WHERE run_id=? AND"
+                 " rank=?");
+  q.bind(1, static_cast<int64_t>(offset));
+  q.bind(2, static_cast<int64_t>(error));
+  q.bind(3, run);
+  q.bind(4, rank);
+  q.run();
+}
+
+void renumber_rank(sqlite3* db, int64_t run, int32_t from, int32_t to) {
+  for (const char* t : {"kernels", "memcpys", "api_calls", "nvtx_ranges", "steps", "collectives",
+                        "nccl_calls", "nccl_proxy_ops", "streams", "ranks", "diagnostics"}) {
+    sql::Stmt s(db, std::string("UPDATE ") + t + " SET rank=? WHERE run_id=? AND rank=?");
+    s.bind(1, to);
+    s.bind(2, run);
+    s.bind(3, from);
+    s.run();
+  }
+}
+
+void move_events(sqlite3* db, int64_t run, int32_t from, int32_t to, Ns shift) {
+  for (const char* table : {"kernels", "memcpys", "api_calls", "nvtx_ranges"}) {
+    sql::Stmt s(db, std::string("UPDATE ") + table +
+                        " SET rank=?, start_ns=start_ns+?, end_ns=end_ns+?"
+                        " WHERE run_id=? AND rank=?");
+    s.bind(1, to);
+    s.bind(2, shift);
+    s.bind(3, shift);
+    s.bind(4, run);
+    s.bind(5, from);
+    s.run();
+  }
+}
+
+void recategorize_kernels(sqlite3* db, int64_t run, int32_t rank, Category from,
+                          const std::vector<std::tuple<int64_t, Ns, int>>& list) {
+  sql::Stmt s(db,
+              "UPDATE kernels SET category=? WHERE run_id=? AND rank=? AND stream=? AND"
+              " start_ns=? AND category=?");
+  for (auto& [stream, start, cat] : list) {
+    s.bind(1, cat);
+    s.bind(2, run);
+    s.bind(3, rank);
+    s.bind(4, stream);
+    s.bind(5, start);
+    s.bind(6, static_cast<int>(from));
+    s.run();
+  }
 }
 
 std::string now_iso8601() {

@@ -13,6 +13,7 @@
 #include <deque>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -91,6 +92,19 @@ class StringTable {
   StrId next_ = 1;
 };
 
+// Strings written one at a time on a connection that stays open (a live capture writes each new
+// string in the transaction of the first row that names it).
+class StringInserter {
+ public:
+  StringInserter() = default;
+  explicit StringInserter(sqlite3* db);
+  void add(StrId id, std::string_view text);
+  void reset() { s_ = sql::Stmt(); }  // before the connection closes
+
+ private:
+  sql::Stmt s_;
+};
+
 // The small tables, one row per call (a later row for the same key replaces the earlier one,
 // except diagnostics, which have no key).
 class SmallTables {
@@ -103,12 +117,31 @@ class SmallTables {
   void communicator(int64_t run, const Communicator& c);
   void diagnostic(int64_t run, const Diagnostic& d);
   void meta(std::string_view key, std::string_view value);
+  // Removes `run`'s diagnostics (a writer that keeps running totals replaces them all).
+  void clear_diagnostics(int64_t run);
+  // Sets a rank's solved clock offset and its error bound (ranks.clock_offset_ns,
+  // offset_error_ns), keeping the rest of its row; nothing when the rank has no row.
+  void clock_offset(int64_t run, int32_t rank, Ns offset, Ns error);
 
  private:
   sql::Stmt& stmt(sql::Stmt& s, const char* text);
   sqlite3* db_;
-  sql::Stmt run_, rank_, stream_, comm_, diag_, meta_;
+  sql::Stmt run_, rank_, stream_, comm_, diag_, meta_, clear_diag_, offset_;
 };
+
+// Rewrites rank `from` as `to` in every table of `run` that has a rank column (event, capture and
+// small tables). The capture tables must exist.
+void renumber_rank(sqlite3* db, int64_t run, int32_t from, int32_t to);
+
+// Moves the host and device events of rank `from` (kernels, memcpys, api_calls, nvtx_ranges) to
+// rank `to` and shifts their times by `shift` (an importer that learns the rank or the time base
+// after writing them).
+void move_events(sqlite3* db, int64_t run, int32_t from, int32_t to, Ns shift);
+
+// Gives the kernels of (run, rank) that start at `start` on `stream` and have category `from`
+// the category `to`, for each (stream, start, to) of `list`.
+void recategorize_kernels(sqlite3* db, int64_t run, int32_t rank, Category from,
+                          const std::vector<std::tuple<int64_t, Ns, int>>& list);
 
 // Now, UTC, as runs.created_at stores it.
 std::string now_iso8601();

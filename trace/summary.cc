@@ -39,21 +39,17 @@ std::vector<RunSummary> summarize(const TraceReader& reader) {
     RunSummary s;
     s.run = run;
     s.ranks = reader.ranks(run.run_id);
-    auto count = [&](const char* sql) {
-      sql::Stmt q(db, sql);
-      q.bind(1, run.run_id);
-      return q.step() ? q.i64(0) : 0;
-    };
-    s.gpu_streams = count("SELECT COUNT(*) FROM streams WHERE run_id=? AND gpu=1");
-    s.cpu_threads = count("SELECT COUNT(*) FROM streams WHERE run_id=? AND gpu=0");
-    s.kernels = count("SELECT COUNT(*) FROM kernels WHERE run_id=?");
-    s.memcpys = count("SELECT COUNT(*) FROM memcpys WHERE run_id=? AND kind<>'memset'");
-    s.memsets = count("SELECT COUNT(*) FROM memcpys WHERE run_id=? AND kind='memset'");
-    s.api_calls = count("SELECT COUNT(*) FROM api_calls WHERE run_id=?");
-    s.ranges = count("SELECT COUNT(*) FROM nvtx_ranges WHERE run_id=?");
-    s.steps = count("SELECT COUNT(*) FROM steps WHERE run_id=?");
-    s.collectives = count("SELECT COUNT(*) FROM collectives WHERE run_id=?");
-    s.communicators = count("SELECT COUNT(*) FROM communicators WHERE run_id=?");
+    const TraceReader::Counts c = reader.counts(run.run_id);
+    s.gpu_streams = c.gpu_streams;
+    s.cpu_threads = c.cpu_threads;
+    s.kernels = c.kernels;
+    s.memcpys = c.memcpys;
+    s.memsets = c.memsets;
+    s.api_calls = c.api_calls;
+    s.ranges = c.ranges;
+    s.steps = c.steps;
+    s.collectives = c.collectives;
+    s.communicators = c.communicators;
 
     // Time span on the job axis: per rank min/max over the event tables, shifted by the offset.
     {

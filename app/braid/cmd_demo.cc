@@ -16,13 +16,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "app/braid/cli.h"
+#include "fusion/schedule_store.h"
 #include "trace/error.h"
 #include "trace/reader.h"
-#include "trace/sqlite_util.h"
 #include "trace/temp_cleanup.h"
 
 namespace braid::cli {
@@ -63,21 +64,22 @@ void must(int status, const std::string& what) {
 }
 
 // Ids of the simulated (or replayed) runs `braid ab` stored for a schedule.
-int64_t run_of(const std::string& file, const char* kind, int64_t schedule) {
-  TraceReader r(file);
-  sql::Stmt s(r.db(),
-              "SELECT MAX(run_id) FROM runs WHERE kind = ? AND schedule_id = ?");
-  s.bind(1, std::string_view(kind));
-  s.bind(2, schedule);
-  return s.step() && !s.is_null(0) ? s.i64(0) : -1;
+// The last run of `kind` in `file` (of `schedule` when given; a schedule of -1 has no runs), -1
+// when none.
+int64_t last_run(const std::string& file, RunKind kind,
+                 std::optional<int64_t> schedule = std::nullopt) {
+  int64_t last = -1;
+  for (const RunRow& r : TraceReader(file).runs())
+    if (r.kind == kind && (!schedule || (*schedule >= 0 && r.schedule_id == *schedule)))
+      last = std::max(last, r.run_id);
+  return last;
 }
 
+// The last fused schedule (one with a parent) and the schedule it was fused from, -1 when none.
 std::pair<int64_t, int64_t> baseline_and_fused(const std::string& file) {
-  TraceReader r(file);
-  int64_t fused = sql::scalar(r.db(), "SELECT MAX(schedule_id) FROM schedules WHERE parent_id IS NOT NULL", -1);
-  sql::Stmt s(r.db(), "SELECT parent_id FROM schedules WHERE schedule_id = ?");
-  s.bind(1, fused);
-  int64_t base = s.step() ? s.i64(0) : -1;
+  int64_t base = -1, fused = -1;
+  for (const fusion::StoredSchedule& s : fusion::list_schedules(file))
+    if (s.parent_id >= 0 && s.id > fused) fused = s.id, base = s.parent_id;
   return {base, fused};
 }
 // The loop on a user's own job: a small real 2-rank trace shipped in assets/ (HTA's DLRM
@@ -95,11 +97,7 @@ void real_trace_loop(const std::string& braid, const std::string& file, bool mpi
             braid + " import " + quote(r0.string()) + " " + quote(r1.string()) +
                 " --append -q -o " + f),
        "import");
-  int64_t run = -1;
-  {
-    TraceReader r(file);
-    run = sql::scalar(r.db(), "SELECT MAX(run_id) FROM runs WHERE kind = 'imported'", -1);
-  }
+  const int64_t run = last_run(file, RunKind::Imported);
   must(step("9. lift its profiler step 552 into a schedule",
             braid + " lift " + f + " --run " + std::to_string(run) + " --step 552"),
        "lift");
@@ -164,8 +162,8 @@ void register_demo(CLI::App& app, Action& run) {
                 braid + " ab " + f + " --backend sim"),
            "ab sim");
       auto [base, fused] = baseline_and_fused(tmp.string());
-      int64_t base_run = run_of(tmp.string(), "simulated", base);
-      int64_t fused_run = run_of(tmp.string(), "simulated", fused);
+      int64_t base_run = last_run(tmp.string(), RunKind::Simulated, base);
+      int64_t fused_run = last_run(tmp.string(), RunKind::Simulated, fused);
       if (base_run >= 0)
         must(step("4. analyze the simulated baseline",
                   braid + " analyze " + f + " --run " + std::to_string(base_run)),
@@ -190,8 +188,8 @@ void register_demo(CLI::App& app, Action& run) {
                           (calibrated ? " --profile " + quote(cal.string()) : ""));
         fs::remove(cal, ec);
         must(rc, "ab mpi");
-        base_run = std::max(base_run, run_of(tmp.string(), "replayed", base));
-        fused_run = std::max(fused_run, run_of(tmp.string(), "replayed", fused));
+        base_run = std::max(base_run, last_run(tmp.string(), RunKind::Replayed, base));
+        fused_run = std::max(fused_run, last_run(tmp.string(), RunKind::Replayed, fused));
       } else {
         std::printf("\n== 5-6. calibration and A/B on real processes: skipped (%s)\n",
                     o->no_mpi ? "--no-mpi" : "mpirun not found; install openmpi-bin");

@@ -27,7 +27,7 @@
 #include "trace/error.h"
 #include "trace/import/importer.h"
 #include "trace/import/input.h"
-#include "trace/sqlite_util.h"
+#include "trace/rows.h"
 #include "trace/time_range.h"
 
 namespace braid {
@@ -1002,17 +1002,7 @@ void KinetoFile::finish() {
   if (provisional_ || late_base != 0) {
     int32_t from = rank_;
     w_.submit([from, final_rank, late_base, run = run_](sqlite3* db) {
-      for (const char* table : {"kernels", "memcpys", "api_calls", "nvtx_ranges"}) {
-        sql::Stmt s(db, std::string("UPDATE ") + table +
-                            " SET rank=?, start_ns=start_ns+?, end_ns=end_ns+?"
-                            " WHERE run_id=? AND rank=?");
-        s.bind(1, final_rank);
-        s.bind(2, late_base);
-        s.bind(3, late_base);
-        s.bind(4, run);
-        s.bind(5, from);
-        s.run();
-      }
+      rows::move_events(db, run, from, final_rank, late_base);
     });
   }
   auto fix = [&](Ns v) { return v + late_base; };
@@ -1156,17 +1146,7 @@ void KinetoFile::finish() {
       recategorize.emplace_back(c.stream, c.start, static_cast<int>(comm_category(c.op)));
   if (!recategorize.empty())
     w_.submit([list = std::move(recategorize), final_rank, run = run_](sqlite3* db) {
-      sql::Stmt s(db, "UPDATE kernels SET category=? WHERE run_id=? AND rank=? AND stream=? AND"
-                      " start_ns=? AND category=?");
-      for (auto& [stream, start, cat] : list) {
-        s.bind(1, cat);
-        s.bind(2, run);
-        s.bind(3, final_rank);
-        s.bind(4, stream);
-        s.bind(5, start);
-        s.bind(6, static_cast<int>(Category::CommSendRecv));
-        s.run();
-      }
+      rows::recategorize_kernels(db, run, final_rank, Category::CommSendRecv, list);
     });
 
   // ---- small tables ----

@@ -1,55 +1,16 @@
 #include "app/view/core/extras.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <memory>
 #include <set>
 #include <tuple>
 
+#include "analysis/store.h"
 #include "trace/reader.h"
-#include "trace/sqlite_util.h"
 
 namespace braid::view {
 namespace {
-
-const std::set<std::string>& core_tables() {
-  static const std::set<std::string> t{
-      "meta",          "strings",     "categories", "runs",         "ranks", "streams",
-      "kernels",       "memcpys",     "api_calls",  "nvtx_ranges",  "steps", "collectives",
-      "communicators", "diagnostics", "schedules",  "opportunities"};
-  return t;
-}
-
-bool has_table(sqlite3* db, const std::string& name) {
-  sql::Stmt s(db, "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?");
-  s.bind(1, name);
-  return s.step();
-}
-
-std::string quoted(const std::string& id) {
-  std::string q = "\"";
-  for (char c : id) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
-
-std::string cell(sqlite3_stmt* s, int c) {
-  switch (sqlite3_column_type(s, c)) {
-    case SQLITE_NULL:
-      return "";
-    case SQLITE_INTEGER:
-      return std::to_string(sqlite3_column_int64(s, c));
-    case SQLITE_FLOAT: {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.6g", sqlite3_column_double(s, c));
-      return buf;
-    }
-    default: {
-      auto p = sqlite3_column_text(s, c);
-      return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(s, c)) : "";
-    }
-  }
-}
 
 void place(const RunData& d, OpportunityView& v) {
   for (int32_t c : v.colls) {
@@ -122,10 +83,8 @@ Extras load_extras(const RunData& run, size_t max_rows) {
   Extras x;
   try {
     TraceReader reader(run.path);
-    sqlite3* db = reader.db();
-    x.has_schedules =
-        has_table(db, "schedules") && sql::scalar(db, "SELECT COUNT(*) FROM schedules") > 0;
-    if (has_table(db, "opportunities")) {
+    x.has_schedules = fusion::has_schedules(reader);
+    if (reader.has_table("opportunities")) {
       std::map<int64_t, std::unique_ptr<fusion::Schedule>> schedules;
       for (auto& o : fusion::list_opportunities(run.path)) {
         OpportunityView v;
@@ -148,65 +107,16 @@ Extras load_extras(const RunData& run, size_t max_rows) {
         x.opportunities.push_back(std::move(v));
       }
     }
-    std::vector<std::string> names;
-    {
-      sql::Stmt s(db, "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name");
-      while (s.step()) names.push_back(s.text(0));
-    }
-    for (const std::string& name : names) {
-      if (core_tables().count(name) || name.starts_with("sqlite_")) continue;
-      std::vector<std::string> cols;
-      bool has_run = false;
-      {
-        sql::Stmt s(db, "SELECT name FROM pragma_table_info(?)");
-        s.bind(1, name);
-        while (s.step()) {
-          std::string c = s.text(0);
-          if (c == "run_id")
-            has_run = true;
-          else
-            cols.push_back(c);
-        }
-      }
-      if (!has_run) continue;
-      AnalysisTable t;
-      t.name = name;
-      t.columns = cols;
-      std::string q = "SELECT ";
-      for (size_t i = 0; i < cols.size(); ++i) q += (i ? ", " : "") + quoted(cols[i]);
-      q += " FROM " + quoted(name) + " WHERE run_id=? LIMIT " + std::to_string(max_rows + 1);
-      sql::Stmt s(db, q);
-      s.bind(1, run.run.run_id);
-      while (s.step()) {
-        if (t.rows.size() == max_rows) {
-          t.truncated = true;
-          break;
-        }
-        std::vector<std::string> row;
-        for (size_t i = 0; i < cols.size(); ++i) row.push_back(cell(s.get(), static_cast<int>(i)));
-        t.rows.push_back(std::move(row));
-      }
-      if (!t.rows.empty() && name.starts_with("analysis_")) x.analyzed = true;
+    for (TraceReader::TableText& t : reader.extra_tables(run.run.run_id, max_rows)) {
+      if (!t.rows.empty() && t.name.starts_with("analysis_")) x.analyzed = true;
       x.analysis.push_back(std::move(t));
     }
-    if (has_table(db, "analysis_critical_path")) {
-      sql::Stmt s(
-          db,
-          "SELECT step, kind, rank, stream, start_ns, end_ns, name FROM analysis_critical_path"
-          " WHERE run_id=? ORDER BY step, position");
-      s.bind(1, run.run.run_id);
-      while (s.step())
-        x.critical_path.push_back({s.i64(0), s.text(1), static_cast<int32_t>(s.i64(2)), s.i64(3),
-                                   s.i64(4), s.i64(5), s.text(6)});
-    }
-    if (has_table(db, "analysis_communicators")) {
-      sql::Stmt s(db,
-                  "SELECT comm, parallel_dim, evidence FROM analysis_communicators WHERE run_id=?");
-      s.bind(1, run.run.run_id);
-      while (s.step()) {
-        x.comm_dim[s.text(0)] = s.text(1);
-        x.comm_evidence[s.text(0)] = s.text(2);
-      }
+    for (analysis::StoredPathSegment& p : analysis::load_critical_path(reader, run.run.run_id))
+      x.critical_path.push_back(
+          {p.step, std::move(p.kind), p.rank, p.stream, p.start, p.end, std::move(p.name)});
+    for (const analysis::StoredCommLabel& l : analysis::load_comm_labels(reader, run.run.run_id)) {
+      x.comm_dim[l.comm] = l.dim;
+      x.comm_evidence[l.comm] = l.evidence;
     }
   } catch (const std::exception& e) {
     x.error = e.what();

@@ -11,6 +11,7 @@
 #include "app/view/core/run_data.h"
 #include "fusion/ir.h"
 #include "fusion/schedule_store.h"
+#include "trace/reader.h"
 
 namespace braid::view {
 
@@ -22,12 +23,8 @@ struct OpportunityView {
 
 // A table of an analysis stage: every table the core schema does not define that has a
 // `run_id` column, with this run's rows (shown as they are, so new analyses need no GUI change).
-struct AnalysisTable {
-  std::string name;
-  std::vector<std::string> columns;  // without run_id
-  std::vector<std::vector<std::string>> rows;
-  bool truncated = false;
-};
+// Read by the store (TraceReader::extra_tables).
+using AnalysisTable = TraceReader::TableText;
 
 // One segment of the cross-rank critical path `braid analyze` found (analysis_critical_path),
 // on the job axis. kind: kernel, memcpy, collective or gap (the GPU waiting for the host).

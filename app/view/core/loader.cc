@@ -9,7 +9,6 @@
 #include "analysis/run_data.h"
 #include "trace/diagnostics.h"
 #include "trace/error.h"
-#include "trace/sqlite_util.h"
 
 namespace braid::view {
 namespace {
@@ -143,18 +142,10 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
     throw Error(ErrorCode::NotFound,
                 path + ": no run " + std::to_string(run_id) +
                     (ids.empty() ? " (the file has no runs)" : " (runs: " + ids + ")"));
-  sqlite3* db = reader.db();
   d->ranks = reader.ranks(run_id);
   d->communicators = reader.communicators(run_id);
   d->diagnostics = reader.diagnostics(run_id);
-  {
-    sql::Stmt s(db, "SELECT id, text FROM strings");
-    while (s.step()) {
-      auto i = static_cast<size_t>(s.i64(0));
-      if (i >= d->strings.size()) d->strings.resize(i + 1);
-      d->strings[i] = s.text(1);
-    }
-  }
+  d->strings = reader.strings();
   std::unordered_map<int32_t, Ns> offset;
   for (const RankInfo& r : d->ranks) offset[r.rank] = r.clock_offset;
   auto off = [&](int32_t rank) {
@@ -164,11 +155,9 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
 
   // The API calls are read twice: by the analysis load (launches and synchronizations) and
   // below for the CPU lanes.
-  std::string where = " WHERE run_id=" + std::to_string(run_id);
-  int64_t total = 0;
-  for (const char* t :
-       {"kernels", "memcpys", "collectives", "api_calls", "api_calls", "nvtx_ranges"})
-    total += sql::scalar(db, std::string("SELECT COUNT(*) FROM ") + t + where);
+  const TraceReader::Counts n = reader.counts(run_id);
+  const int64_t total =
+      n.kernels + n.memcpys + n.memsets + n.collectives + 2 * n.api_calls + n.ranges;
   if (progress) progress->total = std::max<int64_t>(1, total);
   auto cancelled = [&] { return Error(ErrorCode::Internal, path + ": loading cancelled"); };
 
