@@ -94,6 +94,9 @@ class Pass {
   // (Finding::family) is applied together and kept only when the step gets shorter (coc, whose
   // gain depends on what overlaps it).
   virtual bool judged_by_step() const { return false; }
+  // Whether the pass's advice carries the rewrite that would apply it under its assumption
+  // (`braid fuse --assume`; Finding::can_assume). The other passes' advice has no rewrite.
+  virtual bool rewrites_advice() const { return false; }
 };
 
 // Every pass, in the pipeline's default order: decompose, reorder, tp-sp, tp-ep, pp-ep, pp-sp,

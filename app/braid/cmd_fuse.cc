@@ -118,6 +118,20 @@ void register_fuse(CLI::App& app, Action& run) {
       opt.assume = pass_list(o->assume, "--assume", true);
       if (!o->assume.empty() && opt.assume.empty())
         throw Error(ErrorCode::Usage, "--assume: give all or pass names");
+      // Passes named in --assume whose advice carries no rewrite: nothing of theirs can be
+      // applied under an assumption; said once, on stderr (the run goes on).
+      std::string norewrite, rewriting;
+      for (const auto& p : fusion::all_passes())
+        if (p->rewrites_advice())
+          rewriting += (rewriting.empty() ? "" : ", ") + std::string(p->name());
+      for (const std::string& n : opt.assume)
+        if (n != "all" && !fusion::find_pass(n)->rewrites_advice())
+          norewrite += (norewrite.empty() ? "" : ", ") + n;
+      if (!norewrite.empty())
+        std::fprintf(stderr,
+                     "braid fuse: --assume %s: the advice of %s has no rewrite to apply under its "
+                     "assumption (only %s have one); it stays advice\n",
+                     norewrite.c_str(), norewrite.c_str(), rewriting.c_str());
       int64_t id = o->schedule;
       if (id < 0) {
         for (const auto& st : fusion::list_schedules(o->file))

@@ -46,6 +46,7 @@ bool redirect(const Dataflow& df, OpRef x, OpRef y, Redirects& out, std::vector<
 class Dedup : public Pass {
  public:
   std::string_view name() const override { return "dedup"; }
+  bool rewrites_advice() const override { return true; }
   std::string_view description() const override {
     return "remove a collective that recomputes a value already present";
   }

@@ -18,6 +18,7 @@ bool overlap_any(const std::vector<Slice>& a, const std::vector<Slice>& b) {
 class Reorder : public Pass {
  public:
   std::string_view name() const override { return "reorder"; }
+  bool rewrites_advice() const override { return true; }
   std::string_view description() const override {
     return "move a collective across independent compute next to the collective it fuses with";
   }

@@ -100,6 +100,7 @@ std::optional<Placement> place(const Dataflow& df, const MemberUse& m, const std
 class TpSp : public Pass {
  public:
   std::string_view name() const override { return "tp-sp"; }
+  bool rewrites_advice() const override { return true; }
   std::string_view description() const override {
     return "All-Reduce read only shard-wise -> Reduce-Scatter; the All-Gather disappears or "
            "moves to the first full consumer";

@@ -89,6 +89,23 @@ TEST_F(FuseCli, UsageErrorsExit2AndStoreNothing) {
   EXPECT_EQ(list_schedules(file_).size(), 1u);
 }
 
+// --assume on a pass whose advice has no rewrite says so in one line and applies nothing of it;
+// on a pass with rewrites it says nothing of the kind.
+TEST_F(FuseCli, AssumeOnAPassWithoutRewritesSaysSo) {
+  Out o = run("fuse " + file_ + " --assume coc,tp-sp,pp-ep --dry-run");
+  ASSERT_EQ(o.status, 0) << o.text;
+  const std::string line =
+      "braid fuse: --assume coc, pp-ep: the advice of coc, pp-ep has no rewrite to apply under its "
+      "assumption (only reorder, tp-sp, dedup have one); it stays advice\n";
+  EXPECT_NE(o.text.find(line), std::string::npos) << o.text;
+  EXPECT_EQ(o.text.find("braid fuse: --assume", o.text.find(line) + 1), std::string::npos);
+  for (const char* a : {"tp-sp", "all", "dedup,reorder"}) {
+    Out t = run("fuse " + file_ + " --assume " + a + " --dry-run");
+    ASSERT_EQ(t.status, 0) << t.text;
+    EXPECT_EQ(t.text.find("no rewrite to apply"), std::string::npos) << a << ": " << t.text;
+  }
+}
+
 // The number after `key` in `text` (-1 when absent).
 double number_after(const std::string& text, const std::string& key) {
   const size_t at = text.find(key);

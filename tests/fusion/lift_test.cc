@@ -190,6 +190,11 @@ TEST(LiftThenFuse, RealTraceGivesAdviceWithSavingAndAssumptionAndAppliesNothingU
   int tp_sp = 0;
   for (const Finding& f : res.advice) {
     EXPECT_FALSE(f.legal && f.saving_ns > 0 && !f.enabling) << f.pass << ": " << f.summary;
+    // Advice that --assume could apply comes only from the passes that say their advice has
+    // a rewrite (braid fuse names the others).
+    if (f.can_assume) {
+      EXPECT_TRUE(find_pass(f.pass)->rewrites_advice()) << f.pass;
+    }
     if (f.pass != "tp-sp") continue;
     ++tp_sp;
     EXPECT_FALSE(f.legal);
