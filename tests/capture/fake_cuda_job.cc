@@ -37,6 +37,12 @@
 //   stale      an all-reduce on a two-rank communicator inside a capture window that closes while
 //              the call runs (run it with a short duration window and FAKE_NCCL_CALL_MS), then
 //              prints how many ids this thread still has on CUPTI's external-correlation stack.
+//   train N [MS]  one rank of a data-parallel job (the documentation tests' torchrun/python
+//              double): rank and world size from RANK / WORLD_SIZE (0 / 1), the world
+//              communicator's unique id shared through $FAKE_NCCL_DIR/uid (rank 0 writes it);
+//              N steps, each an NVTX range "step <i>" with 3 kernels, an all-reduce on the world
+//              communicator and a copy, MS ms apart (0); stops early once $FAKE_NCCL_DIR/stop
+//              exists. Prints "train <steps run> steps".
 //   fork N     a thread opening and closing NVTX ranges without pause (each one a CUPTI callback
 //              into the agent, which takes its window lock) while the main thread forks N
 //              children that each open and close a range and make an NCCL call; prints how many
@@ -124,6 +130,48 @@ int run_steps(long n) {
   fakenvtx_pop();
   fakecuda_sync(7);
   std::printf("steps %ld\n", n);
+  return 0;
+}
+
+int run_train(long n, long ms) {
+  const char* r = std::getenv("RANK");
+  const char* w = std::getenv("WORLD_SIZE");
+  const int rank = r ? std::atoi(r) : 0, nranks = w ? std::atoi(w) : 1;
+  const char* d = std::getenv("FAKE_NCCL_DIR");
+  const std::string dir = d ? d : "/tmp", uid = dir + "/uid";
+  ncclUniqueId id;
+  if (rank == 0) {
+    CHECK(ncclGetUniqueId(&id));
+    FILE* f = std::fopen((uid + ".tmp").c_str(), "wb");
+    if (!f || std::fwrite(id.internal, sizeof id.internal, 1, f) != 1) return 3;
+    std::fclose(f);
+    std::rename((uid + ".tmp").c_str(), uid.c_str());
+  } else {
+    for (int i = 0; access(uid.c_str(), R_OK) != 0; ++i) {
+      if (i > 3000) return 3;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    FILE* f = std::fopen(uid.c_str(), "rb");
+    if (!f || std::fread(id.internal, sizeof id.internal, 1, f) != 1) return 3;
+    std::fclose(f);
+  }
+  ncclComm_t world;
+  CHECK(ncclCommInitRank(&world, nranks, id, rank));
+  float buf[256];
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(7));
+  long steps = 0;
+  for (; steps < n && access((dir + "/stop").c_str(), F_OK) != 0; ++steps) {
+    std::string name = "step " + std::to_string(steps);
+    fakenvtx_push(name.c_str());
+    for (int k = 0; k < 3; ++k) fakecuda_launch(7, "gemm_kernel");
+    CHECK(ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, world, s));
+    fakecuda_memcpy(7, 1024);
+    fakenvtx_pop();
+    fakecuda_sync(7);
+    if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
+  CHECK(ncclCommDestroy(world));
+  std::printf("train %ld steps\n", steps);
   return 0;
 }
 
@@ -388,5 +436,6 @@ int main(int argc, char** argv) {
   if (scenario == "graph") return run_graph();
   if (scenario == "nonblocking") return run_nonblocking();
   if (scenario == "fork") return run_fork(n);
+  if (scenario == "train") return run_train(n, argc > 3 ? std::atol(argv[3]) : 0);
   return 2;
 }
