@@ -89,6 +89,7 @@ void copy_run(const TraceReader& r, int64_t src, TraceWriter& w, int64_t dst, in
     ++events;
     return true;
   });
+  for (const CaptureWindow& cw : r.capture_windows(src)) w.add(dst, cw);
 }
 
 // Meta keys that describe the file format, not the data: the merged file has its own.

@@ -57,13 +57,24 @@ void Collector::note_thread(int64_t tid) {
   if (n > 0) sink_.add_stream({rank_, tid, false, std::string(name, n)});
 }
 
-void Collector::window_edge(bool open, int64_t device_ts, const std::string& opener) {
+void Collector::name_thread(int64_t tid, const std::string& name) {
+  if (tid <= 0 || name.empty()) return;
+  threads_.insert(tid);
+  sink_.add_stream({rank_, tid, false, name});
+}
+
+void Collector::window_edge(bool open, int64_t device_ts, const std::string& opener, bool store) {
   windowed_ = true;
   if (open) {
-    if (windows_.empty() || windows_.back().close != INT64_MAX)
-      windows_.push_back({device_ts, INT64_MAX, opener});
+    if (windows_.empty() || windows_.back().close != INT64_MAX) {
+      windows_.push_back({device_ts, INT64_MAX, opener, store});
+      // Stored at once (ending where it starts), extended every cycle while it is open.
+      if (store) sink_.add(CaptureWindow{rank_, host(device_ts), host(device_ts)});
+    }
   } else if (!windows_.empty() && windows_.back().close == INT64_MAX) {
     windows_.back().close = device_ts;
+    if (windows_.back().stored)
+      sink_.add(CaptureWindow{rank_, host(windows_.back().open), host(device_ts)});
   }
 }
 
@@ -243,6 +254,7 @@ void Collector::on_marker(const MarkerActivity& m) {
     }
     o.name = sink_.intern(text);
     o.domain = sink_.intern(o.domain_text);
+    note_thread(static_cast<int64_t>(o.tid));
     if (m.phase == MarkerActivity::Instant) {
       sink_.add(Range{rank_, static_cast<int64_t>(o.tid), false, o.start, o.start, o.name,
                       o.domain, 0});
@@ -266,6 +278,7 @@ void Collector::on_marker(const MarkerActivity& m) {
       if (!opener) return;
       o.name = sink_.intern(o.text);
       o.domain = sink_.intern(o.domain_text);
+      note_thread(static_cast<int64_t>(o.tid));
       it = markers_.emplace(m.id, std::move(o)).first;
     } else {
       count(diag::Code::capture_unmatched_marker_end, 1,
@@ -314,6 +327,7 @@ void Collector::on_nccl_call(const NcclCall& c) {
   row.peer_or_root = c.peer_or_root;
   row.stream_handle = c.stream_handle;
   row.tid = c.tid;
+  note_thread(c.tid);
   row.enqueue = c.enqueue;
   row.ret = c.ret;
   row.result = c.result;
@@ -466,6 +480,12 @@ bool no_gpu_work(const NcclCall& c) {
 }  // namespace
 
 void Collector::end_cycle(bool final) {
+  // A window still open ends now, for as long as it stays open (a capture killed inside its
+  // window keeps the part written).
+  if (!windows_.empty() && windows_.back().close == INT64_MAX && windows_.back().stored) {
+    Ns start = host(windows_.back().open);
+    sink_.add(CaptureWindow{rank_, start, std::max(start, host_now_ns())});
+  }
   int64_t without_kernel = 0, without_work = 0;
   for (auto it = pending_.begin(); it != pending_.end();) {
     Pending& p = it->second;

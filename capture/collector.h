@@ -39,18 +39,24 @@ class Collector final : public ActivityHandler {
   void on_device(const DeviceActivity& d) override;
   void on_unhandled(uint32_t cupti_kind) override;
 
-  // Capture-window edges, in CUPTI's (device) clock, as the agent switches the window; `opener`
+  // Capture-window edges, in CUPTI's (device) clock, as the agent switches the window (each
+  // window is stored in `capture_windows`, a window still open ending at the last cycle); `opener`
   // names the NVTX range whose start opened it ("" for other openings). Once any edge is known,
   // API records and NVTX ranges (whose CUPTI kinds stay on for the run) are kept only inside the
   // window: a range when its start is, or when it is the opener spanning the opening (its start
   // record precedes the opening callback). Before the first edge everything is kept.
-  void window_edge(bool open, int64_t device_ts, const std::string& opener);
+  // `store`: the window is one the user asked for (not the whole run), stored as it goes.
+  void window_edge(bool open, int64_t device_ts, const std::string& opener, bool store = true);
 
   void on_nccl_call(const NcclCall& c);
   void on_graph_link(const NcclGraphLink& l);
   void on_nccl_detail(const NcclCallDetail& d);
   void on_nccl_proxy_op(const NcclProxyOp& p);
   void on_comm(const CommRecord& c);
+  // A thread's name as the thread itself read it (the agent names a thread on its first NCCL call
+  // or NVTX callback, so a thread that has ended by the time its records are written keeps its
+  // name); replaces a name read from /proc.
+  void name_thread(int64_t tid, const std::string& name);
 
   // Process identity. set_rank moves rows already written under the old rank.
   void set_rank_info(const RankInfo& r);
@@ -91,9 +97,9 @@ class Collector final : public ActivityHandler {
   void emit(const Pending& p, const KernelSpan* k);
   void write_proxy_op(const NcclProxyOp& p);
   void note_stream(int64_t stream);
-  // A host thread seen for the first time: named from /proc/self/task/<tid>/comm while it
-  // still runs (the writer thread sees its records within a drain period), so the GUI shows
-  // "pt_main_thread" instead of a number.
+  // A host thread seen for the first time (in an API record, an NVTX range or an NCCL call):
+  // named from /proc/self/task/<tid>/comm while it still runs (the writer thread sees its
+  // records within a drain period), so the GUI shows "pt_main_thread" instead of a number.
   void note_thread(int64_t tid);
   bool in_window(int64_t device_ts) const;
   // A record of a graph launch: linked to the replayed calls of its node, or kept until their
@@ -134,6 +140,7 @@ class Collector final : public ActivityHandler {
   struct Window {
     int64_t open, close;  // device clock; close INT64_MAX while open
     std::string opener;
+    bool stored = true;  // written to `capture_windows`
   };
   bool windowed_ = false;
   std::vector<Window> windows_;

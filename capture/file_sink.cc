@@ -46,6 +46,7 @@ FileSink::FileSink(std::string path, const FileSinkOptions& opts) : path_(std::m
     ins_step_ = rows::Inserter<Step>(db_);
     ins_call_ = rows::Inserter<NcclCallRow>(db_);
     ins_proxy_ = rows::Inserter<ProxyOpRow>(db_);
+    ins_window_ = rows::Inserter<CaptureWindow>(db_);
     sql::exec(db_, "BEGIN");
   } catch (...) {
     sqlite3_close_v2(db_);
@@ -104,6 +105,11 @@ void FileSink::add(const NcclCallRow& c) {
 }
 void FileSink::add(const ProxyOpRow& p) {
   ins_proxy_.add(kRun, p);
+  ++pending_;
+}
+
+void FileSink::add(const CaptureWindow& w) {
+  ins_window_.add(kRun, w);
   ++pending_;
 }
 
@@ -188,7 +194,7 @@ void FileSink::close() {
   // Prepared statements must go before the connection.
   ins_string_.reset();
   ins_kernel_.reset(), ins_memcpy_.reset(), ins_api_.reset(), ins_range_.reset();
-  ins_coll_.reset(), ins_step_.reset(), ins_call_.reset(), ins_proxy_.reset();
+  ins_coll_.reset(), ins_step_.reset(), ins_call_.reset(), ins_proxy_.reset(), ins_window_.reset();
   sqlite3_close_v2(db_);
   db_ = nullptr;
   std::error_code ec;

@@ -40,6 +40,7 @@ class FileSink final : public Sink {
   void add(const Step& s) override;
   void add(const NcclCallRow& c) override;
   void add(const ProxyOpRow& p) override;
+  void add(const CaptureWindow& w) override;
   void set_rank_info(const RankInfo& r) override;
   void add_stream(const StreamInfo& s) override;
   void add_communicator(const Communicator& c) override;
@@ -71,6 +72,7 @@ class FileSink final : public Sink {
   rows::Inserter<Step> ins_step_;
   rows::Inserter<NcclCallRow> ins_call_;
   rows::Inserter<ProxyOpRow> ins_proxy_;
+  rows::Inserter<CaptureWindow> ins_window_;
   // Small tables, rewritten at each checkpoint when they changed.
   bool small_dirty_ = true;
   std::map<int32_t, RankInfo> ranks_;

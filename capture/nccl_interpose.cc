@@ -181,6 +181,7 @@ ncclResult_t record_call(const Args& a, Call&& call) {
   c.recvbuff = reinterpret_cast<uint64_t>(a.recv);
   c.stream_handle = reinterpret_cast<uint64_t>(a.stream);
   c.tid = thread_id();
+  ag->name_this_thread();
   c.in_window = ag->window_open();
   bool grouped = t_group_depth > 0;
   c.group_id = grouped ? t_group_id : 0;

@@ -25,6 +25,8 @@ class Sink {
   virtual void add(const Step& s) = 0;
   virtual void add(const NcclCallRow& c) = 0;
   virtual void add(const ProxyOpRow& p) = 0;
+  // A capture window (a later call for the same rank and start replaces the earlier one).
+  virtual void add(const CaptureWindow& w) = 0;
 
   // Small tables: a later call for the same key replaces the earlier one.
   virtual void set_rank_info(const RankInfo& r) = 0;

@@ -188,6 +188,14 @@ struct Diagnostic {
   std::string detail;
 };
 
+// A capture window as the agent opened and closed it on one rank (capture table
+// `capture_windows`): host times in the rank's own clock. A window still open when the capture
+// stopped ends at the stop.
+struct CaptureWindow {
+  int32_t rank = 0;
+  Ns start = 0, end = 0;
+};
+
 // Rows of the two tables written by capture (docs/schema.md, "Tables added by braid record"):
 // the arguments of each NCCL call as the application made it, and the proxy operations NCCL's
 // profiler plugin reports. They live here, not in capture/, because merge and the readers copy

@@ -493,6 +493,17 @@ void TraceReader::nccl_calls(int64_t run, const Fn<NcclCallRow>& fn) const {
     if (!fn(rows::read_nccl_call(s))) return;
 }
 
+std::vector<CaptureWindow> TraceReader::capture_windows(int64_t run) const {
+  std::vector<CaptureWindow> out;
+  if (!has_table("capture_windows")) return out;
+  sql::Stmt s(db_,
+              "SELECT rank, start_ns, end_ns FROM capture_windows WHERE run_id=?"
+              " ORDER BY rank, start_ns");
+  s.bind(1, run);
+  while (s.step()) out.push_back({static_cast<int32_t>(s.i64(0)), s.i64(1), s.i64(2)});
+  return out;
+}
+
 void TraceReader::proxy_ops(int64_t run, const Fn<ProxyOpRow>& fn) const {
   if (!has_table("nccl_proxy_ops")) return;
   sql::Stmt s(db_, "SELECT run_id, rank, comm_id, seq, call_id, channel, peer, is_send, steps,"

@@ -90,6 +90,9 @@ class TraceReader {
   // the file has no such table.
   void nccl_calls(int64_t run, const Fn<NcclCallRow>& fn) const;
   void proxy_ops(int64_t run, const Fn<ProxyOpRow>& fn) const;
+  // The capture windows the agent recorded (a capture with a --window), in (rank, start) order;
+  // empty for a capture of the whole run and for imported runs.
+  std::vector<CaptureWindow> capture_windows(int64_t run) const;
 
   bool has_table(const std::string& name) const;
 

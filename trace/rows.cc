@@ -42,6 +42,13 @@ int bind(sql::Stmt& s, int i, int64_t run, const Collective& c) {
   s.bind(i++, static_cast<int64_t>(c.name)); s.bind(i++, c.kernel_ref);
   return i;
 }
+int bind(sql::Stmt& s, int i, int64_t run, const CaptureWindow& w) {
+  s.bind(i++, run);
+  s.bind(i++, w.rank);
+  s.bind(i++, w.start);
+  s.bind(i++, w.end);
+  return i;
+}
 int bind(sql::Stmt& s, int i, int64_t run, const Step& st) {
   s.bind(i++, run); s.bind(i++, st.rank); s.bind(i++, st.step); s.bind(i++, st.start);
   s.bind(i++, st.end);
@@ -123,7 +130,8 @@ std::string insert_sql(const char* table, int cols, int rows, bool replace) {
 
 template <typename T>
 Inserter<T>::Inserter(sqlite3* db) : db_(db) {
-  if constexpr (std::is_same_v<T, NcclCallRow> || std::is_same_v<T, ProxyOpRow>)
+  if constexpr (std::is_same_v<T, NcclCallRow> || std::is_same_v<T, ProxyOpRow> ||
+                std::is_same_v<T, CaptureWindow>)
     schema::create_capture_tables(db);
   single_ = sql::Stmt(db, insert_sql(Table<T>::name, Table<T>::cols, 1, Table<T>::replace));
 }
@@ -159,6 +167,7 @@ template class Inserter<Collective>;
 template class Inserter<Step>;
 template class Inserter<NcclCallRow>;
 template class Inserter<ProxyOpRow>;
+template class Inserter<CaptureWindow>;
 
 StrId StringTable::intern(std::string_view s) {
   if (s.empty()) return 0;
@@ -308,7 +317,8 @@ void SmallTables::clock_offset(int64_t run, int32_t rank, Ns offset, Ns error) {
 
 void renumber_rank(sqlite3* db, int64_t run, int32_t from, int32_t to) {
   for (const char* t : {"kernels", "memcpys", "api_calls", "nvtx_ranges", "steps", "collectives",
-                        "nccl_calls", "nccl_proxy_ops", "streams", "ranks", "diagnostics"}) {
+                        "nccl_calls", "nccl_proxy_ops", "capture_windows", "streams", "ranks",
+                        "diagnostics"}) {
     sql::Stmt s(db, std::string("UPDATE ") + t + " SET rank=? WHERE run_id=? AND rank=?");
     s.bind(1, to);
     s.bind(2, run);

@@ -33,6 +33,12 @@ template <> struct Table<Collective> { static constexpr const char* name = "coll
 template <> struct Table<Step> { static constexpr const char* name = "steps"; static constexpr int cols = 5; static constexpr bool replace = true; };
 template <> struct Table<NcclCallRow> { static constexpr const char* name = "nccl_calls"; static constexpr int cols = 20; static constexpr bool replace = false; };
 template <> struct Table<ProxyOpRow> { static constexpr const char* name = "nccl_proxy_ops"; static constexpr int cols = 13; static constexpr bool replace = false; };
+template <>
+struct Table<CaptureWindow> {
+  static constexpr const char* name = "capture_windows";
+  static constexpr int cols = 4;
+  static constexpr bool replace = true;
+};
 
 // Binds one row's columns (run_id first, in the table's column order) from parameter `i` on;
 // returns the next free parameter.
@@ -44,6 +50,7 @@ int bind(sql::Stmt& s, int i, int64_t run, const Collective& c);
 int bind(sql::Stmt& s, int i, int64_t run, const Step& st);
 int bind(sql::Stmt& s, int i, int64_t run, const NcclCallRow& c);
 int bind(sql::Stmt& s, int i, int64_t run, const ProxyOpRow& p);
+int bind(sql::Stmt& s, int i, int64_t run, const CaptureWindow& w);
 
 // The capture tables read back: all their columns, in table order, from `col` (run_id) on.
 NcclCallRow read_nccl_call(const sql::Stmt& s, int col = 0);

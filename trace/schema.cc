@@ -137,6 +137,9 @@ CREATE TABLE IF NOT EXISTS nccl_proxy_ops(
   call_id INTEGER NOT NULL, channel INTEGER NOT NULL, peer INTEGER NOT NULL,
   is_send INTEGER NOT NULL, steps INTEGER NOT NULL, chunk_size INTEGER NOT NULL,
   tid INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS capture_windows(
+  run_id INTEGER NOT NULL, rank INTEGER NOT NULL, start_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL, PRIMARY KEY (run_id, rank, start_ns));
 CREATE INDEX IF NOT EXISTS nccl_calls_match ON nccl_calls(run_id, comm_id, seq);
 )SQL";
 

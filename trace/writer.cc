@@ -55,7 +55,8 @@ struct TraceWriter::Inserters {
              std::unique_ptr<rows::Inserter<ApiCall>>, std::unique_ptr<rows::Inserter<Range>>,
              std::unique_ptr<rows::Inserter<Collective>>, std::unique_ptr<rows::Inserter<Step>>,
              std::unique_ptr<rows::Inserter<NcclCallRow>>,
-             std::unique_ptr<rows::Inserter<ProxyOpRow>>>
+             std::unique_ptr<rows::Inserter<ProxyOpRow>>,
+             std::unique_ptr<rows::Inserter<CaptureWindow>>>
       t;
   template <typename T>
   rows::Inserter<T>& get(sqlite3* db) {
@@ -237,6 +238,7 @@ void TraceWriter::submit(std::function<void(sqlite3*)> job) {
   ship(colls_);
   ship(calls_);
   ship(proxy_);
+  ship(windows_);
   ship_strings();
   enqueue(std::move(job));
 }

@@ -58,9 +58,11 @@ class TraceWriter {
   void add(int64_t run, const ApiCall& a) { push(apis_, run, a); }
   void add(int64_t run, const Range& r) { push(ranges_, run, r); }
   void add(int64_t run, const Collective& c) { push(colls_, run, c); }
-  // Capture tables (nccl_calls, nccl_proxy_ops): created in the file on the first row.
+  // Capture tables (nccl_calls, nccl_proxy_ops, capture_windows): created in the file on the first
+  // row.
   void add(int64_t run, const NcclCallRow& c) { push(calls_, run, c); }
   void add(int64_t run, const ProxyOpRow& p) { push(proxy_, run, p); }
+  void add(int64_t run, const CaptureWindow& w) { push(windows_, run, w); }
 
   // Runs `job` on the writer thread after everything queued before it; for importers that
   // fix up rows in SQL (e.g. a time base learnt at the end of a file).
@@ -126,6 +128,7 @@ class TraceWriter {
   Buffer<Collective> colls_;
   Buffer<NcclCallRow> calls_;
   Buffer<ProxyOpRow> proxy_;
+  Buffer<CaptureWindow> windows_;
 
   struct Small;
   std::unique_ptr<Small> small_;

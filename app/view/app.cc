@@ -258,8 +258,8 @@ void fit_all(App& app, bool whole) {
   Ns lo = INT64_MAX, hi = INT64_MIN;
   for (int s = 0; s < 2; ++s)
     if (const RunData* d = app.run(s)) {
-      lo = std::min(lo, (whole ? d->start : d->gpu_start) - app.slots[s].shift);
-      hi = std::max(hi, (whole ? d->end : d->gpu_end) - app.slots[s].shift);
+      lo = std::min(lo, (whole ? d->start : d->open_start()) - app.slots[s].shift);
+      hi = std::max(hi, (whole ? d->end : d->open_end()) - app.slots[s].shift);
     }
   if (lo <= hi) app.axis.fit(lo, hi);
 }

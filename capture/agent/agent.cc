@@ -1,6 +1,8 @@
 #include "capture/agent/agent.h"
 
 #include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -199,6 +201,16 @@ void Agent::forked_child() {
 
 void Agent::window_finished() {
   if (config_.attach()) end_window(capture_.load(), "steps done", true);
+}
+
+void Agent::name_this_thread() {
+  thread_local bool named = false;
+  if (named || !pipeline_) return;
+  named = true;
+  char name[17] = {};  // TASK_COMM_LEN
+  if (prctl(PR_GET_NAME, name, 0, 0, 0) != 0 || !name[0]) return;
+  auto tid = static_cast<int64_t>(syscall(SYS_gettid));
+  pipeline_->post_control([tid, n = std::string(name)](Collector& c) { c.name_thread(tid, n); });
 }
 
 void Agent::on_comm(const CommRecord* c) {

@@ -62,6 +62,10 @@ class Agent {
   // A communicator was made: recorded, and the rank taken from the largest one when the
   // launcher's environment did not give it.
   void on_comm(const CommRecord* c);
+  // Names the calling thread in the capture (its name as the thread reads it, once per thread):
+  // called on the application's threads (NCCL calls, NVTX callbacks), so a thread that ends
+  // before the writer sees its records keeps its name. Never blocks on I/O.
+  void name_this_thread();
   void set_nccl_version(int version);
 
   // CUPTI, when the process initialized CUDA: the pipeline's hooks and the external-correlation

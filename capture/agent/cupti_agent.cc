@@ -67,6 +67,7 @@ std::vector<std::string>& nvtx_stack() {
   if (!t_nvtx_stack) {
     t_nvtx_stack = new std::vector<std::string>();
     pthread_setspecific(g_nvtx_key, t_nvtx_stack);
+    if (Agent* a = Agent::running()) a->name_this_thread();  // a thread of NVTX ranges only
   }
   return *t_nvtx_stack;
 }
@@ -283,7 +284,10 @@ Change decide(std::optional<bool> change, const std::string& opener = "") {
     bool on = *change;
     int64_t ts = host_now_ns();
     std::string name = on ? opener : "";
-    a->pipeline().post_control([on, ts, name](Collector& col) { col.window_edge(on, ts, name); });
+    // The whole run's window (no --window) is not stored: the GUI opens on the GPU work then.
+    const bool store = a->config().window.kind != WindowKind::All || a->config().attach();
+    a->pipeline().post_control(
+        [on, ts, name, store](Collector& col) { col.window_edge(on, ts, name, store); });
   }
   return c;
 }

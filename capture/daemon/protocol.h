@@ -18,8 +18,9 @@
 
 namespace braid::daemon {
 
-// 2: renumber is scoped to the sending process; the rank message (docs/daemon-protocol.md).
-inline constexpr uint32_t kProtocolVersion = 2;
+// 2: renumber is scoped to the sending process; the rank message; 3: the capture-window item
+// (docs/daemon-protocol.md).
+inline constexpr uint32_t kProtocolVersion = 3;
 inline constexpr uint32_t kMaxFrame = 16u << 20;  // 16 MiB
 
 enum class MsgType : uint8_t {
@@ -173,8 +174,22 @@ std::string decode_text(std::string_view p);  // Error, Status
 
 // Records payload: u64 capture_id, then items until the end, each `u8 kind` + fields.
 enum class ItemKind : uint8_t {
-  String = 1, Kernel, Memcpy, ApiCall, Range, Collective, Step, NcclCall, ProxyOp,
-  RankInfo, Stream, Communicator, Diagnostic, Meta, Renumber,
+  String = 1,
+  Kernel,
+  Memcpy,
+  ApiCall,
+  Range,
+  Collective,
+  Step,
+  NcclCall,
+  ProxyOp,
+  RankInfo,
+  Stream,
+  Communicator,
+  Diagnostic,
+  Meta,
+  Renumber,
+  Window,
 };
 
 }  // namespace braid::daemon

@@ -89,6 +89,14 @@ void RecordEncoder::add(const Collective& c) {
   ++items_;
 }
 
+void RecordEncoder::add(const CaptureWindow& w) {
+  e_.u8(uint8_t(K::Window));
+  e_.i32(w.rank);
+  e_.i64(w.start);
+  e_.i64(w.end);
+  ++items_;
+}
+
 void RecordEncoder::add(const Step& s) {
   e_.u8(uint8_t(K::Step));
   e_.i32(s.rank);
@@ -441,6 +449,14 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
         std::string k = d.str();
         std::string v = d.str();
         sink.set_meta(k, v);
+        break;
+      }
+      case K::Window: {
+        CaptureWindow w;
+        w.rank = sender.own(d.i32());
+        w.start = d.i64();
+        w.end = d.i64();
+        sink.add(w);
         break;
       }
       case K::Renumber: {

@@ -26,6 +26,7 @@ class RecordEncoder {
   void add(const Step& s);
   void add(const capture::NcclCallRow& c);
   void add(const capture::ProxyOpRow& p);
+  void add(const CaptureWindow& w);
   void rank_info(const RankInfo& r);
   void stream(const StreamInfo& s);
   void communicator(const Communicator& c);

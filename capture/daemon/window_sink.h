@@ -52,6 +52,7 @@ class WindowSink final : public capture::Sink {
   void add(const Step& s) override { row(s); }
   void add(const capture::NcclCallRow& c) override { row(c); }
   void add(const capture::ProxyOpRow& p) override { row(p); }
+  void add(const CaptureWindow& w) override { row(w); }
   void set_rank_info(const RankInfo& r) override;
   void add_stream(const StreamInfo& s) override;
   void add_communicator(const Communicator& c) override;

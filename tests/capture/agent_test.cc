@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "app/view/core/loader.h"
 #include "capture/launcher.h"
 #include "trace/reader.h"
 #include "trace/sqlite_util.h"
@@ -152,6 +153,21 @@ TEST(AgentWindow, StepsWindowKeepsFirstStepAndApiRows) {
                   "a.correlation = k.correlation"),
             30);
   EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nvtx_ranges"), 10);  // the steps, not "train"
+  // Issue 21: the window is stored (it opened in step 10's range and closed as step 19's ended)
+  // and braid-view opens on it, not on the whole process.
+  auto windows = tr.capture_windows(1);
+  ASSERT_EQ(windows.size(), 1u);
+  EXPECT_LT(windows[0].start, windows[0].end);
+  EXPECT_LE(windows[0].start, steps.front().end);
+  EXPECT_GE(windows[0].end, steps.back().start);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM kernels WHERE start_ns >= " +
+                              std::to_string(windows[0].start) +
+                              " AND end_ns <= " + std::to_string(windows[0].end)),
+            30);
+  auto view = view::load_run(r.file, 1);
+  ASSERT_TRUE(view->has_window());
+  EXPECT_EQ(view->open_start(), windows[0].start);
+  EXPECT_EQ(view->open_end(), windows[0].end);
   auto d = diagnostics(r.file);
   EXPECT_EQ(d.count("capture.unmatched_marker_end"), 0u);
   // API records are enabled once, at injection, as in the whole-run capture whose API rows were
@@ -194,9 +210,8 @@ TEST(AgentThreads, ApiAndNcclThreadIdsJoin) {
   while (n.step()) nccl.insert(n.i64(0));
   EXPECT_EQ(nccl, printed);
   EXPECT_EQ(api, printed);
-  // Threads are named from /proc/self/task/<tid>/comm when the agent first sees them: the main
-  // thread still runs when its records are written; the second one may have ended by then
-  // (its rows keep the id), but a name it gets is its own.
+  // Threads are named by the agent on the thread itself (NCCL calls), else from
+  // /proc/self/task/<tid>/comm when the writer first sees them.
   std::map<int64_t, std::string> names;
   sql::Stmt st(tr.db(), "SELECT stream, label FROM streams WHERE gpu = 0");
   while (st.step()) names[st.i64(0)] = st.text(1);
@@ -210,9 +225,10 @@ TEST(AgentThreads, ApiAndNcclThreadIdsJoin) {
     }
   }
   EXPECT_EQ(names[tid_of["main"]], "braid-main");
-  if (names.count(tid_of["second"])) {
-    EXPECT_EQ(names[tid_of["second"]], "braid-second");
-  }
+  EXPECT_TRUE(tr.capture_windows(1).empty());  // the whole run: no window
+  // The second thread may have ended before its records were written: the agent named it on
+  // the thread itself at its first NCCL call.
+  EXPECT_EQ(names[tid_of["second"]], "braid-second");
   // The type was set before the first kind was enabled.
   auto set_at = r.log.find("cuptiSetThreadIdType 1");
   ASSERT_NE(set_at, std::string::npos) << r.log;
@@ -220,6 +236,57 @@ TEST(AgentThreads, ApiAndNcclThreadIdsJoin) {
   // Each collective (a kernel launched inside the call) is linked to its kernel.
   EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM collectives WHERE stream >= 0 AND kernel_ref > 0"),
             6);
+}
+
+// Issue 21: threads that carry only NVTX ranges or only NCCL calls are named too (they used to
+// show as "thread <id>" in braid-view): the NVTX thread from /proc while it runs, the NCCL thread
+// by the agent on the thread itself at its first call, so its name survives the thread.
+TEST(AgentThreads, NvtxOnlyAndNcclOnlyThreadsNamed) {
+  test::TempDir tmp;
+  // No API records: each of the two threads carries NVTX ranges or NCCL calls, nothing else.
+  JobRun r =
+      run_job(tmp, {"quiet"},
+              {{"BRAID_CAPTURE_TRACE", "cuda,nvtx,nccl"}, {"BRAID_CAPTURE_FLUSH_MS", "100"}});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
+  ASSERT_FALSE(r.file.empty());
+  std::map<std::string, int64_t> tid_of;
+  std::istringstream out(r.out);
+  for (std::string w1, w2; out >> w1 >> w2;) {
+    int64_t tid;
+    out >> tid;
+    if (w1 == "tid") tid_of[w2] = tid;
+  }
+  ASSERT_EQ(tid_of.size(), 2u) << r.out;
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM api_calls"), 0);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nvtx_ranges WHERE stream = " +
+                              std::to_string(tid_of["nvtx"])),
+            3);
+  EXPECT_EQ(count(r.file,
+                  "SELECT COUNT(*) FROM nccl_calls WHERE tid = " + std::to_string(tid_of["nccl"])),
+            3);
+  std::map<int64_t, std::string> names;
+  {
+    TraceReader tr(r.file);
+    for (const StreamInfo& s : tr.streams(1))
+      if (!s.gpu) names[s.stream] = s.label;
+  }
+  EXPECT_EQ(names[tid_of["nvtx"]], "braid-nvtx");
+  EXPECT_EQ(names[tid_of["nccl"]], "braid-nccl");
+  // The window shows the NVTX thread's lane by its name (the id is in the lane's tooltip), and
+  // no empty lane for a thread whose rows it does not draw (the NCCL calls).
+  auto d = view::load_run(r.file, 1);
+  bool nvtx_lane = false;
+  for (const view::Lane& l : d->lanes) {
+    if (l.gpu) continue;
+    EXPECT_GT(l.event_count, 0) << l.label;
+    EXPECT_EQ(l.label.rfind("thread ", 0), std::string::npos) << l.label;
+    EXPECT_NE(l.stream, tid_of["nccl"]) << l.label;
+    if (l.stream == tid_of["nvtx"]) {
+      EXPECT_EQ(l.label, "braid-nvtx");
+      nvtx_lane = true;
+    }
+  }
+  EXPECT_TRUE(nvtx_lane);
 }
 
 // Issue 19, items 2 and 8: on a one-rank communicator NCCL 2.28 copies inside the (grouped or

@@ -10,6 +10,10 @@
 //              range "train"; prints "steps N".
 //   threads    NCCL calls and kernel launches on the main thread and on a second thread, named
 //              "braid-main" and "braid-second"; prints each thread's gettid() as "tid <name> <id>".
+//   quiet      a kernel on the main thread, then two threads that launch nothing: "braid-nvtx"
+//              opens and closes NVTX ranges and stays alive 400 ms, "braid-nccl" makes 3
+//              all-reduces on a two-rank communicator and ends at once; prints each thread's
+//              gettid() as "tid <name> <id>".
 //   onerank    on a one-rank communicator: 3 grouped out-of-place all-reduces, 1 grouped
 //              in-place all-reduce, 1 ungrouped out-of-place and 1 ungrouped in-place
 //              all-reduce; then on a two-rank one, 2 grouped all-reduces (kernels launch at
@@ -190,6 +194,34 @@ int run_threads() {
   work("main", 7);
   std::thread t([&] { work("second", 9); });
   t.join();
+  CHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+int run_quiet() {
+  fakecuda_launch(7, "gemm_kernel");
+  ncclComm_t comm = make_comm(2);
+  float buf[64];
+  auto named = [](const char* who) {
+    pthread_setname_np(pthread_self(), (std::string("braid-") + who).c_str());
+    std::printf("tid %s %ld\n", who, static_cast<long>(syscall(SYS_gettid)));
+  };
+  std::thread nvtx([&] {
+    named("nvtx");
+    for (int i = 0; i < 3; ++i) {
+      fakenvtx_push("load batch");
+      fakenvtx_pop();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  });
+  nvtx.join();
+  std::thread nccl([&] {
+    named("nccl");
+    for (int i = 0; i < 3; ++i)
+      CHECK(ncclAllReduce(buf, buf + 32, 32, ncclFloat32, ncclSum, comm,
+                          reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(9))));
+  });
+  nccl.join();
   CHECK(ncclCommDestroy(comm));
   return 0;
 }
@@ -426,6 +458,7 @@ int main(int argc, char** argv) {
   if (scenario == "exit") return run_exit(n);
   if (scenario == "steps") return run_steps(n);
   if (scenario == "threads") return run_threads();
+  if (scenario == "quiet") return run_quiet();
   if (scenario == "onerank") return run_onerank();
   if (scenario == "simulate") return run_simulate();
   if (scenario == "profiler") return run_profiler();

@@ -139,6 +139,44 @@ TEST_F(ViewKnownTrace, BackgroundLoadReportsProgressAndResult) {
   EXPECT_NE(bad.error().find("no run 9"), std::string::npos);
 }
 
+// Issue 21: a capture's windows (`capture_windows`) are what the window opens on, on the job
+// axis (rank 1's clock offset applied), from the first opening to the last closing; a window
+// stored as it opened (a capture killed before its first cycle) ends with the events; a file
+// without windows opens on its GPU work. A thread or stream the `streams` table names but
+// without events gets no lane.
+TEST(ViewCaptureWindow, OpensOnTheCaptureWindowsWhenTheFileHasThem) {
+  test::TempDir dir;
+  auto write = [&](const std::string& name, const std::vector<CaptureWindow>& windows) {
+    std::string path = dir.file(name);
+    TraceWriter w(path, TraceWriter::Mode::Overwrite);
+    test::write_known_run(w, RunKind::Captured, kBase, 90, "captured");
+    w.add_stream(1, {0, 555, false, "pt_nccl_watchdog"});  // named, no events of its own
+    for (const CaptureWindow& cw : windows) w.add(1, cw);
+    w.commit();
+    return load_run(path, 1);
+  };
+  // Rank 0 [20, 60) us, rank 1 [30, 70) us on its own clock (1 us behind the job axis).
+  auto d = write("windows.braid",
+                 {{0, kBase + us(20), kBase + us(60)},
+                  {1, kBase + us(30) - test::kRank1Offset, kBase + us(70) - test::kRank1Offset}});
+  ASSERT_TRUE(d->has_window());
+  EXPECT_EQ(d->window_start, kBase + us(20));
+  EXPECT_EQ(d->window_end, kBase + us(70));
+  EXPECT_EQ(d->open_start(), kBase + us(20));
+  EXPECT_EQ(d->open_end(), kBase + us(70));
+  for (const Lane& l : d->lanes) EXPECT_NE(l.stream, 555) << l.label;
+
+  auto opened = write("opened.braid", {{0, kBase + us(20), kBase + us(20)}});
+  ASSERT_TRUE(opened->has_window());
+  EXPECT_EQ(opened->open_start(), kBase + us(20));
+  EXPECT_EQ(opened->open_end(), opened->end);
+
+  auto none = write("none.braid", {});
+  EXPECT_FALSE(none->has_window());
+  EXPECT_EQ(none->open_start(), none->gpu_start);
+  EXPECT_EQ(none->open_end(), none->gpu_end);
+}
+
 TEST(ViewTimeAxis, KeepsNanosecondsAtEpochScaleAndZoomsAtThePoint) {
   TimeAxis a;
   a.set_origin(kBase);

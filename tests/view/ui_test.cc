@@ -312,6 +312,75 @@ TEST_F(ViewHeadless, ACaptureOpensOnItsGpuWorkWithStepsGemmsAndGapsVisible) {
   EXPECT_LT(app_.axis.t1() - app_.axis.t0(), 2 * kStep);
 }
 
+// Issue 21: a capture with a window (`capture_windows`) opens on the window, not on the GPU work
+// around it; F fits it again.
+TEST_F(ViewHeadless, ACaptureWithAWindowOpensOnIt) {
+  std::string f = dir_.file("window.braid");
+  {
+    TraceWriter w(f, TraceWriter::Mode::Overwrite);
+    test::write_known_run(w, RunKind::Captured, kBase, 90, "captured");
+    w.add(1, CaptureWindow{0, kBase + us(20), kBase + us(60)});
+    w.commit();
+  }
+  app_open(app_, f, 1);
+  app_wait(app_);
+  frame();
+  frame();
+  ASSERT_TRUE(app_.all_ready());
+  EXPECT_LE(app_.geom.t0, kBase + us(20));
+  EXPECT_GE(app_.geom.t1, kBase + us(60));
+  EXPECT_LT(app_.geom.t1 - app_.geom.t0, us(45));  // the 40 us window and fit's margins
+  app_.axis.fit(kBase, kBase + us(100));
+  fit_all(app_);
+  EXPECT_LE(app_.axis.t0(), kBase + us(20));
+  EXPECT_LT(app_.axis.t1() - app_.axis.t0(), us(45));
+}
+
+// Issue 21: at 1600x900 the Details tab's value column fits its content: every key whole, the
+// values in one column right of the widest key, each on one line (no one-word strips), and the
+// collective's values shown in full.
+TEST_F(ViewHeadless, DetailsValuesFitTheirColumnAt1600x900) {
+  ImGui::GetIO().DisplaySize = ImVec2(1600, 900);
+  open(1);
+  const auto l = lane(0, 0, 7);
+  ASSERT_TRUE(l.has_value());
+  move(x_of(kBase + us(70)), l->y0 + 8);  // rank 0's allreduce [55, 90) us
+  frame();
+  ImGui::GetIO().MouseDown[0] = true;
+  frame();
+  ImGui::GetIO().MouseDown[0] = false;
+  frame();
+  frame();
+  ASSERT_TRUE(app_.selected);
+  ASSERT_EQ(app_.tab, SideTab::Details);
+  const float line = ImGui::GetTextLineHeight();
+  float keys_right = 0, values_left = -1;
+  int keys = 0;
+  for (const auto& [name, r] : app_.widgets) {
+    if (name.rfind("details key ", 0) != 0) continue;
+    const std::string key = name.substr(12);
+    ++keys;
+    EXPECT_NEAR(r.z - r.x, ImGui::CalcTextSize(key.c_str()).x, 1.0f) << key;  // whole
+    keys_right = std::max(keys_right, r.z);
+    const ImVec4 v = app_.widgets.at("details value " + key);
+    if (values_left < 0) values_left = v.x;
+    EXPECT_FLOAT_EQ(v.x, values_left) << key;             // one column
+    EXPECT_LE(v.w - v.y, line + 1.0f) << key;             // one line
+    EXPECT_LE(v.z, ImGui::GetIO().DisplaySize.x) << key;  // inside the window
+  }
+  EXPECT_GE(keys, 14);  // a collective's rows
+  EXPECT_GT(values_left, keys_right);
+  // The column is wide (most of the side panel), and long values show in full.
+  EXPECT_GT(ImGui::GetIO().DisplaySize.x - values_left, 300.f);
+  for (const auto& [key, full] : std::vector<std::pair<std::string, std::string>>{
+           {"dtype / count", "float32 / 16777216 in, 16777216 out"},
+           {"communicator", "pg0 (default_pg)"},
+           {"rank / lane", "0 / stream 7"}}) {
+    const ImVec4 v = app_.widgets.at("details value " + key);
+    EXPECT_NEAR(v.z - v.x, ImGui::CalcTextSize(full.c_str()).x, 1.0f) << key;
+  }
+}
+
 // One source of numbers: on a real two-rank trace, the Metrics tab shows per rank exactly what
 // `braid analyze` prints (its --json report), and the same ranks arriving last.
 TEST_F(ViewHeadless, MetricsTabShowsWhatBraidAnalyzePrintsOnARealTrace) {

@@ -19,6 +19,12 @@ class LaneBuilder {
  public:
   explicit LaneBuilder(RunData& d) : d_(d) {}
 
+  // The name the file gives a stream or thread (`streams` table), used when its lane is made:
+  // only threads and streams with events get a lane.
+  void name(int32_t rank, int64_t stream, bool gpu, const std::string& label) {
+    if (!label.empty()) names_[std::make_tuple(rank, stream, gpu)] = label;
+  }
+
   int lane(int32_t rank, int64_t stream, bool gpu, const std::string& label = "") {
     auto key = std::make_tuple(rank, stream, gpu);
     if (key == last_key_ && last_ >= 0) return last_;
@@ -31,6 +37,8 @@ class LaneBuilder {
       l.stream = stream;
       l.gpu = gpu;
       l.label = label;
+      if (l.label.empty())
+        if (auto n = names_.find(key); n != names_.end()) l.label = n->second;
       d_.lanes.push_back(std::move(l));
       events_.emplace_back();
       index_.emplace(key, i);
@@ -48,6 +56,7 @@ class LaneBuilder {
   RunData& d_;
   // A CPU thread id may equal a CUDA stream id of the same rank: the key says which it is.
   std::map<std::tuple<int32_t, int64_t, bool>, int> index_;
+  std::map<std::tuple<int32_t, int64_t, bool>, std::string> names_;
   std::tuple<int32_t, int64_t, bool> last_key_{-1, -1, false};
   int last_ = -1;
   std::vector<std::vector<Event>> events_;
@@ -182,26 +191,34 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
     }
   };
 
-  // Collectives are numbered rank by rank in the analysis load's order, so a collective of the
-  // analysis (rank, index) is RunData::colls[first_coll[rank] + index].
-  std::map<int32_t, int32_t> first_coll;
-  for (const auto& [rank, t] : a.ranks) {
-    const Ns o = off(rank);
-    first_coll[rank] = static_cast<int32_t>(d->colls.size());
-    for (Collective c : t.collectives) {
-      c.start += o;
-      c.end += o;
-      if (c.enqueue >= 0) c.enqueue += o;
-      CollRec r;
-      r.c = c;
-      d->colls.push_back(r);
-    }
-  }
-
   // Cross-rank matching and metrics, as `braid analyze` computes them, on the clock offsets the
   // file holds (those `braid analyze` solved, once it has run).
   analysis::MatchResult match = analysis::match_collectives(a);
   d->metrics = analysis::compute_metrics(a, match, analysis::stored_clocks(a));
+
+  // Collectives are numbered rank by rank in the analysis load's order, so a collective of the
+  // analysis (rank, index) is RunData::colls[first_coll[rank] + index]. Moved out of the
+  // analysis load once the metrics are computed, and what only the metrics needed (launch
+  // calls, synchronizations) freed with them: the load never holds two copies of them.
+  std::map<int32_t, int32_t> first_coll;
+  size_t coll_count = 0;
+  for (const auto& [rank, t] : a.ranks) coll_count += t.collectives.size();
+  d->colls.reserve(coll_count);
+  for (auto& [rank, t] : a.ranks) {
+    const Ns o = off(rank);
+    first_coll[rank] = static_cast<int32_t>(d->colls.size());
+    for (Collective& c : t.collectives) {
+      CollRec r;
+      r.c = std::move(c);
+      r.c.start += o;
+      r.c.end += o;
+      if (r.c.enqueue >= 0) r.c.enqueue += o;
+      d->colls.push_back(std::move(r));
+    }
+    std::vector<Collective>().swap(t.collectives);
+    std::vector<analysis::SyncCall>().swap(t.syncs);
+    std::unordered_map<int64_t, Ns>().swap(t.launches);
+  }
   std::vector<int32_t> metrics_of(match.groups.size(), -1);
   for (size_t i = 0; i < d->metrics.collectives.size(); ++i)
     metrics_of[d->metrics.collectives[i].group] = static_cast<int32_t>(i);
@@ -232,7 +249,7 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
   // The lanes, rank by rank, each rank's analysis data freed once its events are in lanes (the
   // two never both hold the whole run).
   LaneBuilder lanes(*d);
-  for (const StreamInfo& s : reader.streams(run_id)) lanes.lane(s.rank, s.stream, s.gpu, s.label);
+  for (const StreamInfo& s : reader.streams(run_id)) lanes.name(s.rank, s.stream, s.gpu, s.label);
   std::map<int32_t, std::vector<Step>> steps;
   for (auto& [rank, t] : a.ranks) {
     const Ns o = off(rank);
@@ -385,6 +402,21 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
   for (Lane& l : d->lanes)
     if (l.label.empty())
       l.label = l.gpu ? "stream " + std::to_string(l.stream) : "thread " + std::to_string(l.stream);
+
+  // The capture window (a capture with --window): a window stored as it opened (a capture
+  // killed before its first cycle) ends with the run's events.
+  {
+    Ns lo = INT64_MAX, hi = INT64_MIN;
+    for (const CaptureWindow& w : reader.capture_windows(run_id)) {
+      Ns o = off(w.rank);
+      lo = std::min(lo, w.start + o);
+      hi = std::max(hi, std::max(w.end, w.start) + o);
+    }
+    if (lo < INT64_MAX) {
+      d->window_start = lo;
+      d->window_end = hi > lo ? hi : std::max(lo, d->end);
+    }
+  }
 
   for (const auto& [rank, rank_steps] : steps)
     for (Step s : rank_steps) {

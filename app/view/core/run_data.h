@@ -93,6 +93,13 @@ struct RunData {
   std::vector<std::string> strings;  // interned names, by StrId
   Ns start = 0, end = 0;             // span of all events on the job axis
   Ns gpu_start = 0, gpu_end = 0;     // span of the GPU work (kernels, copies), else start/end
+  // The capture window the agent recorded (`capture_windows`, all ranks' windows on the job
+  // axis, from the first opening to the last closing); window_end <= window_start: none.
+  Ns window_start = 0, window_end = 0;
+  bool has_window() const { return window_end > window_start; }
+  // What the window opens on: the capture window when the file has one, else the GPU work.
+  Ns open_start() const { return has_window() ? window_start : gpu_start; }
+  Ns open_end() const { return has_window() ? window_end : gpu_end; }
   std::vector<float> gpu_density;    // mean busy fraction of the GPU lanes, kOverviewBins
   int64_t event_count = 0;
 

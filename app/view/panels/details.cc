@@ -9,12 +9,16 @@
 namespace braid::view::panels {
 namespace {
 
-void row(const char* k, const std::string& v) {
+// One key and its value (recorded as widgets "details key K" and "details value K" for the UI
+// tests: the value column must fit its content, never one word per line).
+void row(App& app, const char* k, const std::string& v) {
   ImGui::TableNextRow();
   ImGui::TableNextColumn();
   ImGui::TextDisabled("%s", k);
+  note_widget(app, std::string("details key ") + k);
   ImGui::TableNextColumn();
   text_elided(v);
+  note_widget(app, std::string("details value ") + k);
 }
 
 // A key/value table: the keys as wide as the widest, the values the rest of the panel.
@@ -52,41 +56,43 @@ void details(App& app) {
                      d.str(e.name).empty() ? event_title(d, e).c_str() : d.str(e.name).c_str());
   if (ImGui::Button("Zoom to it")) select_event(app, sel.slot, sel.hit, true);
   if (!begin_kv("details")) return;
-  row("run", d.run_title());
-  row("rank / lane", std::to_string(lane.rank) + " / " + lane.label);
-  if (e.kind == EventKind::Step) row("step", d.str(e.name));
-  row("category", category_name(e.category));
-  row("start", dur(e.start - d.start) + " after the run's start");
-  row("duration", dur(e.end - e.start));
+  row(app, "run", d.run_title());
+  row(app, "rank / lane", std::to_string(lane.rank) + " / " + lane.label);
+  if (e.kind == EventKind::Step) row(app, "step", d.str(e.name));
+  row(app, "category", category_name(e.category));
+  row(app, "start", dur(e.start - d.start) + " after the run's start");
+  row(app, "duration", dur(e.end - e.start));
   if (e.kind == EventKind::Memcpy)
-    row("memcpy", std::string(to_string(static_cast<MemKind>(e.reserved))));
+    row(app, "memcpy", std::string(to_string(static_cast<MemKind>(e.reserved))));
   if (e.coll >= 0) {
     const CollRec& r = d.colls[e.coll];
     const Collective& c = r.c;
     CollTiming t = coll_timing(d, e.coll);
-    row("collective", std::string(to_string(c.op)));
+    row(app, "collective", std::string(to_string(c.op)));
     std::string comm = d.str(c.comm);
     for (const Communicator& cm : d.communicators)
       if (cm.comm == comm && !cm.label.empty()) comm += " (" + cm.label + ")";
-    row("communicator", comm);
-    if (c.seq >= 0) row("seq", std::to_string(c.seq));
-    if (c.bytes >= 0) row("bytes", format_bytes(c.bytes));
+    row(app, "communicator", comm);
+    if (c.seq >= 0) row(app, "seq", std::to_string(c.seq));
+    if (c.bytes >= 0) row(app, "bytes", format_bytes(c.bytes));
     if (c.dtype)
-      row("dtype / count", d.str(c.dtype) + " / " + std::to_string(c.in_count) + " in, " +
-                               std::to_string(c.out_count) + " out");
+      row(app, "dtype / count",
+          d.str(c.dtype) + " / " + std::to_string(c.in_count) + " in, " +
+              std::to_string(c.out_count) + " out");
     if (c.algo || c.proto || c.channels >= 0)
-      row("algorithm",
+      row(app, "algorithm",
           d.str(c.algo) + " " + d.str(c.proto) +
               (c.channels >= 0 ? ", " + std::to_string(c.channels) + " channels" : ""));
     char buf[96];
     std::snprintf(buf, sizeof buf, "%.2f GB/s bus, %.2f GB/s alg (%d ranks)", t.busbw_gbs,
                   t.algbw_gbs, t.nranks);
-    if (t.busbw_gbs > 0) row("bandwidth", buf);
-    row("wait", dur(t.wait) + (t.late_rank >= 0
-                                   ? " (last to arrive: rank " + std::to_string(t.late_rank) + ")"
-                                   : ""));
-    row("transfer", dur(t.transfer));
-    if (c.enqueue >= 0) row("launch delay", dur(c.start - c.enqueue));
+    if (t.busbw_gbs > 0) row(app, "bandwidth", buf);
+    row(app, "wait",
+        dur(t.wait) + (t.late_rank >= 0
+                           ? " (last to arrive: rank " + std::to_string(t.late_rank) + ")"
+                           : ""));
+    row(app, "transfer", dur(t.transfer));
+    if (c.enqueue >= 0) row(app, "launch delay", dur(c.start - c.enqueue));
     ImGui::EndTable();
     if (r.match >= 0) {
       ImGui::Separator();
