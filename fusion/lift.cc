@@ -384,8 +384,24 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
   return s;
 }
 
+namespace {
+constexpr size_t kLiftPhases = 4;  // load, match, lift, store
+void lift_phase(const LiftOptions& opt, size_t phase, const std::string& where) {
+  if (opt.cancel && opt.cancel->load()) throw Error(ErrorCode::Usage, where + ": lift cancelled");
+  if (opt.progress) opt.progress(phase, kLiftPhases);
+}
+}  // namespace
+
 Schedule lift_run(const TraceReader& reader, int64_t run_id, const LiftOptions& opt) {
-  analysis::RunData run = analysis::load_run(reader, run_id);
+  lift_phase(opt, 0, reader.path());
+  analysis::RunData run;
+  try {
+    run = analysis::load_run(reader, run_id,
+                             [&](int64_t) { return !(opt.cancel && opt.cancel->load()); });
+  } catch (const Error&) {
+    lift_phase(opt, 0, reader.path());  // says "cancelled" when that is why the load stopped
+    throw;
+  }
   if (run.ranks.empty())
     throw Error(ErrorCode::Empty, reader.path() + ": run " + std::to_string(run_id) + " has no ranks");
   const std::string where = reader.path() + ": run " + std::to_string(run_id);
@@ -394,6 +410,7 @@ Schedule lift_run(const TraceReader& reader, int64_t run_id, const LiftOptions& 
                 where + " has one rank (" + std::to_string(run.ranks.begin()->first) +
                     "): lifting needs the job's ranks in one run (import the ranks' files "
                     "together with `braid import`, or join runs with `braid merge`)");
+  lift_phase(opt, 1, where);
   analysis::MatchResult match = analysis::match_collectives(run);
   int64_t colls = 0;
   for (const auto& [r, t] : run.ranks) colls += static_cast<int64_t>(t.collectives.size());
@@ -406,6 +423,7 @@ Schedule lift_run(const TraceReader& reader, int64_t run_id, const LiftOptions& 
                                       " collectives matches across ranks on any "
                                       "communicator (are the ranks from one job?)") +
                     ": nothing to lift");
+  lift_phase(opt, 2, where);
   Schedule s = lift(run, match, opt);
   auto problems = validate(s);
   if (!problems.empty() && opt.infer_dependencies) {
@@ -469,15 +487,20 @@ std::vector<std::string> lift_summary(const Schedule& s) {
 }
 
 LiftedRun lift_into_file(const std::string& path, int64_t run, int64_t step) {
+  LiftOptions opt;
+  opt.step = step;
+  return lift_into_file(path, run, opt);
+}
+
+LiftedRun lift_into_file(const std::string& path, int64_t run, const LiftOptions& opt) {
   LiftedRun out;
   {
     TraceReader reader(path);
     out.run_id = run >= 0 ? run : analysis::default_run(reader);
-    LiftOptions opt;
-    opt.step = step;
     out.schedule = lift_run(reader, out.run_id, opt);
   }
-  out.schedule_id = store_schedule(path, out.schedule);
+  lift_phase(opt, 3, path);  // the last moment a cancel leaves the file as it was
+  out.schedule_id = store_schedule(path, out.schedule, -1, "[]", false, opt.cancel);
   return out;
 }
 

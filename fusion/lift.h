@@ -22,7 +22,9 @@
 // braid::Error(Internal) naming the first problem otherwise.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +42,11 @@ struct LiftOptions {
   Ns min_gap_ns = 1'000;   // shorter host gaps are not written as delays
   bool infer_dependencies = true;
   analysis::TimelineOptions timeline;
+  // As in PipelineOptions: `cancel`, when set and true, stops the lift (braid::Error "cancelled",
+  // nothing stored); `progress`, when set, is told each phase as it starts (index, count: load,
+  // match, lift, store), braid-view's "Lift" running in the background.
+  const std::atomic<bool>* cancel = nullptr;
+  std::function<void(size_t phase, size_t phases)> progress = nullptr;
 };
 
 // Bad input (braid::Error, message naming the file and run): a run with one rank (Usage), a run
@@ -71,6 +78,8 @@ struct LiftedRun {
   Schedule schedule;
 };
 LiftedRun lift_into_file(const std::string& path, int64_t run = -1, int64_t step = -1);
+// The same with options (`opt.step` is the step; cancel and progress as LiftOptions says).
+LiftedRun lift_into_file(const std::string& path, int64_t run, const LiftOptions& opt);
 
 // What `braid lift` prints: ranks and ops, collectives by operation with bytes, the collectives
 // left opaque (by label), and the provenance (every assumption, and why what stayed opaque did).

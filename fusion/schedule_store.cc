@@ -67,8 +67,16 @@ void insert_opportunities(sqlite3* db, const std::vector<StoredOpportunity>& v) 
   }
 }
 
+namespace {
+void commit_unless_cancelled(StoreUpdate& up, const std::atomic<bool>* cancel) {
+  if (cancel && cancel->load())
+    throw Error(ErrorCode::Usage, up.path() + ": cancelled before the schedule was stored");
+  up.commit();
+}
+}  // namespace
+
 int64_t store_schedule(const std::string& path, const Schedule& s, int64_t parent_id,
-                       std::string_view passes_json, bool create) {
+                       std::string_view passes_json, bool create, const std::atomic<bool>* cancel) {
   std::error_code ec;
   if (create && !std::filesystem::exists(path, ec)) {
     TraceWriter w(path, TraceWriter::Mode::Create);
@@ -76,12 +84,13 @@ int64_t store_schedule(const std::string& path, const Schedule& s, int64_t paren
   }
   StoreUpdate u(path);
   int64_t id = insert_schedule(u.db(), s, parent_id, passes_json);
-  u.commit();
+  commit_unless_cancelled(u, cancel);
   return id;
 }
 
 int64_t store_fused(const std::string& path, int64_t parent_id, const Schedule& input,
-                    PipelineResult& res, const std::string& profile) {
+                    PipelineResult& res, const std::string& profile,
+                    const std::atomic<bool>* cancel) {
   auto opportunity = [](int64_t schedule_id, const Finding& f, bool applied) {
     StoredOpportunity o;
     o.schedule_id = schedule_id;
@@ -116,7 +125,7 @@ int64_t store_fused(const std::string& path, int64_t parent_id, const Schedule& 
   pred.detail = w.take();
   ops.push_back(std::move(pred));
   insert_opportunities(up.db(), ops);
-  up.commit();
+  commit_unless_cancelled(up, cancel);
   return fused_id;
 }
 

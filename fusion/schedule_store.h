@@ -5,6 +5,7 @@
 
 #include <sqlite3.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -43,9 +44,12 @@ int64_t insert_schedule(sqlite3* db, const Schedule& s, int64_t parent_id = -1,
 void insert_opportunities(sqlite3* db, const std::vector<StoredOpportunity>& v);
 
 // Stores `s` in `path` in one transaction; with `create`, a missing file is first created as
-// an empty `.braid` store. Returns the schedule id.
+// an empty `.braid` store. Returns the schedule id. `cancel`, when set and true just before the
+// commit (braid-view's background "Lift" and "Save"; the transaction may have waited for
+// another writer's lock), rolls back and throws braid::Error "cancelled": the file is as it was.
 int64_t store_schedule(const std::string& path, const Schedule& s, int64_t parent_id = -1,
-                       std::string_view passes_json = "[]", bool create = false);
+                       std::string_view passes_json = "[]", bool create = false,
+                       const std::atomic<bool>* cancel = nullptr);
 
 struct PipelineResult;
 // Stores what `braid fuse` stores, in one transaction: the fused schedule `res.schedule` (named
@@ -55,8 +59,10 @@ struct PipelineResult;
 // of the fused schedule, and the prediction as an opportunity of pass "pipeline" on the fused
 // schedule (detail: simulated, baseline_step_ns, fused_step_ns, profile, local_saving_ns).
 // Names `res.schedule` "<input's name> (fused)". Returns the fused schedule's id.
+// `cancel` as store_schedule's.
 int64_t store_fused(const std::string& path, int64_t parent_id, const Schedule& input,
-                    PipelineResult& res, const std::string& profile);
+                    PipelineResult& res, const std::string& profile,
+                    const std::atomic<bool>* cancel = nullptr);
 
 std::vector<StoredSchedule> list_schedules(const std::string& path);
 // Whether the file open in `reader` holds at least one schedule (false for a file without the

@@ -153,9 +153,32 @@ void explore_start(App& app) {
   x.explorer.start(std::move(r));
 }
 
+// A finished "Save" or "Lift" taken in.
+bool explore_task_poll(App& app) {
+  ExplorePanel& x = app.explore;
+  if (!x.task.poll()) return false;
+  const bool failed = !x.task.error().empty();
+  if (x.task.what() == "save") {
+    x.saved = failed ? (x.task.cancelled() ? "save cancelled: the file is as it was"
+                                           : "save failed: " + x.task.error())
+                     : x.task.message();
+    if (!failed) x.saved_id = x.task.id();
+  } else if (failed) {
+    app.status =
+        x.task.cancelled() ? "lift cancelled: the file is as it was" : "lift: " + x.task.error();
+  } else {
+    app.status = x.task.message();
+    app.slots[0].extras.has_schedules = true;
+    explore_start(app);
+  }
+  return true;
+}
+
 bool explore_poll(App& app) {
   ExplorePanel& x = app.explore;
+  const bool task_done = explore_task_poll(app);
   x.explorer.poll();
+  if (task_done && x.generation == x.explorer.generation()) return true;
   if (x.generation == x.explorer.generation()) return false;
   x.generation = x.explorer.generation();
   if (!x.explorer.error().empty()) {
@@ -180,16 +203,25 @@ bool explore_poll(App& app) {
 }
 
 void explore_lift(App& app) {
-  try {
-    const int64_t run = app.slots[0].file.empty() ? app.slots[0].run_id : -1;
-    fusion::LiftedRun l = fusion::lift_into_file(app.path, run);
-    app.status = "lifted run " + std::to_string(l.run_id) + " into schedule " +
-                 std::to_string(l.schedule_id) + " (as `braid lift` does)";
-    app.slots[0].extras.has_schedules = true;
-    explore_start(app);
-  } catch (const std::exception& e) {
-    app.status = std::string("lift: ") + e.what();
-  }
+  const int64_t run = app.slots[0].file.empty() ? app.slots[0].run_id : -1;
+  app.explore.task.start("lift", [path = app.path, run](const std::atomic<bool>& cancel,
+                                                        std::atomic<double>& progress) {
+    fusion::LiftOptions opt;
+    opt.cancel = &cancel;
+    opt.progress = [&progress](size_t i, size_t n) {
+      progress = static_cast<double>(i) / static_cast<double>(n ? n : 1);
+    };
+    const fusion::LiftedRun l = fusion::lift_into_file(path, run, opt);
+    progress = 1.0;
+    return FileTask::Outcome{"lifted run " + std::to_string(l.run_id) + " into schedule " +
+                                 std::to_string(l.schedule_id) + " (as `braid lift` does)",
+                             l.schedule_id};
+  });
+}
+
+void explore_save(App& app) {
+  ExplorePanel& x = app.explore;
+  if (x.task.start("save", x.explorer.save_task())) x.saved.clear();
 }
 
 void replay_start(App& app, const AbRequest& r) {
@@ -244,7 +276,7 @@ void app_wait(App& app) {
   // A poll may start loads (the explorer's or a replay's runs): wait for those too.
   for (;;) {
     app_poll(app);
-    if (!app.loading() && !app.explore.explorer.busy()) break;
+    if (!app.loading() && !app.explore.explorer.busy() && !app.explore.task.busy()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

@@ -122,6 +122,7 @@ struct ExplorePanel {
   int generation = 0;                    // the explorer's result taken in
   std::string saved;                     // "saved as schedule N (parent M) in FILE"
   int64_t saved_id = -1;
+  FileTask task;  // "Save" and "Lift", off the UI thread
 };
 
 struct App {
@@ -191,9 +192,13 @@ void app_load(App& app, int s, int64_t run_id, const std::string& file = "",
 void explore_start(App& app);
 // Takes a finished explorer run in: its simulated runs into compare mode when following.
 bool explore_poll(App& app);
-// Lifts the run of slot A into a schedule (fusion::lift_into_file, as `braid lift`) and starts
-// the explorer on it. Errors go to the status line.
+// Lifts the run of slot A into a schedule (fusion::lift_into_file, as `braid lift`) in the
+// background (ExplorePanel::task, with progress and cancel); once it is stored, explore_poll
+// starts the explorer on it. Errors go to the status line.
 void explore_lift(App& app);
+// Stores the explorer's result as `braid fuse` does, in the background (ExplorePanel::task);
+// explore_poll sets ExplorePanel::saved and saved_id when it is done.
+void explore_save(App& app);
 // Starts `braid ab` as a child process (cancelling one still running).
 void replay_start(App& app, const AbRequest& r);
 // Takes a finished child in: the stored runs into compare mode on success.

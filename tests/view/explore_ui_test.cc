@@ -3,8 +3,10 @@
 // what `braid replay --backend sim` gives for the saved choice (the test runs both); save,
 // reopen and find the saved schedule; `braid ab` as a child that fails shows its error and
 // leaves the file as it was; cancel ends the child; a good one opens its runs in compare mode.
+// "Save" and "Lift" run in the background with progress and cancel.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 
 #include <chrono>
 #include <cstdio>
@@ -148,6 +150,7 @@ TEST_F(ViewExploreUi, TickingFindingsGivesTheStepBraidReplaySimulatesForTheSaved
   // Save, then `braid replay --backend sim` of the saved schedule gives the same step, and of
   // the baseline the baseline's.
   click("save");
+  settle();  // the save runs in the background
   const int64_t saved = app.explore.saved_id;
   ASSERT_GE(saved, 0) << app.explore.saved;
   EXPECT_EQ(replayed_step(saved), fewer);
@@ -206,9 +209,61 @@ TEST_F(ViewExploreUi, AFailingReplayShowsItsErrorAndLeavesTheFileAsItWas) {
   EXPECT_FALSE(app_->slots[0].file.empty());
 }
 
+// Holds the write lock of a `.braid` file (another writer at work) while it lives.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) {
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db_), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db_);
+  }
+  ~FileLock() { release(); }
+  void release() {
+    if (!db_) return;
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_close(db_);
+    db_ = nullptr;
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+// Issue 21: "Save" runs off the UI thread. While another writer holds the file's lock (the
+// store waits for it up to 10 s), the frames go on, with the save's progress and a cancel
+// button; cancelled, it leaves the file as it was; run again, it stores the schedule.
+TEST_F(ViewExploreUi, SaveRunsInTheBackgroundAndItsCancelLeavesTheFileAsItWas) {
+  open();
+  ASSERT_TRUE(app_->explore.explorer.result()) << app_->explore.explorer.error();
+  const size_t schedules = fusion::list_schedules(path_).size();
+  FileLock lock(path_);
+  const auto t0 = std::chrono::steady_clock::now();
+  click("save");
+  for (int i = 0; i < 5; ++i) frame();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  EXPECT_TRUE(app_->explore.task.busy());
+  EXPECT_EQ(app_->explore.saved_id, -1);
+  click("task cancel");
+  lock.release();
+  settle();
+  EXPECT_FALSE(app_->explore.task.busy());
+  EXPECT_TRUE(app_->explore.task.cancelled()) << app_->explore.task.error();
+  EXPECT_EQ(app_->explore.saved_id, -1);
+  EXPECT_NE(app_->explore.saved.find("save cancelled"), std::string::npos) << app_->explore.saved;
+  EXPECT_EQ(fusion::list_schedules(path_).size(), schedules);
+
+  click("save");
+  settle();
+  ASSERT_GE(app_->explore.saved_id, 0) << app_->explore.saved;
+  EXPECT_EQ(fusion::list_schedules(path_).size(), schedules + 1);
+  EXPECT_NE(app_->explore.saved.find("saved as schedule " + std::to_string(app_->explore.saved_id)),
+            std::string::npos);
+}
+
 TEST_F(ViewExploreUi, CancelEndsTheChild) {
   open();
   click("save");  // a pair to replay
+  settle();
   ASSERT_GE(app_->explore.saved_id, 0) << app_->explore.saved;
   const std::string before = slurp(path_);
   show_tab(*app_, SideTab::Replay);
@@ -263,14 +318,30 @@ TEST(ViewOriginalBesideRewrite, AnImportedRunAndTheReplayOfItsFusedScheduleAlign
       ImGui::Render();
     };
     for (int i = 0; i < 3; ++i) frame();
-    ASSERT_TRUE(app.widgets.count("lift"));
-    const ImVec4 r = app.widgets["lift"];
-    io.MousePos = ImVec2((r.x + r.z) / 2, (r.y + r.w) / 2);
-    frame();
-    io.MouseDown[0] = true;
-    frame();
-    io.MouseDown[0] = false;
-    frame();
+    auto click = [&](const std::string& widget) {
+      ASSERT_TRUE(app.widgets.count(widget)) << widget;
+      const ImVec4 r = app.widgets[widget];
+      io.MousePos = ImVec2((r.x + r.z) / 2, (r.y + r.w) / 2);
+      frame();
+      io.MouseDown[0] = true;
+      frame();
+      io.MouseDown[0] = false;
+      frame();
+    };
+    // Lift runs in the background: cancelled (here while another writer holds the file), it
+    // stores nothing.
+    {
+      FileLock lock(job);
+      click("lift");
+      EXPECT_TRUE(app.explore.task.busy());
+      click("task cancel");
+    }
+    app_wait(app);
+    EXPECT_NE(app.status.find("lift cancelled"), std::string::npos) << app.status;
+    EXPECT_TRUE(fusion::list_schedules(job).empty());
+    for (int i = 0; i < 3; ++i) frame();
+    click("lift");
+    app_wait(app);
     EXPECT_NE(app.status.find("lifted run 1 into schedule"), std::string::npos) << app.status;
     app_wait(app);
     ASSERT_TRUE(app.explore.explorer.result()) << app.explore.explorer.error();

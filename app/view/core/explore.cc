@@ -232,12 +232,88 @@ void Explorer::wait() {
   }
 }
 
-int64_t Explorer::save() const {
-  if (!result_) throw Error(ErrorCode::Usage, "nothing to save yet: the explorer has no result");
-  const ExploreResult& r = *result_;
-  const fusion::Schedule base = fusion::load_stored_schedule(request_.path, r.schedule_id);
+namespace {
+
+// `braid fuse`'s store of a result; a cancel before the store leaves the file as it was.
+int64_t store_result(const std::string& path, const ExploreResult& r,
+                     const std::atomic<bool>* cancel, std::atomic<double>* progress) {
+  auto stop_if_cancelled = [&] {
+    if (cancel && cancel->load())
+      throw Error(ErrorCode::Usage, path + ": save cancelled (nothing stored)");
+  };
+  stop_if_cancelled();
+  if (progress) *progress = 0.1;
+  const fusion::Schedule base = fusion::load_stored_schedule(path, r.schedule_id);
+  if (progress) *progress = 0.5;
+  stop_if_cancelled();
   fusion::PipelineResult res = r.pipeline;
-  return fusion::store_fused(request_.path, r.schedule_id, base, res, r.profile);
+  const int64_t id = fusion::store_fused(path, r.schedule_id, base, res, r.profile, cancel);
+  if (progress) *progress = 1.0;
+  return id;
+}
+
+}  // namespace
+
+int64_t Explorer::save(const std::atomic<bool>* cancel, std::atomic<double>* progress) const {
+  if (!result_) throw Error(ErrorCode::Usage, "nothing to save yet: the explorer has no result");
+  return store_result(request_.path, *result_, cancel, progress);
+}
+
+FileTask::Fn Explorer::save_task() const {
+  if (!result_)
+    return [](const std::atomic<bool>&, std::atomic<double>&) -> FileTask::Outcome {
+      throw Error(ErrorCode::Usage, "nothing to save yet: the explorer has no result");
+    };
+  auto r = std::make_shared<const ExploreResult>(*result_);
+  return [r, path = request_.path](const std::atomic<bool>& cancel, std::atomic<double>& progress) {
+    const int64_t id = store_result(path, *r, &cancel, &progress);
+    return FileTask::Outcome{"saved as schedule " + std::to_string(id) + " (parent " +
+                                 std::to_string(r->schedule_id) + ") in " + path,
+                             id};
+  };
+}
+
+FileTask::~FileTask() {
+  cancel_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+bool FileTask::start(std::string what, Fn fn) {
+  if (busy()) return false;
+  if (thread_.joinable()) thread_.join();
+  what_ = std::move(what);
+  error_.clear();
+  out_ = Outcome{};
+  out_error_.clear();
+  cancelled_ = false;
+  cancel_ = false;
+  finished_ = false;
+  progress_ = 0;
+  taken_ = false;
+  thread_ = std::thread([this, fn = std::move(fn)] {
+    try {
+      out_ = fn(cancel_, progress_);
+    } catch (const std::exception& e) {
+      out_error_ = e.what();
+      if (out_error_.empty()) out_error_ = what_ + " failed";
+    }
+    finished_ = true;
+  });
+  return true;
+}
+
+bool FileTask::poll() {
+  if (taken_ || !finished_) return false;
+  thread_.join();
+  taken_ = true;
+  error_ = std::move(out_error_);
+  cancelled_ = !error_.empty() && cancel_.load();
+  ++generation_;
+  return true;
+}
+
+void FileTask::wait() {
+  while (!taken_ && !poll()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
 }
 
 }  // namespace braid::view

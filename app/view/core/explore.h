@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -75,6 +76,53 @@ ExploreResult explore(const ExploreRequest& req, const std::string& scratch,
 // the file has none.
 int64_t default_root_schedule(const std::string& path);
 
+// A file operation of the Opportunities tab ("Save", "Lift") on a thread of its own, so a frame
+// never waits for the file: at most one at a time, with the explorer's progress and cancel (the
+// `cancel` flag and `progress` fraction its function is handed, as PipelineOptions takes them).
+// The function returns what the window says when it is done and the id it stored (a schedule),
+// or throws braid::Error; a
+// cancelled one leaves the file as it was (the operations it runs store all or nothing, after
+// their last cancellation point).
+class FileTask {
+ public:
+  struct Outcome {
+    std::string message;
+    int64_t id = -1;
+  };
+  using Fn = std::function<Outcome(const std::atomic<bool>& cancel, std::atomic<double>& progress)>;
+  FileTask() = default;
+  ~FileTask();  // cancels and joins
+  FileTask(const FileTask&) = delete;
+  FileTask& operator=(const FileTask&) = delete;
+
+  // Starts `fn`, named `what` ("save", "lift"); false (nothing started) while one is running.
+  bool start(std::string what, Fn fn);
+  bool busy() const { return !taken_; }
+  double fraction() const { return progress_.load(); }
+  void cancel() { cancel_ = true; }
+  // Takes a finished task in: true once per task, when message() or error() is its outcome.
+  bool poll();
+  void wait();  // blocks until it has finished and polls it
+  const std::string& what() const { return what_; }
+  const std::string& message() const { return out_.message; }
+  int64_t id() const { return out_.id; }
+  const std::string& error() const { return error_; }
+  bool cancelled() const { return cancelled_; }
+  // Counts the tasks taken in (whoever polled).
+  int generation() const { return generation_; }
+
+ private:
+  std::thread thread_;
+  std::atomic<bool> cancel_{false}, finished_{false};
+  std::atomic<double> progress_{0};
+  bool taken_ = true;
+  std::string what_, error_;
+  Outcome out_;            // written by the thread before finished_, read once taken
+  std::string out_error_;  // the same
+  bool cancelled_ = false;
+  int generation_ = 0;
+};
+
 // The explorer's state across frames: at most one run in flight; a new request cancels the one
 // running (which is joined once it has stopped, never by a frame waiting for it).
 class Explorer {
@@ -102,8 +150,14 @@ class Explorer {
   // Blocks until nothing is in flight (tests, the headless screenshot).
   void wait();
   // Stores the result's fused schedule in the request's file as `braid fuse` does; returns its
-  // id. Throws braid::Error.
-  int64_t save() const;
+  // id. Throws braid::Error (ErrorCode::Usage "cancelled" when `cancel` was set before the
+  // store began: the file is then as it was).
+  int64_t save(const std::atomic<bool>* cancel = nullptr,
+               std::atomic<double>* progress = nullptr) const;
+  // The same for a FileTask: a copy of the result and the request, so the explorer may go on
+  // with new choices while it stores. Its outcome: the saved schedule's id, and "saved as
+  // schedule N (parent M) in FILE".
+  FileTask::Fn save_task() const;
 
  private:
   struct Job {

@@ -21,6 +21,19 @@ std::string ms(Ns ns) {
   return buf;
 }
 
+// "Save" or "Lift" while it runs in the background: its progress and a cancel button.
+void task_progress(App& app) {
+  FileTask& t = app.explore.task;
+  if (!t.busy()) return;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s %.0f%%", t.what() == "lift" ? "lifting" : "saving",
+                t.fraction() * 100);
+  ImGui::ProgressBar(static_cast<float>(t.fraction()), ImVec2(-80, 0), buf);
+  ImGui::SameLine();
+  if (ImGui::Button("Cancel##task")) t.cancel();
+  note_widget(app, "task cancel");
+}
+
 void explorer(App& app) {
   ExplorePanel& x = app.explore;
   const bool has_runs = !app.runs.empty();
@@ -31,8 +44,11 @@ void explorer(App& app) {
     ImGui::TextWrapped(
         "This file has a run and no schedule. Lift the run into a schedule (as `braid lift` "
         "does) to explore rewrites of it.");
+    ImGui::BeginDisabled(x.task.busy());
     if (ImGui::Button("Lift")) explore_lift(app);
+    ImGui::EndDisabled();
     note_widget(app, "lift");
+    task_progress(app);
     return;
   }
   if (!x.started) explore_start(app);  // the tab shown on a file with schedules
@@ -68,15 +84,9 @@ void explorer(App& app) {
                         static_cast<double>(r.baseline_step_ns())
                   : 0.0,
               r.seconds);
-  if (ImGui::Button("Save")) {
-    try {
-      x.saved_id = x.explorer.save();
-      x.saved = "saved as schedule " + std::to_string(x.saved_id) + " (parent " +
-                std::to_string(r.schedule_id) + ") in " + app.path;
-    } catch (const std::exception& ex) {
-      x.saved = std::string("save failed: ") + ex.what();
-    }
-  }
+  ImGui::BeginDisabled(x.task.busy());
+  if (ImGui::Button("Save")) explore_save(app);
+  ImGui::EndDisabled();
   note_widget(app, "save");
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
@@ -84,6 +94,7 @@ void explorer(App& app) {
         "does");
   ImGui::SameLine();
   ImGui::Checkbox("show as runs A/B", &x.follow);
+  task_progress(app);
   if (!x.saved.empty()) ImGui::TextWrapped("%s", x.saved.c_str());
 
   if (!ImGui::BeginTable("explore", 5,
