@@ -439,6 +439,12 @@ TEST(Attach, WindowCloseDoesNotForceAFlush) {
   ASSERT_TRUE(fs::exists(path)) << path;
   TraceReader r(path);
   EXPECT_GT(sql::scalar(r.db(), "SELECT COUNT(*) FROM kernels"), 20);
+  // Issue 21: the trigger's window (--duration 300ms, timed by the agent's writer cycles)
+  // reaches the daemon's file (protocol item 16).
+  auto windows = r.capture_windows(1);
+  ASSERT_EQ(windows.size(), 1u);
+  EXPECT_GE(windows[0].end - windows[0].start, 200'000'000);
+  EXPECT_LT(windows[0].end - windows[0].start, 2'000'000'000);
 }
 
 TEST(Attach, UsageErrors) {
