@@ -316,9 +316,9 @@ void SmallTables::clock_offset(int64_t run, int32_t rank, Ns offset, Ns error) {
 }
 
 void renumber_rank(sqlite3* db, int64_t run, int32_t from, int32_t to) {
-  for (const char* t : {"kernels", "memcpys", "api_calls", "nvtx_ranges", "steps", "collectives",
-                        "nccl_calls", "nccl_proxy_ops", "capture_windows", "streams", "ranks",
-                        "diagnostics"}) {
+  for (const char* t :
+       {"kernels", "memcpys", "api_calls", "nvtx_ranges", "steps", "collectives", "nccl_calls",
+        "nccl_proxy_ops", "capture_windows", "streams", "ranks", "diagnostics"}) {
     sql::Stmt s(db, std::string("UPDATE ") + t + " SET rank=? WHERE run_id=? AND rank=?");
     s.bind(1, to);
     s.bind(2, run);
