@@ -1,21 +1,19 @@
-// PyTorch profiler (Kineto) Chrome-trace JSON importer.
+// PyTorch profiler (Kineto) Chrome-trace JSON importer: the event parser.
 //
-// The file is streamed: a small structural scanner walks the top-level object; every value but
-// `traceEvents` is captured whole (they are small) and parsed with simdjson's DOM, while the
-// event array is cut into batches of complete events that simdjson's On-Demand API parses in
-// place. Nothing is kept per event for the whole trace except what linking NCCL kernels to their
-// CPU-side ops needs: one (correlation, thread, time) triple per launch call, and the few
-// communication ops.
+// The tokenizer (kineto_tokenizer.h) streams the file: it hands over every top-level value but
+// `traceEvents` whole (parsed here with simdjson's DOM) and the event array in batches of
+// complete events, which simdjson's On-Demand API parses here in place. Nothing is kept per
+// event for the whole trace except what linking NCCL kernels to their CPU-side ops needs: one
+// (correlation, thread, time) triple per launch call, and the few communication ops.
 //
 // Timestamps: Chrome-trace `ts`/`dur` are microseconds whatever `displayTimeUnit` says (it only
 // sets the viewer's display unit); Kineto writes them with up to 3 decimals (ns) relative to
 // `baseTimeNanoseconds` when present. They are parsed from their decimal text, never through a
-// double, so they land as exact int64 nanoseconds.
+// double (kineto::us_text_to_ns), so they land as exact int64 nanoseconds.
 #include <simdjson.h>
 
 #include <algorithm>
 #include <charconv>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <optional>
@@ -27,6 +25,7 @@
 #include "trace/error.h"
 #include "trace/import/importer.h"
 #include "trace/import/input.h"
+#include "trace/import/kineto_tokenizer.h"
 #include "trace/rows.h"
 #include "trace/time_range.h"
 
@@ -34,119 +33,6 @@ namespace braid {
 namespace {
 
 namespace od = simdjson::ondemand;
-
-constexpr size_t kReadChunk = 8 << 20;    // bytes read from the file per refill
-constexpr size_t kBatchBytes = 4 << 20;   // events handed to simdjson per batch
-
-// ---------------------------------------------------------------------------------------------
-// Exact decimal microseconds -> nanoseconds.
-
-// Parses a JSON number given in µs ("1712195495519689.047", "30669.0", "12", "1.5e3") into ns.
-// Digits past the third decimal are rounded half-up. Returns false on anything that is not a
-// number.
-bool us_text_to_ns(std::string_view t, int64_t& out) {
-  while (!t.empty() && (t.back() == ' ' || t.back() == '\n' || t.back() == '\r' ||
-                        t.back() == '\t' || t.back() == ',' || t.back() == '}'))
-    t.remove_suffix(1);
-  if (t.size() >= 2 && t.front() == '"' && t.back() == '"') t = t.substr(1, t.size() - 2);
-  if (t.empty()) return false;
-  bool neg = false;
-  size_t i = 0;
-  if (t[0] == '-') {
-    neg = true;
-    i = 1;
-  }
-  if (t.find_first_of("eE") != std::string_view::npos) {
-    // Rare exponent form: go through long double, which is exact enough for these magnitudes.
-    std::string s(t);
-    char* end = nullptr;
-    long double v = std::strtold(s.c_str(), &end);
-    if (end == s.c_str()) return false;
-    auto ns = round_to_int64(v * 1000.0L);  // nothing for 1e30, inf, nan
-    if (!ns) return false;
-    out = *ns;
-    return true;
-  }
-  int64_t whole = 0;
-  size_t start = i;
-  for (; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i) {
-    if (whole > (INT64_MAX - 9) / 10 / 1000) return false;
-    whole = whole * 10 + (t[i] - '0');
-  }
-  if (i == start) return false;
-  int64_t frac = 0;
-  if (i < t.size() && t[i] == '.') {
-    ++i;
-    int digits = 0;
-    for (; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i, ++digits) {
-      if (digits < 3) frac = frac * 10 + (t[i] - '0');
-      else if (digits == 3 && t[i] >= '5') frac += 1;  // round half-up on the 4th decimal
-    }
-    for (int k = std::min(digits, 3); k < 3; ++k) frac *= 10;
-  }
-  if (i != t.size()) return false;
-  out = whole * 1000 + frac;
-  if (neg) out = -out;
-  return true;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Structural scanning of the top level.
-
-// Table of bytes the value scanner must look at; everything else is skipped in a tight loop.
-struct ScanTable {
-  bool special[256] = {};
-  constexpr ScanTable() {
-    special[static_cast<unsigned char>('"')] = true;
-    special[static_cast<unsigned char>('{')] = true;
-    special[static_cast<unsigned char>('}')] = true;
-    special[static_cast<unsigned char>('[')] = true;
-    special[static_cast<unsigned char>(']')] = true;
-    special[static_cast<unsigned char>(',')] = true;
-  }
-};
-constexpr ScanTable kScan;
-
-inline bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-
-// A refillable window over the (decompressed) input.
-class Source {
- public:
-  explicit Source(InputFile& in) : in_(in) { buf_.reserve(2 * kReadChunk + 64); }
-
-  // Ensures at least `need` bytes are available from pos (fewer only at end of input), keeping
-  // everything from `keep` (an offset <= pos) in the buffer. Returns the shift applied to
-  // offsets (old offset - shift = new offset).
-  size_t ensure(size_t pos, size_t need, size_t keep) {
-    size_t shift = 0;
-    while (buf_.size() - pos < need && !eof_) {
-      if (keep > 0) {
-        buf_.erase(0, keep);
-        pos -= keep;
-        shift += keep;
-        keep = 0;
-      }
-      size_t old = buf_.size();
-      size_t want = std::max(kReadChunk, need);
-      buf_.resize(old + want);
-      size_t got = in_.read(buf_.data() + old, want);
-      buf_.resize(old + got);
-      bytes_ += got;
-      if (got == 0) eof_ = true;
-    }
-    return shift;
-  }
-  const char* data() const { return buf_.data(); }
-  size_t size() const { return buf_.size(); }
-  uint64_t bytes() const { return bytes_; }
-  const InputFile& input() const { return in_; }
-
- private:
-  InputFile& in_;
-  std::string buf_;
-  bool eof_ = false;
-  uint64_t bytes_ = 0;
-};
 
 // ---------------------------------------------------------------------------------------------
 // The per-file importer.
@@ -199,7 +85,7 @@ struct Launch {
   Ns ts;
 };
 
-class KinetoFile {
+class KinetoFile final : public kineto::TokenSink {
  public:
   KinetoFile(ImportContext& ctx, const std::string& path, size_t index)
       : ctx_(ctx), w_(ctx.writer), run_(ctx.run), path_(path), index_(index) {
@@ -208,14 +94,20 @@ class KinetoFile {
 
   void run();
 
+  // What the tokenizer hands over.
+  void top_value(std::string_view key, std::string& text) override {
+    try {
+      handle_top_value(key, text);
+    } catch (const simdjson::simdjson_error& e) {
+      bad("unexpected content in \"" + std::string(key) + "\" (" + e.what() + ")");
+    }
+  }
+  void event_batch(const char* p, size_t n) override;
+
  private:
   // Top level.
   void peek_time_base();
-  void parse_top_level(Source& src);
-  std::string capture_value(Source& src, size_t& pos);
   void handle_top_value(std::string_view key, std::string& text);
-  void stream_events(Source& src, size_t& pos);
-  void process_batch(const char* p, size_t n);
   void handle_event(od::object obj);
   void finish();
 
@@ -299,130 +191,9 @@ void KinetoFile::peek_time_base() {
 void KinetoFile::run() {
   InputFile in(path_);
   if (!in.gzip()) peek_time_base();
-  Source src(in);
-  parse_top_level(src);
-  ctx_.stats.bytes += src.bytes();
+  ctx_.stats.bytes += kineto::tokenize_chrome_trace(in, path_, *this, ctx_.options.progress);
   ctx_.stats.events += events_;
   finish();
-}
-
-// Skips whitespace, refilling as needed; returns false at end of input.
-bool skip_ws(Source& src, size_t& pos) {
-  for (;;) {
-    if (pos >= src.size()) {
-      pos -= src.ensure(pos, 1, pos);
-      if (pos >= src.size()) return false;
-    }
-    if (!is_ws(src.data()[pos])) return true;
-    ++pos;
-  }
-}
-
-// Offset of the quote closing a string whose contents start at `i` (memchr finds candidate
-// quotes; one preceded by an odd run of backslashes is escaped), or npos if the buffer ends.
-size_t string_end(const char* p, size_t i, size_t n) {
-  const size_t start = i;
-  while (i < n) {
-    const char* q = static_cast<const char*>(std::memchr(p + i, '"', n - i));
-    if (!q) return std::string::npos;
-    size_t j = static_cast<size_t>(q - p), b = j;
-    while (b > start && p[b - 1] == '\\') --b;
-    if ((j - b) % 2 == 0) return j;
-    i = j + 1;
-  }
-  return std::string::npos;
-}
-
-// Scans one JSON value starting at `pos` (which must be available); returns the offset just
-// past it, or npos when the buffer ends first. Strings are skipped with their escapes.
-size_t scan_value_end(const char* p, size_t pos, size_t n) {
-  if (pos >= n) return std::string::npos;
-  char c0 = p[pos];
-  if (c0 == '"') {
-    size_t close = string_end(p, pos + 1, n);
-    return close == std::string::npos ? close : close + 1;
-  }
-  if (c0 != '{' && c0 != '[') {
-    // Scalar: runs to the next structural character or whitespace.
-    for (size_t i = pos; i < n; ++i)
-      if (p[i] == ',' || p[i] == '}' || p[i] == ']' || is_ws(p[i])) return i;
-    return std::string::npos;
-  }
-  int depth = 0;
-  for (size_t i = pos; i < n; ++i) {
-    unsigned char c = static_cast<unsigned char>(p[i]);
-    if (!kScan.special[c]) continue;
-    if (c == '"') {
-      i = string_end(p, i + 1, n);
-      if (i == std::string::npos) return i;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
-    }
-  }
-  return std::string::npos;
-}
-
-std::string KinetoFile::capture_value(Source& src, size_t& pos) {
-  for (size_t need = 4096;; need *= 2) {
-    size_t end = scan_value_end(src.data(), pos, src.size());
-    if (end != std::string::npos) {
-      std::string v(src.data() + pos, end - pos);
-      pos = end;
-      return v;
-    }
-    size_t before = src.size() - pos;
-    pos -= src.ensure(pos, before + need, pos);
-    if (src.size() - pos == before) bad("truncated JSON (ends inside a top-level value)");
-  }
-}
-
-void KinetoFile::parse_top_level(Source& src) {
-  size_t pos = 0;
-  if (!skip_ws(src, pos)) throw Error(ErrorCode::Empty, path_ + ": empty file");
-  char c = src.data()[pos];
-  if (c == '[') {  // bare array form of the Chrome trace format
-    stream_events(src, pos);
-    if (skip_ws(src, pos)) bad("unexpected data after the event array");
-    return;
-  }
-  if (c != '{') bad("not JSON (expected '{' or '[' at the start)");
-  ++pos;
-  bool saw_events = false;
-  for (;;) {
-    if (!skip_ws(src, pos)) bad("truncated JSON (top-level object not closed)");
-    c = src.data()[pos];
-    if (c == '}') {
-      ++pos;
-      break;
-    }
-    if (c == ',') {
-      ++pos;
-      continue;
-    }
-    if (c != '"') bad("malformed JSON at top level (expected a key at byte " +
-                      std::to_string(src.bytes() - (src.size() - pos)) + ")");
-    std::string key_text = capture_value(src, pos);
-    std::string key = key_text.substr(1, key_text.size() - 2);
-    if (!skip_ws(src, pos) || src.data()[pos] != ':') bad("malformed JSON (expected ':' after \"" + key + "\")");
-    ++pos;
-    if (!skip_ws(src, pos)) bad("truncated JSON (no value for \"" + key + "\")");
-    if (key == "traceEvents") {
-      if (src.data()[pos] != '[') bad("\"traceEvents\" is not an array");
-      stream_events(src, pos);
-      saw_events = true;
-    } else {
-      std::string v = capture_value(src, pos);
-      try {
-        handle_top_value(key, v);
-      } catch (const simdjson::simdjson_error& e) {
-        bad("unexpected content in \"" + key + "\" (" + e.what() + ")");
-      }
-    }
-  }
-  if (skip_ws(src, pos)) bad("unexpected data after the top-level object");
-  if (!saw_events) bad("no \"traceEvents\" array (not a Chrome/Kineto trace)");
 }
 
 std::optional<int64_t> dom_int_of(simdjson::dom::element e) {
@@ -554,67 +325,7 @@ void KinetoFile::handle_top_value(std::string_view key, std::string& text) {
   }
 }
 
-void KinetoFile::stream_events(Source& src, size_t& pos) {
-  ++pos;  // '['
-  size_t batch_start = std::string::npos;  // offset of the first event of the pending batch
-  size_t batch_end = 0;                    // offset just past its last complete event
-  auto flush = [&] {
-    if (batch_start != std::string::npos && batch_end > batch_start)
-      process_batch(src.data() + batch_start, batch_end - batch_start);
-    batch_start = std::string::npos;
-  };
-  for (;;) {
-    // Skip whitespace and commas between events.
-    for (;;) {
-      if (pos >= src.size()) {
-        size_t keep = batch_start == std::string::npos ? pos : batch_start;
-        size_t shift = src.ensure(pos, 1, keep);
-        pos -= shift;
-        if (batch_start != std::string::npos) {
-          batch_start -= shift;
-          batch_end -= shift;
-        }
-        if (pos >= src.size()) bad("truncated JSON (the traceEvents array is not closed)");
-      }
-      char c = src.data()[pos];
-      if (is_ws(c) || c == ',') {
-        ++pos;
-        continue;
-      }
-      break;
-    }
-    if (src.data()[pos] == ']') {
-      flush();
-      ++pos;
-      return;
-    }
-    size_t end;
-    for (size_t need = 1 << 16;; need *= 2) {
-      end = scan_value_end(src.data(), pos, src.size());
-      if (end != std::string::npos) break;
-      size_t avail = src.size() - pos;
-      size_t keep = batch_start == std::string::npos ? pos : batch_start;
-      size_t shift = src.ensure(pos, avail + need, keep);
-      pos -= shift;
-      if (batch_start != std::string::npos) {
-        batch_start -= shift;
-        batch_end -= shift;
-      }
-      if (src.size() - pos == avail) bad("truncated JSON (ends inside an event)");
-    }
-    if (end == pos)  // a stray structural character where an event should start
-      bad(std::string("malformed JSON in traceEvents (unexpected '") + src.data()[pos] + "')");
-    if (batch_start == std::string::npos) batch_start = pos;
-    batch_end = end;
-    pos = end;
-    if (batch_end - batch_start >= kBatchBytes) {
-      flush();
-      if (ctx_.options.progress) ctx_.options.progress(src.input().consumed(), src.input().file_size());
-    }
-  }
-}
-
-void KinetoFile::process_batch(const char* p, size_t n) {
+void KinetoFile::event_batch(const char* p, size_t n) {
   batch_.clear();
   batch_.reserve(n + 2 + simdjson::SIMDJSON_PADDING);
   batch_ += '[';
@@ -760,7 +471,7 @@ void KinetoFile::handle_event(od::object obj) {
         if (key == "ph") {
           ph = od_text(v);
         } else if (key == "ts") {
-          if (!us_text_to_ns(v.raw_json_token(), ts)) {
+          if (!kineto::us_text_to_ns(v.raw_json_token(), ts)) {
             ++bad_events_;
             return;
           }
@@ -771,7 +482,7 @@ void KinetoFile::handle_event(od::object obj) {
         if (key == "cat") cat = od_text(v);
         else if (key == "pid") pid = od_int(v);
         else if (key == "tid") tid = od_int(v);
-        else if (key == "dur" && !us_text_to_ns(v.raw_json_token(), dur)) {
+        else if (key == "dur" && !kineto::us_text_to_ns(v.raw_json_token(), dur)) {
           ++bad_events_;
           return;
         }
