@@ -29,31 +29,6 @@ void Pass::apply(Schedule& s, const Finding& f) const {
   f.rewrite(s);
 }
 
-const std::vector<std::unique_ptr<Pass>>& all_passes() {
-  static const std::vector<std::unique_ptr<Pass>> v = [] {
-    std::vector<std::unique_ptr<Pass>> p;
-    p.push_back(passes::make_decompose());
-    p.push_back(passes::make_reorder());
-    p.push_back(passes::make_tp_sp());
-    p.push_back(passes::make_tp_ep());
-    p.push_back(passes::make_pp_ep());
-    p.push_back(passes::make_pp_sp());
-    p.push_back(passes::make_tp_pp());
-    p.push_back(passes::make_sp_ep());
-    p.push_back(passes::make_coalesce());
-    p.push_back(passes::make_dedup());
-    p.push_back(passes::make_coc());
-    return p;
-  }();
-  return v;
-}
-
-const Pass* find_pass(std::string_view name) {
-  for (const auto& p : all_passes())
-    if (p->name() == name) return p.get();
-  return nullptr;
-}
-
 std::string finding_detail_json(const Finding& f, bool applied) {
   json::Writer w;
   w.begin_object()

@@ -100,7 +100,7 @@ class Pass {
 };
 
 // Every pass, in the pipeline's default order: decompose, reorder, tp-sp, tp-ep, pp-ep, pp-sp,
-// tp-pp, sp-ep, coalesce, dedup, coc.
+// tp-pp, sp-ep, coalesce, dedup, coc (the registry: fusion/pass_registry.cc).
 const std::vector<std::unique_ptr<Pass>>& all_passes();
 // nullptr when no pass has that name.
 const Pass* find_pass(std::string_view name);
