@@ -273,6 +273,38 @@ TEST(Sim, DeadlockingSchedulesAreRejected) {
   }
 }
 
+// global_order is the order in which a simulation with every cost zero completes the ops (what
+// it was computed as before): the same on every preset, baseline and fused forms, and at the
+// preset's own shape.
+TEST(Sim, GlobalOrderIsTheZeroCostSimulationsOrder) {
+  analysis::HardwareProfile zero = analysis::default_profile();
+  zero.intra_node = {"none", 0, 0};
+  zero.inter_node = {"none", 0, 0};
+  SimOptions o;
+  o.compute_scale = 0;
+  auto same = [&](const std::string& what, const fusion::Schedule& s) {
+    const fusion::Matching m = checked_matching(s);
+    const std::vector<fusion::OpRef> order = global_order(s, m);
+    const std::vector<fusion::OpRef> sim = simulate(s, m, analysis::CostModel(zero), o).order;
+    ASSERT_EQ(order.size(), s.op_count()) << what;
+    ASSERT_EQ(order.size(), sim.size()) << what;
+    for (size_t i = 0; i < order.size(); ++i)
+      ASSERT_TRUE(order[i] == sim[i]) << what << ": op " << i << " of the order differs";
+  };
+  int schedules = 0;
+  for (const std::string& name : fusion::preset_names()) {
+    same(name, synth_tiny(name));
+    const fusion::Preset p = fusion::preset(name);
+    same(name + " (preset shape)", fusion::synthesize(p.model, p.layout, model()));
+    schedules += 2;
+  }
+  for (const Pair& pair : fused_pairs(fusion::preset_names())) {
+    same(pair.what, pair.fused);
+    ++schedules;
+  }
+  EXPECT_GT(schedules, 2 * static_cast<int>(fusion::preset_names().size()));
+}
+
 TEST(Sim, GlobalOrderRespectsStreamsEventsAndCollectives) {
   fusion::Schedule s = synth_tiny("pp-sp");
   fusion::Matching m = checked_matching(s);
