@@ -59,7 +59,7 @@ Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt) {
   }
   for (const auto& [r, t] : run.ranks)
     a.collectives_per_rank[r] = static_cast<int64_t>(t.collectives.size());
-  a.match = match_collectives(run);
+  a.match = match_trace_collectives(run);
   a.clocks = opt.solve_clocks ? align_clocks(run, a.match) : stored_clocks(run);
   a.diagnostics = a.match.diagnostics;
   a.diagnostics.insert(a.diagnostics.end(), a.clocks.diagnostics.begin(), a.clocks.diagnostics.end());

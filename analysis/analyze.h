@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "analysis/calibrate.h"
+#include "analysis/trace_calibration.h"
 #include "analysis/clock.h"
 #include "analysis/critical_path.h"
 #include "analysis/hardware.h"

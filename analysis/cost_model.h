@@ -10,7 +10,7 @@
 //
 // α and β come from a hardware profile (intra-node link when all members share a node,
 // otherwise the inter-node link, which bottlenecks the ring) unless a communicator has its own
-// calibrated values (analysis/calibrate.h fits them on a trace's transfer times).
+// calibrated values (analysis/trace_calibration.h fits them on a trace's transfer times).
 #pragma once
 
 #include <cstdint>

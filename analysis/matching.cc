@@ -193,7 +193,7 @@ std::vector<int32_t> comm_members(const RunData& run, const std::string& comm) {
   return {present.begin(), present.end()};
 }
 
-MatchResult match_collectives(const RunData& run) {
+MatchResult match_trace_collectives(const RunData& run) {
   MatchResult res;
   for (const auto& [r, t] : run.ranks) res.group_of[r].assign(t.collectives.size(), -1);
 

@@ -56,7 +56,7 @@ struct MatchResult {
   int group(CollRef r) const;
 };
 
-MatchResult match_collectives(const RunData& run);
+MatchResult match_trace_collectives(const RunData& run);
 
 // The size of one rank's part of a collective, from what the importer or the capture stored
 // (NCCL kernel args, record_param_comms, the Input Dims of nccl:* / c10d::* CPU ops, nsys NVTX

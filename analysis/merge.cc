@@ -209,7 +209,7 @@ MergeResult merge_files(const std::vector<std::string>& inputs, const std::strin
     {
       TraceReader merged(tmp);
       RunData run = load_run(merged, res.run_id);
-      MatchResult match = match_collectives(run);
+      MatchResult match = match_trace_collectives(run);
       res.clocks = solve_clocks ? align_clocks(run, match) : stored_clocks(run);
     }
     {

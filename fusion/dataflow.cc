@@ -152,7 +152,7 @@ bool HappensBefore::before(OpRef a, OpRef b) const {
 // Dataflow
 
 Dataflow::Dataflow(const Schedule& s)
-    : s_(s), hb_(s), m_(match_collectives(s)), index_(s.ranks.size()) {}
+    : s_(s), hb_(s), m_(match_schedule_collectives(s)), index_(s.ranks.size()) {}
 
 const std::vector<OpRef>& Dataflow::collectives_on(int32_t rank, const std::string& comm) const {
   static const std::vector<OpRef> none;

@@ -429,7 +429,7 @@ Interpretation interpret(const Schedule& s, const InterpreterOptions& opt) {
     if (problems.size() > 1) msg += " (and " + std::to_string(problems.size() - 1) + " more)";
     throw Error(ErrorCode::BadFormat, msg);
   }
-  Matching m = match_collectives(s);
+  Matching m = match_schedule_collectives(s);
   return Machine(s, m, opt).run();
 }
 

@@ -411,7 +411,7 @@ Schedule lift_run(const TraceReader& reader, int64_t run_id, const LiftOptions& 
                     "): lifting needs the job's ranks in one run (import the ranks' files "
                     "together with `braid import`, or join runs with `braid merge`)");
   lift_phase(opt, 1, where);
-  analysis::MatchResult match = analysis::match_collectives(run);
+  analysis::MatchResult match = analysis::match_trace_collectives(run);
   int64_t colls = 0;
   for (const auto& [r, t] : run.ranks) colls += static_cast<int64_t>(t.collectives.size());
   if (std::none_of(match.groups.begin(), match.groups.end(),

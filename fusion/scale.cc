@@ -148,7 +148,7 @@ void add_schedule(Classes& c, const Schedule& s) {
     c.divides(n, sl.count);
     return n;
   };
-  const Matching m = match_collectives(s);
+  const Matching m = match_schedule_collectives(s);
   std::vector<int> group_node(m.groups.size(), -1);
   for (const RankSchedule& rs : s.ranks) {
     const int32_t r = rs.rank;

@@ -40,8 +40,8 @@ struct ExactScale {
 
 // The largest divisors that keep every schedule of `schedules` exact (the same classes and
 // divisors for all of them, so their scaled copies compare buffer by buffer). Collectives are
-// linked through match_collectives; a collective without a complete match links only its own
-// slices.
+// linked through match_schedule_collectives; a collective without a complete match links only
+// its own slices.
 ExactScale exact_scale(const std::vector<const Schedule*>& schedules);
 
 // `s` with every buffer size, slice offset and count, collective count and manytomany chunk

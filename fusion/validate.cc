@@ -672,7 +672,7 @@ int Matching::group_of(OpRef r) const {
   return st[r.stream][r.index];
 }
 
-Matching match_collectives(const Schedule& s) { return analyze(s, nullptr).matching; }
+Matching match_schedule_collectives(const Schedule& s) { return analyze(s, nullptr).matching; }
 
 std::vector<std::string> validate(const Schedule& s, const ValidateOptions& opt) {
   Problems out;

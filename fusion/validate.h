@@ -30,7 +30,7 @@ struct Matching {
   int group_of(OpRef r) const;
 };
 
-Matching match_collectives(const Schedule& s);
+Matching match_schedule_collectives(const Schedule& s);
 
 struct ValidateOptions {
   // Look for cycles in the happens-before graph of the whole job (stream order, events, and

@@ -35,7 +35,7 @@ fusion::Matching checked_matching(const fusion::Schedule& s) {
     if (problems.size() > 1) msg += " (and " + std::to_string(problems.size() - 1) + " more)";
     throw Error(ErrorCode::BadFormat, msg);
   }
-  return fusion::match_collectives(s);
+  return fusion::match_schedule_collectives(s);
 }
 
 std::vector<fusion::OpRef> global_order(const fusion::Schedule& s, const fusion::Matching& m) {

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "fusion/pipeline.h"
-#include "replay/calibrate.h"
+#include "replay/host_calibration.h"
 
 namespace braid::replay {
 

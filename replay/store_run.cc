@@ -19,7 +19,7 @@ constexpr Ns kStepGapNs = 1000;  // between consecutive steps on the stored time
 
 int64_t write_run(TraceWriter& w, const fusion::Schedule& s, const ReplayResult& r,
                   const RunDescription& d) {
-  const fusion::Matching m = fusion::match_collectives(s);
+  const fusion::Matching m = fusion::match_schedule_collectives(s);
   const int64_t run = w.begin_run(r.kind, d.source, r.backend, d.label, d.schedule_id);
   const int32_t world = static_cast<int32_t>(s.ranks.size());
 

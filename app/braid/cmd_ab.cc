@@ -4,7 +4,7 @@
 #include "app/braid/cli.h"
 #include "fusion/schedule_store.h"
 #include "replay/ab.h"
-#include "replay/calibrate.h"
+#include "replay/host_calibration.h"
 #include "replay/executor.h"
 #include "replay/fidelity.h"
 #include "replay/inputs.h"

@@ -8,7 +8,7 @@
 #include "fusion/pass.h"
 #include "fusion/pipeline.h"
 #include "fusion/schedule_store.h"
-#include "replay/calibrate.h"
+#include "replay/host_calibration.h"
 #include "replay/fuse.h"
 #include "trace/error.h"
 #include "trace/json.h"

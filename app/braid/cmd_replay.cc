@@ -5,7 +5,7 @@
 #include "app/braid/cli.h"
 #include "fusion/pipeline.h"
 #include "replay/ab.h"
-#include "replay/calibrate.h"
+#include "replay/host_calibration.h"
 #include "replay/executor.h"
 #include "replay/fidelity.h"
 #include "replay/inputs.h"

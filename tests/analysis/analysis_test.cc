@@ -7,7 +7,7 @@
 #include <map>
 
 #include "analysis/analyze.h"
-#include "analysis/calibrate.h"
+#include "analysis/trace_calibration.h"
 #include "analysis/merge.h"
 #include "analysis/store.h"
 #include "analysis/synthetic.h"
@@ -34,7 +34,7 @@ std::unique_ptr<Loaded> load(const SyntheticJob& job) {
   int64_t id = write_synthetic_job(l->tmp.file("j.braid"), job);
   l->reader = std::make_unique<TraceReader>(l->tmp.file("j.braid"));
   l->run = load_run(*l->reader, id);
-  l->match = match_collectives(l->run);
+  l->match = match_trace_collectives(l->run);
   return l;
 }
 
@@ -82,7 +82,7 @@ TEST(Clock, NoisyRankIsFlagged) {
   merge_files({tmp.file("a.braid"), tmp.file("b.braid")}, tmp.file("m.braid"));
   TraceReader r(tmp.file("m.braid"));
   RunData run = load_run(r, default_run(r));
-  ClockFit fit = align_clocks(run, match_collectives(run));
+  ClockFit fit = align_clocks(run, match_trace_collectives(run));
   for (const RankClock& c : fit.ranks) EXPECT_EQ(c.flagged, c.rank == 4) << c.rank;
   bool diag = false;
   for (const Diagnostic& d : fit.diagnostics) diag = diag || (d.code == "analysis.clock_residual" && d.rank == 4);
@@ -179,7 +179,7 @@ TEST(Matching, PointToPointBySeqWhereTracesStartApart) {
   }
   TraceReader reader(tmp.file("p.braid"));
   RunData run = load_run(reader, 1);
-  MatchResult m = match_collectives(run);
+  MatchResult m = match_trace_collectives(run);
   ASSERT_EQ(m.groups.size(), 6u);
   int complete = 0;
   for (const CollGroup& g : m.groups) {
@@ -208,7 +208,7 @@ TEST(Matching, MismatchedSizeIsReported) {
   merge_files({tmp.file("a.braid"), tmp.file("b.braid")}, tmp.file("m.braid"));
   TraceReader r(tmp.file("m.braid"));
   RunData run = load_run(r, default_run(r));
-  MatchResult m = match_collectives(run);
+  MatchResult m = match_trace_collectives(run);
   EXPECT_EQ(m.mismatched, 6);
   ASSERT_FALSE(m.groups.empty());
   EXPECT_NE(m.groups[0].problem.find("moves 4000 bytes"), std::string::npos) << m.groups[0].problem;
@@ -476,7 +476,7 @@ TEST(RealTraces, TraceFilterRanksMergedAndMatched) {
   EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM kernels WHERE rank=1"), k1.kernels);
 
   RunData run = load_run(r, m.run_id);
-  MatchResult match = match_collectives(run);
+  MatchResult match = match_trace_collectives(run);
   // The sampled traces keep 10 collectives per rank but not the same ones, and record no
   // sequence numbers: order disagrees (rank 0: a2a a2a ar ar ag a2a a2a ar ar ag, rank 1:
   // a2a a2a ar ar ag a2a ar a2a ar ag), so the ranks are aligned. Five pairs overlap in time

@@ -474,7 +474,7 @@ TEST(ScheduleValidate, AmbiguousOrderOnACommunicator) {
   t.append(1, 0, a);
   t.append(1, 0, b);
   EXPECT_TRUE(validate(t).empty()) << joined(validate(t));
-  Matching m = match_collectives(t);
+  Matching m = match_schedule_collectives(t);
   ASSERT_EQ(m.groups.size(), 2u);
   EXPECT_EQ(m.groups[1].seq, 1);
   EXPECT_EQ(m.groups[1].members[0], (OpRef{0, 1, 1}));

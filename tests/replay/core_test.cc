@@ -14,7 +14,7 @@
 #include "fusion/schedules.h"
 #include "fusion/synth.h"
 #include "replay/ab.h"
-#include "replay/calibrate.h"
+#include "replay/host_calibration.h"
 #include "replay/common.h"
 #include "replay/fidelity.h"
 #include "replay/inputs.h"
@@ -582,7 +582,7 @@ TEST(Calibrate, WorkloadHasEveryKindOnEveryLayout) {
   for (int n : {2, 3, 6, 8, 16}) {
     const fusion::Schedule w = calibration_workload(n);
     ASSERT_TRUE(fusion::validate(w).empty()) << n << ": " << fusion::validate(w)[0];
-    const fusion::Matching m = fusion::match_collectives(w);
+    const fusion::Matching m = fusion::match_schedule_collectives(w);
     std::map<CollOp, std::set<int>> sizes;
     std::map<std::pair<CollOp, int>, std::set<int64_t>> bytes;
     for (const fusion::MatchGroup& g : m.groups) {
@@ -658,7 +658,7 @@ TEST(Calibrate, WorkloadFitRecoversTheLinkPerKindAndSize) {
 // one that overlaps a collective of another stream on a member is left out.
 TEST(Calibrate, WorkloadFitTimesFromTheLastArrivalAndSkipsOverlaps) {
   fusion::Schedule w = calibration_workload(2);
-  const fusion::Matching m = fusion::match_collectives(w);
+  const fusion::Matching m = fusion::match_schedule_collectives(w);
   analysis::HardwareProfile p = *analysis::find_profile("cpu-shm");
   const analysis::CostModel model(p);
   // Every 2-rank collective: rank 1 arrives 1 ms late; the transfer is 2 ns per byte after it.

@@ -17,7 +17,7 @@
 #include "app/view/core/loader.h"
 #include "fusion/pass_schedules.h"
 #include "fusion/schedule_store.h"
-#include "replay/calibrate.h"
+#include "replay/host_calibration.h"
 #include "replay/sim.h"
 #include "trace/error.h"
 #include "trace/reader.h"

@@ -193,7 +193,7 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
 
   // Cross-rank matching and metrics, as `braid analyze` computes them, on the clock offsets the
   // file holds (those `braid analyze` solved, once it has run).
-  analysis::MatchResult match = analysis::match_collectives(a);
+  analysis::MatchResult match = analysis::match_trace_collectives(a);
   d->metrics = analysis::compute_metrics(a, match, analysis::stored_clocks(a));
 
   // Collectives are numbered rank by rank in the analysis load's order, so a collective of the

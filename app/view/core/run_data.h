@@ -83,7 +83,7 @@ struct RunData {
   std::vector<RankGroup> groups;  // one per rank, by rank
   std::vector<Lane> lanes;
   std::vector<CollRec> colls;
-  std::vector<Match> matches;  // analysis::match_collectives's groups
+  std::vector<Match> matches;  // analysis::match_trace_collectives's groups
   // What `braid analyze` computes for the run (analysis::compute_metrics on the file's clock
   // offsets): per rank and step the time breakdown, per matched collective its timing.
   analysis::Metrics metrics;

@@ -1,4 +1,4 @@
-#include "analysis/calibrate.h"
+#include "analysis/trace_calibration.h"
 
 #include <algorithm>
 #include <cmath>
