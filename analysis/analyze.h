@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "analysis/trace_calibration.h"
 #include "analysis/clock.h"
 #include "analysis/critical_path.h"
 #include "analysis/hardware.h"
 #include "analysis/matching.h"
 #include "analysis/metrics.h"
 #include "analysis/parallelism.h"
+#include "analysis/trace_calibration.h"
 #include "trace/reader.h"
 
 namespace braid::analysis {

@@ -1,6 +1,6 @@
 // Least squares, once: the linear solver and the weighted fits behind the clock alignment
-// (analysis/clock.cc), the α-β calibration on a trace (analysis/trace_calibration.cc) and the replay
-// calibration on this host (replay/host_calibration.cc).
+// (analysis/clock.cc), the α-β calibration on a trace (analysis/trace_calibration.cc) and the
+// replay calibration on this host (replay/host_calibration.cc).
 #pragma once
 
 #include <utility>

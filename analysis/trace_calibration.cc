@@ -64,8 +64,10 @@ Fit solve(const std::vector<CalibrationSample>& v, const std::vector<size_t>& us
   f.alpha = b[0][0];
   f.beta = b[1][0];
   f.ok = true;
-  if (f.alpha < 0) beta_only(0);
-  else if (f.beta < 0) alpha_only();
+  if (f.alpha < 0)
+    beta_only(0);
+  else if (f.beta < 0)
+    alpha_only();
   return f;
 }
 
@@ -108,7 +110,8 @@ CommCost fit_comm(const std::vector<CalibrationSample>& samples, const LinkCost&
     for (int fold = 0; fold < k; ++fold) {
       std::vector<size_t> train;
       std::vector<size_t> test;
-      for (size_t i = 0; i < v.size(); ++i) (static_cast<int>(i % k) == fold ? test : train).push_back(i);
+      for (size_t i = 0; i < v.size(); ++i)
+        (static_cast<int>(i % k) == fold ? test : train).push_back(i);
       std::set<int64_t> train_sizes;
       for (size_t i : train) train_sizes.insert(v[i].bytes);
       Fit ff = solve(v, train, base.alpha_ns, train_sizes.size() < 2);
@@ -124,8 +127,9 @@ CommCost fit_comm(const std::vector<CalibrationSample>& samples, const LinkCost&
   return cc;
 }
 
-std::map<std::string, std::vector<CalibrationSample>> calibration_samples(
-    const RunData& run, const MatchResult& match, const ClockFit& clocks) {
+std::map<std::string, std::vector<CalibrationSample>> calibration_samples(const RunData& run,
+                                                                          const MatchResult& match,
+                                                                          const ClockFit& clocks) {
   std::map<std::string, std::vector<CalibrationSample>> out;
   for (const CollGroup& g : match.groups) {
     if (!g.complete() || g.mismatched || g.bytes <= 0) continue;
@@ -141,10 +145,12 @@ std::map<std::string, std::vector<CalibrationSample>> calibration_samples(
     s.nranks = group_nranks(run, g);
     const Collective& c0 = run.ranks.at(g.members[0].rank).collectives[g.members[0].index];
     std::string algo = run.str(c0.algo) + " " + run.str(c0.name);
-    if (direct(g.op)) s.algo = Algorithm::Direct;
+    if (direct(g.op))
+      s.algo = Algorithm::Direct;
     else if (algo.find("TREE") != std::string::npos || algo.find("tree") != std::string::npos)
       s.algo = Algorithm::Tree;
-    else s.algo = Algorithm::Ring;
+    else
+      s.algo = Algorithm::Ring;
     s.transfer_ns = end - last;
     out[g.comm].push_back(s);
   }

@@ -43,8 +43,9 @@ CommCost fit_comm(const std::vector<CalibrationSample>& samples, const LinkCost&
                   const CalibrationOptions& opt = {});
 
 // Samples per communicator from a run's complete, consistent groups of known size.
-std::map<std::string, std::vector<CalibrationSample>> calibration_samples(
-    const RunData& run, const MatchResult& match, const ClockFit& clocks);
+std::map<std::string, std::vector<CalibrationSample>> calibration_samples(const RunData& run,
+                                                                          const MatchResult& match,
+                                                                          const ClockFit& clocks);
 
 // Calibrates every communicator with enough samples and installs the result in `model`.
 std::map<std::string, CommCost> calibrate(const RunData& run, const MatchResult& match,

@@ -55,7 +55,7 @@ std::vector<fusion::OpRef> global_order(const fusion::Schedule& s, const fusion:
     for (const auto& st : rs.streams) {
       first_op[r].push_back(static_cast<int32_t>(event_of[r].size()));
       for (const fusion::Op& op : st.ops) {
-        const std::string* e = op.record()  ? &op.record()->event
+        const std::string* e = op.record() ? &op.record()->event
                                : op.wait() ? &op.wait()->event
                                            : nullptr;
         event_of[r].push_back(

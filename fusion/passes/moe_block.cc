@@ -286,4 +286,3 @@ void find_moe_rewrites(const Dataflow& df, const analysis::CostModel& cm, const 
 }
 
 }  // namespace braid::fusion::passes
-

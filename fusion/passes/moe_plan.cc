@@ -8,8 +8,9 @@
 
 namespace braid::fusion::passes::moe {
 
-std::optional<Plan> Planner::make_plan(const std::vector<Cand>& cands, const std::vector<size_t>& comp,
-                              std::vector<Region>& regions, int t, std::string& why) {
+std::optional<Plan> Planner::make_plan(const std::vector<Cand>& cands,
+                                       const std::vector<size_t>& comp,
+                                       std::vector<Region>& regions, int t, std::string& why) {
   Plan plan;
   plan.seed = seed_;
   plan.t = t;
@@ -111,14 +112,13 @@ std::optional<Plan> Planner::make_plan(const std::vector<Cand>& cands, const std
         const Slice& w = s_.op(o).compute()->writes[0];
         const Buffer* b = s_.ranks[o.rank].find_buffer(w.buffer);
         const int db = b ? static_cast<int>(dtype_bytes_of(b->dtype)) : 2;
-        plan.add_ns = std::max(plan.add_ns,
-                               cm_.compute_ns(double(w.count), 3.0 * double(w.count) * db, db));
+        plan.add_ns =
+            std::max(plan.add_ns, cm_.compute_ns(double(w.count), 3.0 * double(w.count) * db, db));
       } else if (r.role(o) == Role::LocalSum) {
         const Collective& k = *s_.op(o).collective();
         const double n = double(k.count), db = double(dtype_bytes_of(k.dtype));
-        plan.local_sum_ns =
-            std::max(plan.local_sum_ns,
-                     cm_.compute_ns(n * (t - 1), n * (t + 1) * db, static_cast<int>(db)));
+        plan.local_sum_ns = std::max(
+            plan.local_sum_ns, cm_.compute_ns(n * (t - 1), n * (t + 1) * db, static_cast<int>(db)));
       }
     }
   return plan;
@@ -157,7 +157,7 @@ void Planner::gathers(const Region& r, OpRef seed, RankPlan& rp) const {
 }
 
 bool Planner::shardable(const Compute& c, Role role, int t, const Region& r, OpRef o,
-               std::string& why) const {
+                        std::string& why) const {
   auto no = [&](const std::string& w) {
     why = describe(s_, o) + ": " + w;
     return false;

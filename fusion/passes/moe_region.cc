@@ -161,8 +161,8 @@ bool build_regions(const Dataflow& df, const std::vector<Cand>& cands,
     for (size_t j = 0; j < g.members.size(); ++j) {
       const Collective& c = *s.op(g.members[j]).collective();
       if (c.out.count % t) {
-        why = "the " + seed_name + "'s " + std::to_string(c.out.count) +
-              " elements do not split " + std::to_string(t) + " ways";
+        why = "the " + seed_name + "'s " + std::to_string(c.out.count) + " elements do not split " +
+              std::to_string(t) + " ways";
         return false;
       }
       regions.emplace_back(df, g.members[j], cands[k].via[j], t, tp.index_of(g.members[j].rank));
@@ -182,8 +182,7 @@ bool build_regions(const Dataflow& df, const std::vector<Cand>& cands,
       }
       for (const OpRef& m : g->members)
         if (!inside.count(m)) {
-          why = describe(s, m) + " belongs to " + op_name(s.op(o)) +
-                " but is outside the rewrite";
+          why = describe(s, m) + " belongs to " + op_name(s.op(o)) + " but is outside the rewrite";
           return false;
         }
     }

@@ -7,10 +7,10 @@
 #include <map>
 
 #include "analysis/analyze.h"
-#include "analysis/trace_calibration.h"
 #include "analysis/merge.h"
 #include "analysis/store.h"
 #include "analysis/synthetic.h"
+#include "analysis/trace_calibration.h"
 #include "trace/error.h"
 #include "trace/sqlite_util.h"
 #include "trace/test_util.h"

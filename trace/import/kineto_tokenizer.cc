@@ -181,11 +181,13 @@ void Tokenizer::parse_top_level() {
       ++pos;
       continue;
     }
-    if (c != '"') bad("malformed JSON at top level (expected a key at byte " +
-                      std::to_string(src_.bytes() - (src_.size() - pos)) + ")");
+    if (c != '"')
+      bad("malformed JSON at top level (expected a key at byte " +
+          std::to_string(src_.bytes() - (src_.size() - pos)) + ")");
     std::string key_text = capture_value(pos);
     std::string key = key_text.substr(1, key_text.size() - 2);
-    if (!skip_ws(src_, pos) || src_.data()[pos] != ':') bad("malformed JSON (expected ':' after \"" + key + "\")");
+    if (!skip_ws(src_, pos) || src_.data()[pos] != ':')
+      bad("malformed JSON (expected ':' after \"" + key + "\")");
     ++pos;
     if (!skip_ws(src_, pos)) bad("truncated JSON (no value for \"" + key + "\")");
     if (key == "traceEvents") {
@@ -202,7 +204,7 @@ void Tokenizer::parse_top_level() {
 }
 
 void Tokenizer::stream_events(size_t& pos) {
-  ++pos;  // '['
+  ++pos;                                   // '['
   size_t batch_start = std::string::npos;  // offset of the first event of the pending batch
   size_t batch_end = 0;                    // offset just past its last complete event
   auto flush = [&] {

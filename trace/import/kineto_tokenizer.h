@@ -82,8 +82,10 @@ inline bool us_text_to_ns(std::string_view t, int64_t& out) {
     ++i;
     int digits = 0;
     for (; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i, ++digits) {
-      if (digits < 3) frac = frac * 10 + (t[i] - '0');
-      else if (digits == 3 && t[i] >= '5') frac += 1;  // round half-up on the 4th decimal
+      if (digits < 3)
+        frac = frac * 10 + (t[i] - '0');
+      else if (digits == 3 && t[i] >= '5')
+        frac += 1;  // round half-up on the 4th decimal
     }
     for (int k = std::min(digits, 3); k < 3; ++k) frac *= 10;
   }

@@ -112,7 +112,8 @@ class NsysImporter {
     if (in.gcount() < 16 || std::memcmp(head, "SQLite format 3", 16) != 0)
       bad("not an SQLite database");
     if (sqlite3_open_v2(x_.file.c_str(), &x_.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK)
-      bad(std::string("cannot open as SQLite: ") + (x_.db ? sqlite3_errmsg(x_.db) : "out of memory"));
+      bad(std::string("cannot open as SQLite: ") +
+          (x_.db ? sqlite3_errmsg(x_.db) : "out of memory"));
   }
 
   void check_is_nsys() {
@@ -143,8 +144,9 @@ class NsysImporter {
         ++n;
       }
     bool core = !x_.schema->has(kKernel) || !x_.schema->has(kStrings);
-    x_.ctx.diagnose(diag::Code::nsys_missing_table, n, x_.file + ": absent, not imported: " + missing,
-                  -1, core ? Severity::Warning : Severity::Info);
+    x_.ctx.diagnose(diag::Code::nsys_missing_table, n,
+                    x_.file + ": absent, not imported: " + missing, -1,
+                    core ? Severity::Warning : Severity::Info);
   }
 
   // Every process that ran GPU work becomes a rank. Its rank number comes from the file when it
@@ -218,11 +220,12 @@ class NsysImporter {
     if (x_.sole) mine.insert(*x_.sole);
     for (int32_t r : mine) x_.ctx.claim_rank(r, x_.file);
     if (rows_without_pid && procs.size() > 1)
-      x_.ctx.diagnose(diag::Code::nsys_rows_without_process, 1,
-                    x_.file + ": GPU rows without globalPid in a multi-process export were skipped");
+      x_.ctx.diagnose(
+          diag::Code::nsys_rows_without_process, 1,
+          x_.file + ": GPU rows without globalPid in a multi-process export were skipped");
     x_.ctx.diagnose(diag::Code::nsys_rank_guessed, guessed,
-                  x_.file + ": several processes and no rank information; ranks numbered from " +
-                      std::to_string(base) + " in pid order");
+                    x_.file + ": several processes and no rank information; ranks numbered from " +
+                        std::to_string(base) + " in pid order");
   }
 
   void read_device_names() {
@@ -273,7 +276,7 @@ class NsysImporter {
     const std::string st = "TARGET_INFO_CUDA_STREAM";
     if (x_.schema->col(st, "streamId")) {
       sql::Stmt s(x_.db, "SELECT streamId, " + x_.schema->expr(st, "t", "processId") + ", " +
-                           x_.schema->expr(st, "t", "priority") + " FROM " + st + " t");
+                             x_.schema->expr(st, "t", "priority") + " FROM " + st + " t");
       while (s.step()) {
         std::optional<int32_t> rank = x_.sole;
         if (!s.is_null(1))
@@ -304,9 +307,9 @@ class NsysImporter {
       x_.w.add_communicator(x_.run, c);
     }
     x_.ctx.diagnose(diag::Code::nsys_missing_column, x_.missing_col_count,
-                  x_.file + ": " + x_.missing_cols);
+                    x_.file + ": " + x_.missing_cols);
     x_.ctx.diagnose(diag::Code::nsys_unknown_string, x_.unknown_strings,
-                  x_.file + ": name ids not found in StringIds (names left empty)");
+                    x_.file + ": name ids not found in StringIds (names left empty)");
     x_.ctx.diagnose(
         diag::Code::nsys_bad_time, x_.bad_time,
         "rows whose start/end are not a time (over 130 years from the clock's origin, or ending "
@@ -317,7 +320,6 @@ class NsysImporter {
         x_.file + ": rows of processes without a rank in a multi-process export were skipped");
   }
 
-
   NsysExport x_;
   NvtxTables nvtx_;
   CuptiTables cupti_;
@@ -327,7 +329,6 @@ class NsysImporter {
 
 }  // namespace
 }  // namespace nsys
-
 
 void import_nsys(ImportContext& ctx, const std::string& file, size_t index) {
   nsys::NsysImporter imp(ctx, file, index);

@@ -51,13 +51,13 @@ void CuptiTables::read_kernels() {
     }
   if (name_col != "demangledName")
     x_.missing_column(std::string(kKernel) + ".demangledName (" +
-                   (name_col.empty() ? "kernels unnamed" : "used " + name_col) + ")");
+                      (name_col.empty() ? "kernels unnamed" : "used " + name_col) + ")");
   std::string name_id = name_col.empty() ? "NULL" : "k.\"" + name_col + "\"";
   sql::Stmt s(x_.db, "SELECT k.start, k.\"end\", " + x_.schema->expr(kKernel, "k", "deviceId") +
-                       ", k.streamId, " + x_.schema->expr(kKernel, "k", "correlationId") + ", " +
-                       x_.schema->expr(kKernel, "k", "globalPid") + ", " + name_id + ", " +
-                       x_.string_value("s", name_id) + " FROM CUPTI_ACTIVITY_KIND_KERNEL k" +
-                       x_.join_strings("s", name_id));
+                         ", k.streamId, " + x_.schema->expr(kKernel, "k", "correlationId") + ", " +
+                         x_.schema->expr(kKernel, "k", "globalPid") + ", " + name_id + ", " +
+                         x_.string_value("s", name_id) + " FROM CUPTI_ACTIVITY_KIND_KERNEL k" +
+                         x_.join_strings("s", name_id));
   while (s.step()) {
     ++x_.ctx.stats.events;
     auto rank = x_.rank_of(s, 5);
@@ -104,10 +104,10 @@ void CuptiTables::read_memory(const char* table) {
     }
   std::string kind = memset ? "NULL" : x_.schema->expr(table, "m", "copyKind");
   sql::Stmt s(x_.db, "SELECT m.start, m.\"end\", m.streamId, " +
-                       x_.schema->expr(table, "m", "correlationId") + ", " +
-                       x_.schema->expr(table, "m", "globalPid") + ", " +
-                       x_.schema->expr(table, "m", "bytes") + ", " + kind + " FROM " + table +
-                       " m");
+                         x_.schema->expr(table, "m", "correlationId") + ", " +
+                         x_.schema->expr(table, "m", "globalPid") + ", " +
+                         x_.schema->expr(table, "m", "bytes") + ", " + kind + " FROM " + table +
+                         " m");
   while (s.step()) {
     ++x_.ctx.stats.events;
     auto rank = x_.rank_of(s, 4);
@@ -125,7 +125,8 @@ void CuptiTables::read_memory(const char* table) {
     m.bytes = s.is_null(5) ? -1 : s.i64(5);
     m.kind = memset ? MemKind::Memset
                     : (s.is_null(6) ? MemKind::Unknown : mem_kind_from_copy_kind(s.i64(6)));
-    m.name = memset ? x_.w.intern("Memset") : x_.w.intern("Memcpy " + std::string(to_string(m.kind)));
+    m.name =
+        memset ? x_.w.intern("Memset") : x_.w.intern("Memcpy " + std::string(to_string(m.kind)));
     x_.note_stream(m.rank, m.stream);
     x_.w.add(x_.run, m);
   }
@@ -139,9 +140,9 @@ void CuptiTables::read_runtime() {
   }
   std::string name_id = x_.schema->expr(kRuntime, "r", "nameId");
   sql::Stmt s(x_.db, "SELECT r.start, r.\"end\", " + x_.schema->expr(kRuntime, "r", "globalTid") +
-                       ", " + x_.schema->expr(kRuntime, "r", "correlationId") + ", " + name_id +
-                       ", " + x_.string_value("s", name_id) + " FROM CUPTI_ACTIVITY_KIND_RUNTIME r" +
-                       x_.join_strings("s", name_id));
+                         ", " + x_.schema->expr(kRuntime, "r", "correlationId") + ", " + name_id +
+                         ", " + x_.string_value("s", name_id) +
+                         " FROM CUPTI_ACTIVITY_KIND_RUNTIME r" + x_.join_strings("s", name_id));
   while (s.step()) {
     ++x_.ctx.stats.events;
     auto rank = x_.rank_of(s, 2);
@@ -169,6 +170,5 @@ void CuptiTables::read_runtime() {
     }
   }
 }
-
 
 }  // namespace braid::nsys

@@ -91,7 +91,8 @@ NcclCollectives::Resolution NcclCollectives::resolve(const PendingNccl& p) {
     return res;
   }
   int32_t nranks = -1;
-  if (auto it = nvtx_.comm_nranks().find(res.comm); it != nvtx_.comm_nranks().end()) nranks = it->second;
+  if (auto it = nvtx_.comm_nranks().find(res.comm); it != nvtx_.comm_nranks().end())
+    nranks = it->second;
   if (sends == 1 && recvs == 1 && send_peers == recv_peers) {
     res.op = CollOp::SendRecv;
     res.peer_or_root = *send_peers.begin();
@@ -164,9 +165,9 @@ void NcclCollectives::build(std::vector<PendingNccl>& pending) {
       diag::Code::nsys_nccl_op_unresolved, unresolved,
       x_.file + ": SendRecv kernels without an enclosing NCCL NVTX range; op left as SendRecv");
   x_.ctx.diagnose(diag::Code::nsys_nccl_size_unknown, unsized,
-                x_.file +
-                    ": collectives without a size (no NCCL NVTX payload, or communicator size "
-                    "unknown for all-gather/reduce-scatter)");
+                  x_.file +
+                      ": collectives without a size (no NCCL NVTX payload, or communicator size "
+                      "unknown for all-gather/reduce-scatter)");
   x_.ctx.diagnose(
       diag::Code::nsys_nccl_op_conflict, op_conflicts_,
       x_.file + ": NCCL NVTX range names another operation than its kernel; kernel name kept");
@@ -203,6 +204,5 @@ void NcclCollectives::set_sizes(Collective& c, const Resolution& res) {
       break;
   }
 }
-
 
 }  // namespace braid::nsys

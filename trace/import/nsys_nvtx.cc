@@ -31,7 +31,6 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
-
 std::optional<int64_t> parse_int(std::string_view s) {
   if (s.empty()) return std::nullopt;
   try {
@@ -104,7 +103,6 @@ std::optional<NcclPayload> parse_nccl_payload(const std::string& json) {
   }
   return p;
 }
-
 
 void classify_nccl_range(NcclRange& r) {
   std::string l = lower(r.name);
@@ -179,8 +177,8 @@ void NvtxTables::read_nccl_ranges() {
   // Domain names: NvtxDomainCreate rows carry the name in `text`, keyed by (process, domain).
   {
     sql::Stmt s(x_.db, "SELECT " + dom + ", " + nvtx_text_expr() + ", " + tid +
-                         " FROM NVTX_EVENTS n" + nvtx_joins() +
-                         " WHERE n.eventType = " + std::to_string(ev_domain_));
+                           " FROM NVTX_EVENTS n" + nvtx_joins() +
+                           " WHERE n.eventType = " + std::to_string(ev_domain_));
     while (s.step()) {
       if (s.is_null(0)) continue;
       int64_t pk = s.is_null(2) ? -1 : pid_key_of(s.i64(2));
@@ -194,9 +192,9 @@ void NvtxTables::read_nccl_ranges() {
   std::string ids;
   for (int64_t d : nccl_ids) ids += (ids.empty() ? "" : ",") + std::to_string(d);
   sql::Stmt s(x_.db, "SELECT n.start, n.\"end\", " + tid + ", " + dom + ", " + nvtx_text_expr() +
-                       ", " + nvtx_json_expr() + " FROM NVTX_EVENTS n" + nvtx_joins() +
-                       " WHERE n.eventType IN (" + range_types_sql() + ") AND " + dom + " IN (" +
-                       ids + ") AND n.\"end\" IS NOT NULL");
+                         ", " + nvtx_json_expr() + " FROM NVTX_EVENTS n" + nvtx_joins() +
+                         " WHERE n.eventType IN (" + range_types_sql() + ") AND " + dom + " IN (" +
+                         ids + ") AND n.\"end\" IS NOT NULL");
   while (s.step()) {
     int64_t gtid = s.is_null(2) ? 0 : s.i64(2);
     auto d = domains_.find({s.is_null(2) ? -1 : pid_key_of(gtid), s.i64(3)});
@@ -229,10 +227,10 @@ void NvtxTables::read_ranges() {
   for (const char* c : {"doubleValue", "floatValue"})
     real += (real.empty() ? "" : ", ") + x_.schema->expr(kNvtx, "n", c);
   sql::Stmt s(x_.db, "SELECT n.start, n.\"end\", n.eventType, " + tid + ", " +
-                       x_.schema->expr(kNvtx, "n", "domainId") + ", " + nvtx_text_expr() + ", " +
-                       nvtx_json_expr() + ", COALESCE(" + num + ", NULL), COALESCE(" + real +
-                       ", NULL), " + x_.schema->expr(kNvtx, "n", "binaryData") +
-                       " FROM NVTX_EVENTS n" + nvtx_joins());
+                         x_.schema->expr(kNvtx, "n", "domainId") + ", " + nvtx_text_expr() + ", " +
+                         nvtx_json_expr() + ", COALESCE(" + num + ", NULL), COALESCE(" + real +
+                         ", NULL), " + x_.schema->expr(kNvtx, "n", "binaryData") +
+                         " FROM NVTX_EVENTS n" + nvtx_joins());
   int64_t marks = 0, open = 0, binary = 0;
   while (s.step()) {
     ++x_.ctx.stats.events;
@@ -275,11 +273,11 @@ void NvtxTables::read_ranges() {
     x_.w.add(x_.run, r);
   }
   x_.ctx.diagnose(diag::Code::nsys_nvtx_mark_skipped, marks,
-                x_.file + ": NVTX marks (instants) are not imported as ranges");
+                  x_.file + ": NVTX marks (instants) are not imported as ranges");
   x_.ctx.diagnose(diag::Code::nsys_nvtx_unterminated, open,
-                x_.file + ": NVTX ranges without an end were skipped");
+                  x_.file + ": NVTX ranges without an end were skipped");
   x_.ctx.diagnose(diag::Code::nsys_nvtx_binary_payload, binary,
-                x_.file + ": binary NVTX payloads were not decoded");
+                  x_.file + ": binary NVTX payloads were not decoded");
 }
 
 // The NCCL NVTX ranges that describe the operation launched at `t` on thread `gtid`:
@@ -308,6 +306,5 @@ std::vector<const NcclRange*> NvtxTables::describing_ranges(int64_t gtid, Ns t) 
       out.push_back(&r);
   return out;
 }
-
 
 }  // namespace braid::nsys
