@@ -43,6 +43,25 @@ std::string run(const std::string& cmd) {
   return out;
 }
 
+// One headless frame of `app`, and a click on one of its widgets (three frames: move, press,
+// release), for the fixture and the tests that build their own App.
+void frame_of(App& app) {
+  ImGui::NewFrame();
+  build_frame(app);
+  ImGui::Render();
+}
+void click_in(App& app, const std::string& widget) {
+  ASSERT_TRUE(app.widgets.count(widget)) << widget;
+  const ImVec4 r = app.widgets[widget];
+  ImGuiIO& io = ImGui::GetIO();
+  io.MousePos = ImVec2((r.x + r.z) / 2, (r.y + r.w) / 2);
+  frame_of(app);
+  io.MouseDown[0] = true;
+  frame_of(app);
+  io.MouseDown[0] = false;
+  frame_of(app);
+}
+
 class ViewExploreUi : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -62,11 +81,7 @@ class ViewExploreUi : public ::testing::Test {
     app_.reset();
     ImGui::DestroyContext();
   }
-  void frame() {
-    ImGui::NewFrame();
-    build_frame(*app_);
-    ImGui::Render();
-  }
+  void frame() { frame_of(*app_); }
   void open() {
     app_ = std::make_unique<App>();
     app_open(*app_, path_, -1);
@@ -76,17 +91,7 @@ class ViewExploreUi : public ::testing::Test {
     app_wait(*app_);
     for (int i = 0; i < 3; ++i) frame();
   }
-  void click(const std::string& widget) {
-    ASSERT_TRUE(app_->widgets.count(widget)) << widget;
-    const ImVec4 r = app_->widgets[widget];
-    ImGuiIO& io = ImGui::GetIO();
-    io.MousePos = ImVec2((r.x + r.z) / 2, (r.y + r.w) / 2);
-    frame();
-    io.MouseDown[0] = true;
-    frame();
-    io.MouseDown[0] = false;
-    frame();
-  }
+  void click(const std::string& widget) { click_in(*app_, widget); }
   void wait_child() {
     while (app_->replay.child && !app_->replay.child->finished())
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -312,22 +317,9 @@ TEST(ViewOriginalBesideRewrite, AnImportedRunAndTheReplayOfItsFusedScheduleAlign
     app_open(app, job, 1);
     app_wait(app);
     show_tab(app, SideTab::Opportunities);
-    auto frame = [&] {
-      ImGui::NewFrame();
-      build_frame(app);
-      ImGui::Render();
-    };
+    auto frame = [&] { frame_of(app); };
     for (int i = 0; i < 3; ++i) frame();
-    auto click = [&](const std::string& widget) {
-      ASSERT_TRUE(app.widgets.count(widget)) << widget;
-      const ImVec4 r = app.widgets[widget];
-      io.MousePos = ImVec2((r.x + r.z) / 2, (r.y + r.w) / 2);
-      frame();
-      io.MouseDown[0] = true;
-      frame();
-      io.MouseDown[0] = false;
-      frame();
-    };
+    auto click = [&](const std::string& widget) { click_in(app, widget); };
     // Lift runs in the background: cancelled (here while another writer holds the file), it
     // stores nothing.
     {
