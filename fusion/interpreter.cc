@@ -39,8 +39,11 @@ class Machine {
         auto& v = result_.buffers[r][b.name];
         v.resize(static_cast<size_t>(b.size));
         const int32_t vr = value_rank(s, static_cast<int32_t>(r), b.replicated);
-        for (int64_t i = 0; i < b.size; ++i)
-          v[i] = opt.init ? opt.init(vr, b.name, i) : initial_value(vr, b.name, i);
+        if (!opt.init) {
+          fill_initial_values(vr, b.name, v.data(), b.size);
+          continue;
+        }
+        for (int64_t i = 0; i < b.size; ++i) v[i] = opt.init(vr, b.name, i);
       }
       pc_[r].assign(s.ranks[r].streams.size(), 0);
       arrived_at_pc_[r].assign(s.ranks[r].streams.size(), false);
@@ -104,9 +107,12 @@ class Machine {
     return progress;
   }
 
+  std::span<const int64_t> view(int32_t r, const Slice& sl) const {
+    return {result_.buffers[r].at(sl.buffer).data() + sl.offset, static_cast<size_t>(sl.count)};
+  }
   std::vector<int64_t> read(int32_t r, const Slice& sl) const {
-    const auto& v = result_.buffers[r].at(sl.buffer);
-    return std::vector<int64_t>(v.begin() + sl.offset, v.begin() + sl.offset + sl.count);
+    const std::span<const int64_t> v = view(r, sl);
+    return std::vector<int64_t>(v.begin(), v.end());
   }
   void write(int32_t r, const Slice& sl, const int64_t* data) {
     auto& v = result_.buffers[r].at(sl.buffer);
@@ -114,8 +120,8 @@ class Machine {
   }
 
   void compute(int32_t r, const Compute& c) {
-    std::vector<std::vector<int64_t>> in;
-    for (const Slice& sl : c.reads) in.push_back(read(r, sl));
+    std::vector<std::span<const int64_t>> in;
+    for (const Slice& sl : c.reads) in.push_back(view(r, sl));
     const std::vector<std::vector<int64_t>> out = compute_outputs(s_, r, c, in);
     for (size_t k = 0; k < c.writes.size(); ++k) write(r, c.writes[k], out[k].data());
   }
@@ -253,18 +259,40 @@ int64_t initial_value(int32_t rank, std::string_view buffer, int64_t index) {
   return static_cast<int64_t>(h % 1000000);
 }
 
-int64_t compute_value(std::string_view label, int32_t rank, std::string_view buffer,
-                      int64_t index, const std::vector<int64_t>& inputs) {
-  uint64_t h = mix(mix(mix(hash_str(label), static_cast<uint64_t>(rank)), hash_str(buffer)),
-                   static_cast<uint64_t>(index));
-  for (int64_t x : inputs) h = mix(h, static_cast<uint64_t>(x));
-  return static_cast<int64_t>(h % 1000000);
+void fill_initial_values(int32_t rank, std::string_view buffer, int64_t* out, int64_t n) {
+  const uint64_t seed = mix(hash_str(buffer), static_cast<uint64_t>(rank));
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = static_cast<int64_t>(mix(seed, static_cast<uint64_t>(i)) % 1000000);
 }
 
 namespace {
 
+// compute_value in two parts: the seed of (label, rank, buffer), hashed once per write, and
+// the element's value from it.
+uint64_t value_seed(std::string_view label, int32_t rank, std::string_view buffer) {
+  return mix(mix(hash_str(label), static_cast<uint64_t>(rank)), hash_str(buffer));
+}
+
+template <typename Inputs>
+int64_t value_from_seed(uint64_t seed, int64_t index, const Inputs& inputs) {
+  uint64_t h = mix(seed, static_cast<uint64_t>(index));
+  for (int64_t x : inputs) h = mix(h, static_cast<uint64_t>(x));
+  return static_cast<int64_t>(h % 1000000);
+}
+
+}  // namespace
+
+int64_t compute_value(std::string_view label, int32_t rank, std::string_view buffer, int64_t index,
+                      const std::vector<int64_t>& inputs) {
+  return value_from_seed(value_seed(label, rank, buffer), index, inputs);
+}
+
+namespace {
+
+using Reads = std::vector<std::span<const int64_t>>;
+
 // Digest of elements [a, b) of `v`.
-uint64_t digest(const std::vector<int64_t>& v, size_t a, size_t b) {
+uint64_t digest(std::span<const int64_t> v, size_t a, size_t b) {
   uint64_t h = mix(11, b - a);
   for (size_t i = a; i < b; ++i) h = mix(h, static_cast<uint64_t>(v[i]));
   return h;
@@ -272,16 +300,17 @@ uint64_t digest(const std::vector<int64_t>& v, size_t a, size_t b) {
 
 // Element `col` of a row written by write `wi` of a row-wise compute: a function of the rows
 // it reads (their digests), never of where the row is stored.
-int64_t row_value(std::string_view label, int32_t vr, size_t wi, int64_t col,
-                  const std::vector<uint64_t>& args) {
-  uint64_t h = mix(mix(mix(hash_str(label), static_cast<uint64_t>(vr)), wi + 0x5157),
-                   static_cast<uint64_t>(col));
+// row_seed(label, vr, wi) is hashed once per write.
+uint64_t row_seed(std::string_view label, int32_t vr, size_t wi) {
+  return mix(mix(hash_str(label), static_cast<uint64_t>(vr)), wi + 0x5157);
+}
+int64_t row_value(uint64_t seed, int64_t col, const std::vector<uint64_t>& args) {
+  uint64_t h = mix(seed, static_cast<uint64_t>(col));
   for (uint64_t x : args) h = mix(h, x);
   return static_cast<int64_t>(h % 1000000);
 }
 
-std::vector<std::vector<int64_t>> add_outputs(const Compute& c,
-                                              const std::vector<std::vector<int64_t>>& in) {
+std::vector<std::vector<int64_t>> add_outputs(const Compute& c, const Reads& in) {
   std::vector<std::vector<int64_t>> out;
   for (const Slice& w : c.writes) {
     std::vector<uint64_t> acc(static_cast<size_t>(w.count), 0);
@@ -296,8 +325,7 @@ std::vector<std::vector<int64_t>> add_outputs(const Compute& c,
 // each row (all per-row reads) and c_j a hash of the op, the element and the whole reads. The
 // product form keeps the sum exact and splittable: the rows' partial sums on several ranks,
 // added by an All-Reduce, give the same D.
-std::vector<std::vector<int64_t>> sum_outputs(const Compute& c, int32_t vr,
-                                              const std::vector<std::vector<int64_t>>& in) {
+std::vector<std::vector<int64_t>> sum_outputs(const Compute& c, int32_t vr, const Reads& in) {
   std::vector<int> acc_of(c.writes.size(), -1);
   std::vector<bool> is_acc(c.reads.size(), false);
   for (size_t w = 0; w < c.writes.size(); ++w)
@@ -326,8 +354,9 @@ std::vector<std::vector<int64_t>> sum_outputs(const Compute& c, int32_t vr,
   std::vector<std::vector<int64_t>> out;
   for (size_t w = 0; w < c.writes.size(); ++w) {
     std::vector<int64_t> v(static_cast<size_t>(c.writes[w].count));
+    const uint64_t seed = row_seed(c.label, vr, w);
     for (int64_t j = 0; j < c.writes[w].count; ++j) {
-      uint64_t x = static_cast<uint64_t>(row_value(c.label, vr, w, j, whole)) * d;
+      uint64_t x = static_cast<uint64_t>(row_value(seed, j, whole)) * d;
       if (acc_of[w] >= 0) x += static_cast<uint64_t>(in[acc_of[w]][j]);
       v[j] = static_cast<int64_t>(x);
     }
@@ -341,8 +370,7 @@ std::vector<std::vector<int64_t>> sum_outputs(const Compute& c, int32_t vr,
 // a transposed read: a run of rows when the
 // read has more rows than the write (an un-permute gathering a token's k copies), one row when
 // fewer (a permute copying a token k times).
-std::vector<std::vector<int64_t>> row_outputs(const Compute& c, int32_t vr,
-                                              const std::vector<std::vector<int64_t>>& in) {
+std::vector<std::vector<int64_t>> row_outputs(const Compute& c, int32_t vr, const Reads& in) {
   const int64_t ta = c.transpose.empty() ? 1 : c.transpose[0];
   const int64_t tb = c.transpose.empty() ? 1 : c.transpose[1];
   const int64_t blocks = ta * tb;
@@ -356,6 +384,7 @@ std::vector<std::vector<int64_t>> row_outputs(const Compute& c, int32_t vr,
     const int64_t len = c.writes[w].count / rw;
     const int64_t per_block = rw / blocks;
     std::vector<int64_t> v(static_cast<size_t>(c.writes[w].count));
+    const uint64_t seed = row_seed(c.label, vr, w);
     for (int64_t r = 0; r < rw; ++r) {
       const int64_t beta = r / per_block, rho = r % per_block;
       const int64_t swapped = (beta % tb) * ta + beta / tb;
@@ -380,7 +409,7 @@ std::vector<std::vector<int64_t>> row_outputs(const Compute& c, int32_t vr,
         }
         args[k] = digest(in[k], first * klen, (first + n) * klen);
       }
-      for (int64_t col = 0; col < len; ++col) v[r * len + col] = row_value(c.label, vr, w, col, args);
+      for (int64_t col = 0; col < len; ++col) v[r * len + col] = row_value(seed, col, args);
     }
     out.push_back(std::move(v));
   }
@@ -389,9 +418,8 @@ std::vector<std::vector<int64_t>> row_outputs(const Compute& c, int32_t vr,
 
 }  // namespace
 
-std::vector<std::vector<int64_t>> compute_outputs(const Schedule& s, int32_t rank,
-                                                  const Compute& c,
-                                                  const std::vector<std::vector<int64_t>>& in) {
+std::vector<std::vector<int64_t>> compute_outputs(const Schedule& s, int32_t rank, const Compute& c,
+                                                  const Reads& in) {
   if (c.fn == "add") return add_outputs(c, in);
   if (c.row_wise()) {
     const int32_t vr = value_rank(s, rank, c.replicated);
@@ -402,10 +430,11 @@ std::vector<std::vector<int64_t>> compute_outputs(const Schedule& s, int32_t ran
   const int32_t vr = value_rank(s, rank, c.replicated);
   for (const Slice& w : c.writes) {
     std::vector<int64_t> v(static_cast<size_t>(w.count));
+    const uint64_t seed = value_seed(c.label, vr, w.buffer);
     for (int64_t j = 0; j < w.count; ++j) {
       for (size_t k = 0; k < in.size(); ++k)
         args[k] = in[k].empty() ? 0 : in[k][static_cast<size_t>(j) % in[k].size()];
-      v[j] = compute_value(c.label, vr, w.buffer, w.offset + j, args);
+      v[j] = value_from_seed(seed, w.offset + j, args);
     }
     out.push_back(std::move(v));
   }

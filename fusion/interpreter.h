@@ -15,7 +15,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fusion/ir.h"
@@ -51,6 +53,10 @@ int32_t value_rank(const Schedule& s, int32_t rank, const std::string& replicate
 // Deterministic initial contents, in [0, 1000000) so values stay readable.
 int64_t initial_value(int32_t rank, std::string_view buffer, int64_t index);
 
+// out[i] = initial_value(rank, buffer, i) for i in [0, n), the name hashed once: how the
+// interpreter and the replay backends fill a buffer.
+void fill_initial_values(int32_t rank, std::string_view buffer, int64_t* out, int64_t n);
+
 // The value compute `label` on `rank` writes at element `index` of buffer `buffer`, given the
 // values read at the same relative position of each read slice (in order). Uses the absolute
 // index, so splitting a compute into chunks with the same label gives the same data.
@@ -61,9 +67,10 @@ int64_t compute_value(std::string_view label, int32_t rank, std::string_view buf
 // slices in order: element j of write w is compute_value(label, value_rank, w.buffer,
 // w.offset + j, the reads' elements at j mod their counts). The one definition the interpreter
 // and the replay backends' data checks share.
-std::vector<std::vector<int64_t>> compute_outputs(const Schedule& s, int32_t rank,
-                                                  const Compute& c,
-                                                  const std::vector<std::vector<int64_t>>& in);
+// The reads are views of the caller's buffers (nothing is copied); the outputs are computed
+// before anything is written, so a write may overlap a read.
+std::vector<std::vector<int64_t>> compute_outputs(const Schedule& s, int32_t rank, const Compute& c,
+                                                  const std::vector<std::span<const int64_t>>& in);
 
 // Runs `s`. Throws braid::Error(BadFormat) listing the problems when the schedule fails
 // validation (other than deadlock, which the run itself reports in the result).

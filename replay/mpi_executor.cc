@@ -282,8 +282,7 @@ class MpiPrepared : public PreparedReplay {
     for (size_t b = 0; b < rs_->buffers.size(); ++b) {
       auto* p = reinterpret_cast<int64_t*>(buf_[b].data());
       const int32_t vr = fusion::value_rank(s_, rank_, rs_->buffers[b].replicated);
-      for (int64_t i = 0; i < rs_->buffers[b].size; ++i)
-        p[i] = fusion::initial_value(vr, rs_->buffers[b].name, i);
+      fusion::fill_initial_values(vr, rs_->buffers[b].name, p, rs_->buffers[b].size);
     }
   }
 
@@ -464,8 +463,9 @@ class MpiPrepared : public PreparedReplay {
     auto view = [&](const fusion::Slice& sl) {
       return reinterpret_cast<int64_t*>(buf_[buffer_index_.at(sl.buffer)].data()) + sl.offset;
     };
-    std::vector<std::vector<int64_t>> in;
-    for (const fusion::Slice& sl : c.reads) in.emplace_back(view(sl), view(sl) + sl.count);
+    std::vector<std::span<const int64_t>> in;
+    for (const fusion::Slice& sl : c.reads)
+      in.emplace_back(view(sl), static_cast<size_t>(sl.count));
     const std::vector<std::vector<int64_t>> out = fusion::compute_outputs(s_, rank_, c, in);
     for (size_t k = 0; k < c.writes.size(); ++k)
       std::copy(out[k].begin(), out[k].end(), view(c.writes[k]));

@@ -205,8 +205,7 @@ class NcclPrepared : public PreparedReplay {
     for (size_t b = 0; b < rs_->buffers.size(); ++b) {
       std::vector<int64_t> v(static_cast<size_t>(rs_->buffers[b].size));
       const int32_t vr = fusion::value_rank(s_, rank_, rs_->buffers[b].replicated);
-      for (int64_t i = 0; i < rs_->buffers[b].size; ++i)
-        v[i] = fusion::initial_value(vr, rs_->buffers[b].name, i);
+      fusion::fill_initial_values(vr, rs_->buffers[b].name, v.data(), rs_->buffers[b].size);
       cuda_check(cudaMemcpy(dev_[b], v.data(), v.size() * 8, cudaMemcpyHostToDevice), "cudaMemcpy");
     }
   }
@@ -354,7 +353,8 @@ class NcclPrepared : public PreparedReplay {
     };
     std::vector<std::vector<int64_t>> in;
     for (const auto& sl : c.reads) in.push_back(fetch(sl));
-    const std::vector<std::vector<int64_t>> outs = fusion::compute_outputs(s_, rank_, c, in);
+    const std::vector<std::vector<int64_t>> outs =
+        fusion::compute_outputs(s_, rank_, c, {in.begin(), in.end()});
     for (size_t k = 0; k < c.writes.size(); ++k)
       cuda_check(cudaMemcpy(ptr(c.writes[k], 8), outs[k].data(), outs[k].size() * 8,
                             cudaMemcpyHostToDevice),

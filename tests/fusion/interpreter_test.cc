@@ -228,6 +228,15 @@ TEST(Interpreter, DefaultInitialValuesAreDeterministic) {
   EXPECT_EQ(res.buffers[3].at("y")[7], initial_value(3, "y", 7));
 }
 
+TEST(Interpreter, FilledInitialValuesAreTheElementwiseOnes) {
+  // The backends and the interpreter fill whole buffers with the name hashed once; each element
+  // must still be initial_value's.
+  std::vector<int64_t> v(1000, -1);
+  fill_initial_values(5, "L0.fc1.mb0", v.data(), static_cast<int64_t>(v.size()));
+  for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i)
+    ASSERT_EQ(v[i], initial_value(5, "L0.fc1.mb0", i)) << i;
+}
+
 TEST(Interpreter, HonoursEventsAcrossStreams) {
   // On every rank the comm stream (visited first) waits for the compute stream's result.
   Schedule s = four_ranks();
