@@ -25,6 +25,7 @@
 #include "fusion/schedule_store.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
+#include "view/headless.h"  // tests/view: the headless ImGui context
 
 using namespace braid;
 using namespace braid::view;
@@ -171,14 +172,7 @@ int main(int argc, char** argv) {
                  static_cast<long long>(events), now() - t0);
   }
 
-  ImGui::CreateContext();
-  ImGuiIO& io = ImGui::GetIO();
-  io.IniFilename = nullptr;
-  unsigned char* px;
-  int fw, fh;
-  io.Fonts->GetTexDataAsRGBA32(&px, &fw, &fh);
-  io.DisplaySize = ImVec2(static_cast<float>(width), static_cast<float>(height));
-  io.DeltaTime = 1.f / 60;
+  ImGuiIO& io = test::create_headless_imgui(static_cast<float>(width), static_cast<float>(height));
   io.MousePos = ImVec2(width * 0.4f, height * 0.5f);  // over the timeline: hover work included
 
   // Frames while the run loads in the background.

@@ -577,36 +577,33 @@ TEST(AgentGraphs, ReplayedCollectivesFromGraphLaunches) {
   ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
   EXPECT_EQ(r.out, "graph done\n");
   ASSERT_FALSE(r.file.empty());
-  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nccl_calls WHERE seq = -1"), 3);
-  // The replays' rows carry the graph launch's host time (enqueue = return).
-  EXPECT_EQ(count(r.file,
-                  "SELECT COUNT(*) FROM nccl_calls WHERE seq >= 0 AND enqueue_ns = "
-                  "return_ns"),
-            120);
-  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM nccl_calls WHERE seq >= 0"), 121);
-  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM collectives"), 121);
-  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM collectives WHERE in_count = 64"), 40);
-  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM collectives WHERE in_count = 32"), 80);
-  // Every collective is linked to a kernel that ran (replays: the launch's record of the node).
-  EXPECT_EQ(count(r.file,
-                  "SELECT COUNT(*) FROM collectives c WHERE c.stream = 7 AND EXISTS (SELECT 1 "
-                  "FROM kernels k WHERE k.correlation = c.kernel_ref AND k.start_ns = c.start_ns)"),
-            121);
-  // Sequence numbers: the captured calls take none, the ordinary call 0, the replays 1-120, in
-  // launch order (a single all-reduce, then the group of two, per launch).
-  EXPECT_EQ(count(r.file, "SELECT COUNT(DISTINCT seq) FROM collectives"), 121);
-  EXPECT_EQ(count(r.file, "SELECT MIN(seq) FROM collectives"), 0);
-  EXPECT_EQ(count(r.file, "SELECT MAX(seq) FROM collectives"), 120);
-  EXPECT_EQ(count(r.file, "SELECT seq FROM collectives WHERE in_count = 16"), 0);
-  EXPECT_EQ(
-      count(r.file, "SELECT COUNT(*) FROM collectives WHERE in_count = 64 AND (seq - 1) % 3 = 0"),
-      40);
-  EXPECT_EQ(
-      count(r.file, "SELECT COUNT(*) FROM collectives WHERE in_count = 32 AND group_size = 2"), 80);
-  // Each launch's two grouped replays share the group's kernel; the single one has its own.
-  EXPECT_EQ(count(r.file, "SELECT COUNT(DISTINCT kernel_ref) FROM collectives WHERE in_count = 64"),
-            40);
-  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM kernels"), 121);  // 40 x (2 NCCL + 1 compute) + 1
+  // Each query's count in the file.
+  const std::pair<const char*, int64_t> expected[] = {
+      {"SELECT COUNT(*) FROM nccl_calls WHERE seq = -1", 3},
+      // The replays' rows carry the graph launch's host time (enqueue = return).
+      {"SELECT COUNT(*) FROM nccl_calls WHERE seq >= 0 AND enqueue_ns = return_ns", 120},
+      {"SELECT COUNT(*) FROM nccl_calls WHERE seq >= 0", 121},
+      {"SELECT COUNT(*) FROM collectives", 121},
+      {"SELECT COUNT(*) FROM collectives WHERE in_count = 64", 40},
+      {"SELECT COUNT(*) FROM collectives WHERE in_count = 32", 80},
+      // Every collective is linked to a kernel that ran (replays: the launch's record of the
+      // node).
+      {"SELECT COUNT(*) FROM collectives c WHERE c.stream = 7 AND EXISTS (SELECT 1 FROM kernels k "
+       "WHERE k.correlation = c.kernel_ref AND k.start_ns = c.start_ns)",
+       121},
+      // Sequence numbers: the captured calls take none, the ordinary call 0, the replays 1-120,
+      // in launch order (a single all-reduce, then the group of two, per launch).
+      {"SELECT COUNT(DISTINCT seq) FROM collectives", 121},
+      {"SELECT MIN(seq) FROM collectives", 0},
+      {"SELECT MAX(seq) FROM collectives", 120},
+      {"SELECT seq FROM collectives WHERE in_count = 16", 0},
+      {"SELECT COUNT(*) FROM collectives WHERE in_count = 64 AND (seq - 1) % 3 = 0", 40},
+      {"SELECT COUNT(*) FROM collectives WHERE in_count = 32 AND group_size = 2", 80},
+      // Each launch's two grouped replays share the group's kernel; the single one has its own.
+      {"SELECT COUNT(DISTINCT kernel_ref) FROM collectives WHERE in_count = 64", 40},
+      {"SELECT COUNT(*) FROM kernels", 121},  // 40 x (2 NCCL + 1 compute) + 1
+  };
+  for (const auto& [sql, n] : expected) EXPECT_EQ(count(r.file, sql), n) << sql;
   auto d = diagnostics(r.file);
   EXPECT_EQ(d["capture.nccl_graph_captured"], 3);
   EXPECT_EQ(d.count("capture.collective_without_kernel"), 0u);

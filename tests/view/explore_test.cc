@@ -34,6 +34,14 @@ std::string preset_file(const test::TempDir& dir, const std::string& preset) {
   return path;
 }
 
+// Starts `ex` on a new file of `preset` in `dir`; returns its request.
+ExploreRequest start_on_preset(Explorer& ex, const test::TempDir& dir, const std::string& preset) {
+  ExploreRequest req;
+  req.path = preset_file(dir, preset);
+  ex.start(req);
+  return req;
+}
+
 Ns sim_step(const fusion::Schedule& s, const std::string& profile) {
   const replay::SimProfile sp = replay::load_sim_profile(profile);
   return replay::simulate(s, analysis::CostModel(sp.profile), sp.sim_options()).step_ns();
@@ -76,11 +84,8 @@ TEST(ViewExplore, APresetsFindingsAndTheirSimulatedSteps) {
 
 TEST(ViewExplore, DeselectingAFindingChangesTheFusedStepAndSaveStoresTheChoice) {
   test::TempDir dir;
-  const std::string path = preset_file(dir, "tp-sp");
   Explorer ex;
-  ExploreRequest req;
-  req.path = path;
-  ex.start(req);
+  const std::string path = start_on_preset(ex, dir, "tp-sp").path;
   ex.wait();
   ASSERT_TRUE(ex.result()) << ex.error();
   const Ns all = ex.result()->fused_step_ns();
@@ -132,11 +137,8 @@ TEST(ViewExplore, DeselectingAFindingChangesTheFusedStepAndSaveStoresTheChoice) 
 
 TEST(ViewExplore, ANewChoiceCancelsTheRunInFlightAndAFileWithoutScheduleSaysSo) {
   test::TempDir dir;
-  const std::string path = preset_file(dir, "tp-pp");
   Explorer ex;
-  ExploreRequest req;
-  req.path = path;
-  ex.start(req);
+  const ExploreRequest req = start_on_preset(ex, dir, "tp-pp");
   ex.start(req);  // the first is cancelled, never shown
   ex.wait();
   ASSERT_TRUE(ex.result()) << ex.error();

@@ -19,6 +19,7 @@
 #include "fusion/pass_schedules.h"
 #include "fusion/schedule_store.h"
 #include "trace/test_util.h"
+#include "view/headless.h"
 #include "view/process_group.h"
 
 namespace braid::view {
@@ -66,14 +67,7 @@ class ViewExploreUi : public ::testing::Test {
  protected:
   void SetUp() override {
     setenv("BRAID_EXE", BRAID_CLI, 1);
-    ImGui::CreateContext();
-    ImGuiIO& io = ImGui::GetIO();
-    io.IniFilename = nullptr;
-    unsigned char* px;
-    int w, h;
-    io.Fonts->GetTexDataAsRGBA32(&px, &w, &h);
-    io.DisplaySize = ImVec2(1600, 900);
-    io.DeltaTime = 1.f / 60;
+    test::create_headless_imgui(1600, 900);
     path_ = dir_.file("tp-sp.braid");
     fusion::store_schedule(path_, fusion::testing::preset_at_test_shape("tp-sp"), -1, "[]", true);
   }
@@ -298,13 +292,7 @@ TEST_F(ViewExploreUi, CancelEndsTheChild) {
 // job block) beside the sim replay of its fused schedule, step-aligned.
 TEST(ViewOriginalBesideRewrite, AnImportedRunAndTheReplayOfItsFusedScheduleAlignByStep) {
   setenv("BRAID_EXE", BRAID_CLI, 1);
-  ImGui::CreateContext();
-  ImGuiIO& io = ImGui::GetIO();
-  io.IniFilename = nullptr;
-  unsigned char* px;
-  int w, h;
-  io.Fonts->GetTexDataAsRGBA32(&px, &w, &h);
-  io.DisplaySize = ImVec2(1600, 900);
+  ImGuiIO& io = test::create_headless_imgui(1600, 900);
   test::TempDir dir;
   const std::string job = dir.file("job.braid");
   const std::string assets = std::string(BRAID_TESTS_DATA_ROOT) + "/assets/traces/hta-dlrm";

@@ -7,6 +7,7 @@
 #include "app/view/core/colors.h"
 #include "trace/test_util.h"
 #include "trace/writer.h"
+#include "view/headless.h"
 #include "view/known_trace.h"
 
 namespace braid::view {
@@ -18,14 +19,7 @@ constexpr Ns us(double v) { return static_cast<Ns>(v * 1000); }
 class ViewHeadless : public ::testing::Test {
  protected:
   void SetUp() override {
-    ImGui::CreateContext();
-    ImGuiIO& io = ImGui::GetIO();
-    io.IniFilename = nullptr;
-    unsigned char* px;
-    int w, h;
-    io.Fonts->GetTexDataAsRGBA32(&px, &w, &h);
-    io.DisplaySize = ImVec2(1400, 800);
-    io.DeltaTime = 1.f / 60;
+    test::create_headless_imgui(1400, 800);
     path_ = dir_.file("known.braid");
     test::write_known_trace(path_, true);
   }
