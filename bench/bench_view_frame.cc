@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "load failed: %s\n", app.slots[0].error.c_str());
     return 1;
   }
-  const RunData& d = *app.slots[0].data;
+  const ViewRun& d = *app.slots[0].data;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
 

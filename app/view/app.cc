@@ -50,7 +50,7 @@ void app_load(App& app, int s, int64_t run_id, const std::string& file, const st
   app.fit_pending = true;
   RunSlot* p = &slot;
   slot.load = std::make_unique<BackgroundLoad>(file.empty() ? app.path : file, run_id,
-                                               [p](const RunData& d) {
+                                               [p](const ViewRun& d) {
                                                  p->pending_metrics = run_metrics(d);
                                                  p->pending_extras = load_extras(d);
                                                });
@@ -289,7 +289,7 @@ void relayout(App& app, int s) {
 void fit_all(App& app, bool whole) {
   Ns lo = INT64_MAX, hi = INT64_MIN;
   for (int s = 0; s < 2; ++s)
-    if (const RunData* d = app.run(s)) {
+    if (const ViewRun* d = app.run(s)) {
       lo = std::min(lo, (whole ? d->start : d->open_start()) - app.slots[s].shift);
       hi = std::max(hi, (whole ? d->end : d->open_end()) - app.slots[s].shift);
     }
@@ -306,7 +306,7 @@ void select_event(App& app, int slot, const Hit& hit, bool zoom) {
   app.selected = Selection{slot, hit};
   show_tab(app, SideTab::Details);
   if (!zoom) return;
-  const RunData* d = app.run(slot);
+  const ViewRun* d = app.run(slot);
   if (!d) return;
   const Event& e = d->event(hit.lane, hit.row, hit.index);
   Ns t0 = e.start, t1 = e.end;
@@ -370,7 +370,7 @@ void text_elided(const std::string& s, float max_w) {
   }
 }
 
-std::string event_title(const RunData& d, const Event& e) {
+std::string event_title(const ViewRun& d, const Event& e) {
   if (e.coll >= 0) {
     const Collective& c = d.colls[e.coll].c;
     std::string t(to_string(c.op));

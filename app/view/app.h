@@ -30,7 +30,7 @@ struct RunSlot {
   std::string file;
   std::string title;
   std::unique_ptr<BackgroundLoad> load;
-  std::shared_ptr<RunData> data;
+  std::shared_ptr<ViewRun> data;
   Extras extras;
   RunMetrics metrics;
   std::vector<uint8_t> collapsed;  // per rank group
@@ -176,7 +176,7 @@ struct App {
   float sidebar_width = 470.f;
 
   bool slot_active(int s) const { return s == 0 || compare; }
-  const RunData* run(int s) const { return slot_active(s) ? slots[s].data.get() : nullptr; }
+  const ViewRun* run(int s) const { return slot_active(s) ? slots[s].data.get() : nullptr; }
   bool all_ready() const { return slots[0].ready() && (!compare || slots[1].ready()); }
   bool loading() const;
   double load_fraction() const;
@@ -231,7 +231,7 @@ double steady_seconds();  // a monotonic clock, in seconds
 void note_widget(App& app, const std::string& name);
 
 // Text helpers for the panels.
-std::string event_title(const RunData& d, const Event& e);  // "allreduce 64.0 MiB" / kernel name
+std::string event_title(const ViewRun& d, const Event& e);  // "allreduce 64.0 MiB" / kernel name
 std::string short_name(const std::string& s, size_t max_chars);
 // `s` cut in the middle to at most `max_chars` ("ncclDevKernel_...RING_LL"): long kernel names
 // differ at both ends.

@@ -41,7 +41,7 @@ class ViewKnownTrace : public ::testing::Test {
   }
   test::TempDir dir_;
   std::string path_;
-  std::shared_ptr<RunData> d_;
+  std::shared_ptr<ViewRun> d_;
 };
 
 TEST_F(ViewKnownTrace, LanesHoldEventsOnTheJobAxisWithClockOffsetsApplied) {
@@ -128,7 +128,7 @@ TEST_F(ViewKnownTrace, MissingRunAndFileAreNamed) {
 }
 
 TEST_F(ViewKnownTrace, BackgroundLoadReportsProgressAndResult) {
-  BackgroundLoad bl(path_, 2, [](const RunData& d) { EXPECT_EQ(d.run.run_id, 2); });
+  BackgroundLoad bl(path_, 2, [](const ViewRun& d) { EXPECT_EQ(d.run.run_id, 2); });
   while (!bl.finished()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(bl.result()) << bl.error();
   EXPECT_DOUBLE_EQ(bl.fraction(), 1.0);

@@ -75,7 +75,7 @@ TEST_F(ViewHeadless, HoverClickWheelDragAndKeys) {
   move(x_of(kBase + us(25)), y);  // middle of the gemm
   frame();
   ASSERT_TRUE(app_.hovered);
-  const RunData& d = *app_.slots[0].data;
+  const ViewRun& d = *app_.slots[0].data;
   EXPECT_EQ(
       d.str(d.event(app_.hovered->hit.lane, app_.hovered->hit.row, app_.hovered->hit.index).name),
       "gemm_kernel_A");
@@ -250,7 +250,7 @@ TEST_F(ViewHeadless, ACaptureOpensOnItsGpuWorkWithStepsGemmsAndGapsVisible) {
   frame();
   frame();
   ASSERT_TRUE(app_.all_ready());
-  const RunData& d = *app_.slots[0].data;
+  const ViewRun& d = *app_.slots[0].data;
   EXPECT_EQ(d.end - d.start, 4'700 * kMs);  // the whole process
   // Opened on the GPU work: the 40 steps (and fit's margins), not the 4.7 s.
   EXPECT_LT(app_.geom.t1 - app_.geom.t0, 260 * kMs);

@@ -1,6 +1,6 @@
 #include "app/view/core/colors.h"
 
-#include "app/view/core/run_data.h"
+#include "app/view/core/view_run.h"
 
 namespace braid::view {
 

@@ -12,7 +12,7 @@
 namespace braid::view {
 namespace {
 
-void place(const RunData& d, OpportunityView& v) {
+void place(const ViewRun& d, OpportunityView& v) {
   for (int32_t c : v.colls) {
     const Collective& x = d.colls[c].c;
     v.t0 = v.t0 < 0 ? x.start : std::min(v.t0, x.start);
@@ -52,7 +52,7 @@ OpPlace place_of_op(const fusion::Schedule& s, int64_t op_id) {
 
 }  // namespace
 
-std::vector<std::vector<int32_t>> colls_of_op_per_step(const RunData& d, const fusion::Schedule& s,
+std::vector<std::vector<int32_t>> colls_of_op_per_step(const ViewRun& d, const fusion::Schedule& s,
                                                        int64_t op_id, size_t max_steps) {
   std::vector<std::vector<int32_t>> out;
   OpPlace p = place_of_op(s, op_id);
@@ -74,12 +74,12 @@ std::vector<std::vector<int32_t>> colls_of_op_per_step(const RunData& d, const f
   return out;
 }
 
-std::vector<int32_t> colls_of_op(const RunData& d, const fusion::Schedule& s, int64_t op_id) {
+std::vector<int32_t> colls_of_op(const ViewRun& d, const fusion::Schedule& s, int64_t op_id) {
   auto steps = colls_of_op_per_step(d, s, op_id, 1);
   return steps.empty() ? std::vector<int32_t>{} : steps[0];
 }
 
-Extras load_extras(const RunData& run, size_t max_rows) {
+Extras load_extras(const ViewRun& run, size_t max_rows) {
   Extras x;
   try {
     TraceReader reader(run.path);
@@ -124,7 +124,7 @@ Extras load_extras(const RunData& run, size_t max_rows) {
   return x;
 }
 
-std::vector<FusedLink> fused_links(const RunData& baseline, const RunData& fused) {
+std::vector<FusedLink> fused_links(const ViewRun& baseline, const ViewRun& fused) {
   std::vector<FusedLink> out;
   if (fused.run.schedule_id < 0) return out;
   fusion::Schedule s = fusion::load_stored_schedule(fused.path, fused.run.schedule_id);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "app/view/core/run_data.h"
+#include "app/view/core/view_run.h"
 #include "fusion/ir.h"
 #include "fusion/schedule_store.h"
 #include "trace/reader.h"
@@ -48,17 +48,17 @@ struct Extras {
   std::string error;  // a problem reading them (shown, never fatal)
 };
 
-Extras load_extras(const RunData& run, size_t max_rows = 5000);
+Extras load_extras(const ViewRun& run, size_t max_rows = 5000);
 
 // The run's collectives that stand for op `op_id` of `s`: a schedule's collectives are matched
 // to a trace's by (communicator, order within the communicator on the rank), the same rule
 // that matches them across ranks. Element k holds every rank's instance of the matched
 // collective in the k-th repetition of the schedule (a replay of several steps runs the
 // schedule's collectives on each communicator once per step); at most `max_steps` elements.
-std::vector<std::vector<int32_t>> colls_of_op_per_step(const RunData& d, const fusion::Schedule& s,
+std::vector<std::vector<int32_t>> colls_of_op_per_step(const ViewRun& d, const fusion::Schedule& s,
                                                        int64_t op_id, size_t max_steps = SIZE_MAX);
 // The first repetition's instances (colls_of_op_per_step's element 0), or none.
-std::vector<int32_t> colls_of_op(const RunData& d, const fusion::Schedule& s, int64_t op_id);
+std::vector<int32_t> colls_of_op(const ViewRun& d, const fusion::Schedule& s, int64_t op_id);
 
 // A fused operation of the schedule a replayed run executed, and the parent-schedule
 // operations it replaces, each placed on its run (baseline: the parent's run), step by step:
@@ -77,7 +77,7 @@ struct FusedLink {
 };
 // Empty when `fused` has no schedule or its schedule has no parent. Throws braid::Error on an
 // unreadable schedule.
-std::vector<FusedLink> fused_links(const RunData& baseline, const RunData& fused);
+std::vector<FusedLink> fused_links(const ViewRun& baseline, const ViewRun& fused);
 
 // The fused operations once each (the Compare tab's list): links of the same collective on
 // different ranks (same description, communicator position and replaced count) together.

@@ -2,7 +2,7 @@
 
 namespace braid::view {
 
-RunLayout layout_run(const RunData& d, const std::vector<uint8_t>& collapsed,
+RunLayout layout_run(const ViewRun& d, const std::vector<uint8_t>& collapsed,
                      const LayoutOptions& opt) {
   RunLayout out;
   float y = 0;
@@ -27,7 +27,7 @@ RunLayout layout_run(const RunData& d, const std::vector<uint8_t>& collapsed,
   return out;
 }
 
-std::optional<Hit> hit_test(const RunData& d, const RunLayout& layout, const TimeAxis& axis,
+std::optional<Hit> hit_test(const ViewRun& d, const RunLayout& layout, const TimeAxis& axis,
                             Ns shift, float x, float y, const LayoutOptions& opt, float slop) {
   for (const LaneBox& b : layout.lanes) {
     if (y < b.y0 || y >= b.y1) continue;

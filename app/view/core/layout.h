@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "app/view/core/lod.h"
-#include "app/view/core/run_data.h"
+#include "app/view/core/view_run.h"
 
 namespace braid::view {
 
@@ -34,7 +34,7 @@ struct RunLayout {
 };
 
 // `collapsed[g]` collapses group g (missing entries: expanded). y = 0 is the section's top.
-RunLayout layout_run(const RunData& d, const std::vector<uint8_t>& collapsed,
+RunLayout layout_run(const ViewRun& d, const std::vector<uint8_t>& collapsed,
                      const LayoutOptions& opt = {});
 
 struct Hit {
@@ -46,7 +46,7 @@ struct Hit {
 
 // What is drawn under (x, y) (section coordinates; x from the axis's left edge), with the same
 // folding as the drawing, within `slop` pixels horizontally.
-std::optional<Hit> hit_test(const RunData& d, const RunLayout& layout, const TimeAxis& axis,
+std::optional<Hit> hit_test(const ViewRun& d, const RunLayout& layout, const TimeAxis& axis,
                             Ns shift, float x, float y, const LayoutOptions& opt = {},
                             float slop = 1.f);
 

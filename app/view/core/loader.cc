@@ -17,7 +17,7 @@ namespace {
 // rows once everything is read.
 class LaneBuilder {
  public:
-  explicit LaneBuilder(RunData& d) : d_(d) {}
+  explicit LaneBuilder(ViewRun& d) : d_(d) {}
 
   // The name the file gives a stream or thread (`streams` table), used when its lane is made:
   // only threads and streams with events get a lane.
@@ -53,7 +53,7 @@ class LaneBuilder {
   size_t lane_count() const { return events_.size(); }
 
  private:
-  RunData& d_;
+  ViewRun& d_;
   // A CPU thread id may equal a CUDA stream id of the same rank: the key says which it is.
   std::map<std::tuple<int32_t, int64_t, bool>, int> index_;
   std::map<std::tuple<int32_t, int64_t, bool>, std::string> names_;
@@ -102,7 +102,7 @@ bool by_start(const Event& a, const Event& b) {
   return a.start != b.start ? a.start < b.start : a.end > b.end;
 }
 
-void fill_density(RunData& d) {
+void fill_density(ViewRun& d) {
   double span = static_cast<double>(std::max<Ns>(1, d.end - d.start));
   double bin = span / kOverviewBins;
   for (Lane& l : d.lanes) {
@@ -134,9 +134,9 @@ void fill_density(RunData& d) {
 
 }  // namespace
 
-std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadProgress* progress) {
+std::shared_ptr<ViewRun> load_run(const std::string& path, int64_t run_id, LoadProgress* progress) {
   TraceReader reader(path);
-  auto d = std::make_shared<RunData>();
+  auto d = std::make_shared<ViewRun>();
   d->path = path;
   bool found = false;
   std::string ids;
@@ -197,7 +197,7 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
   d->metrics = analysis::compute_metrics(a, match, analysis::stored_clocks(a));
 
   // Collectives are numbered rank by rank in the analysis load's order, so a collective of the
-  // analysis (rank, index) is RunData::colls[first_coll[rank] + index]. Moved out of the
+  // analysis (rank, index) is ViewRun::colls[first_coll[rank] + index]. Moved out of the
   // analysis load once the metrics are computed, and what only the metrics needed (launch
   // calls, synchronizations) freed with them: the load never holds two copies of them.
   std::map<int32_t, int32_t> first_coll;
@@ -431,7 +431,7 @@ std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id, LoadP
 }
 
 BackgroundLoad::BackgroundLoad(std::string path, int64_t run_id,
-                               std::function<void(const RunData&)> derive)
+                               std::function<void(const ViewRun&)> derive)
     : path_(std::move(path)), run_id_(run_id) {
   thread_ = std::thread([this, derive = std::move(derive)] {
     try {
@@ -452,7 +452,7 @@ BackgroundLoad::~BackgroundLoad() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::shared_ptr<RunData> BackgroundLoad::result() const {
+std::shared_ptr<ViewRun> BackgroundLoad::result() const {
   std::lock_guard<std::mutex> lock(mu_);
   return data_;
 }

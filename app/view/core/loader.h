@@ -1,4 +1,4 @@
-// Loading a run of a `.braid` file into RunData, on the caller's thread or in the background
+// Loading a run of a `.braid` file into ViewRun, on the caller's thread or in the background
 // with a progress fraction that frames can show while they keep drawing.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "app/view/core/run_data.h"
+#include "app/view/core/view_run.h"
 
 namespace braid::view {
 
@@ -26,7 +26,7 @@ struct LoadProgress {
 
 // Reads every event of `run_id` (kernels, memcpys, collectives, CPU calls, annotations) into
 // lanes. Throws braid::Error naming the file (missing file, no such run, cancelled).
-std::shared_ptr<RunData> load_run(const std::string& path, int64_t run_id,
+std::shared_ptr<ViewRun> load_run(const std::string& path, int64_t run_id,
                                   LoadProgress* progress = nullptr);
 
 // One load on its own thread. The destructor cancels and joins.
@@ -35,7 +35,7 @@ class BackgroundLoad {
   // `derive`, when given, runs on the loading thread after the data is loaded (statistics
   // that would otherwise stall a frame); its exceptions count as load errors.
   BackgroundLoad(std::string path, int64_t run_id,
-                 std::function<void(const RunData&)> derive = nullptr);
+                 std::function<void(const ViewRun&)> derive = nullptr);
   ~BackgroundLoad();
   BackgroundLoad(const BackgroundLoad&) = delete;
   BackgroundLoad& operator=(const BackgroundLoad&) = delete;
@@ -43,7 +43,7 @@ class BackgroundLoad {
   bool finished() const { return finished_.load(); }
   double fraction() const { return progress_.fraction(); }
   // After finished(): the data, or null with error() set.
-  std::shared_ptr<RunData> result() const;
+  std::shared_ptr<ViewRun> result() const;
   std::string error() const;
   const std::string& path() const { return path_; }
   int64_t run_id() const { return run_id_; }
@@ -54,7 +54,7 @@ class BackgroundLoad {
   LoadProgress progress_;
   std::atomic<bool> finished_{false};
   mutable std::mutex mu_;
-  std::shared_ptr<RunData> data_;
+  std::shared_ptr<ViewRun> data_;
   std::string error_;
   std::thread thread_;
 };

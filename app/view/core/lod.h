@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "app/view/core/run_data.h"
 #include "app/view/core/time_axis.h"
+#include "app/view/core/view_run.h"
 
 namespace braid::view {
 

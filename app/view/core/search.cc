@@ -16,7 +16,7 @@ bool contains_nocase(std::string_view hay, std::string_view needle) {
 
 }  // namespace
 
-SearchResult search_events(const RunData& d, std::string_view text, size_t limit) {
+SearchResult search_events(const ViewRun& d, std::string_view text, size_t limit) {
   SearchResult out;
   if (text.empty()) return out;
   // Names are interned: test each distinct name once, then scan ids.

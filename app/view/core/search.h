@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "app/view/core/layout.h"
-#include "app/view/core/run_data.h"
+#include "app/view/core/view_run.h"
 
 namespace braid::view {
 
@@ -14,6 +14,6 @@ struct SearchResult {
   int64_t total = 0;      // all matches
 };
 
-SearchResult search_events(const RunData& d, std::string_view text, size_t limit = 1000);
+SearchResult search_events(const ViewRun& d, std::string_view text, size_t limit = 1000);
 
 }  // namespace braid::view

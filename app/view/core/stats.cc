@@ -8,7 +8,7 @@
 
 namespace braid::view {
 
-CollTiming coll_timing(const RunData& d, int32_t ci) {
+CollTiming coll_timing(const ViewRun& d, int32_t ci) {
   CollTiming t;
   const CollRec& r = d.colls[ci];
   t.duration = std::max<Ns>(0, r.c.end - r.c.start);
@@ -38,7 +38,7 @@ CollTiming coll_timing(const RunData& d, int32_t ci) {
   return t;
 }
 
-RangeStats range_stats(const RunData& d, Ns t0, Ns t1) {
+RangeStats range_stats(const ViewRun& d, Ns t0, Ns t1) {
   RangeStats s;
   s.t0 = t0;
   s.t1 = t1;
@@ -65,7 +65,7 @@ RangeStats range_stats(const RunData& d, Ns t0, Ns t1) {
   return s;
 }
 
-RunMetrics run_metrics(const RunData& d) {
+RunMetrics run_metrics(const ViewRun& d) {
   RunMetrics m;
   Ns lo = INT64_MAX, hi = INT64_MIN;
   for (const analysis::RankMetrics& r : d.metrics.ranks)
@@ -116,7 +116,7 @@ MetricsBar metrics_bar(const analysis::RankMetrics& r) {
   return b;
 }
 
-std::vector<ExposedColl> top_exposed(const RunData& d, size_t n) {
+std::vector<ExposedColl> top_exposed(const ViewRun& d, size_t n) {
   std::map<std::tuple<std::string, CollOp, int64_t>, ExposedColl> by;
   const auto& cs = d.metrics.collectives;
   for (size_t i = 0; i < cs.size(); ++i) {
@@ -140,7 +140,7 @@ std::vector<ExposedColl> top_exposed(const RunData& d, size_t n) {
   return out;
 }
 
-Ns step_origin(const RunData& d) {
+Ns step_origin(const ViewRun& d) {
   if (d.steps.empty()) return d.start;
   int64_t first = d.steps.front().step;
   for (const Step& s : d.steps) first = std::min(first, s.step);

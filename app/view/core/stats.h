@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "app/view/core/run_data.h"
+#include "app/view/core/view_run.h"
 
 namespace braid::view {
 
@@ -24,7 +24,7 @@ struct CollTiming {
   double algbw_gbs = 0, busbw_gbs = 0;  // bytes / transfer, and times the bus factor
   Ns exposed = 0;  // this rank's part not overlapped by its computation (-1: not computed)
 };
-CollTiming coll_timing(const RunData& d, int32_t coll);
+CollTiming coll_timing(const ViewRun& d, int32_t coll);
 
 struct CategoryStat {
   int64_t count = 0;
@@ -37,14 +37,14 @@ struct RangeStats {
   int64_t collectives = 0, collective_bytes = 0;
   std::map<int32_t, Ns> gpu_busy;  // rank -> union of GPU activity clipped to the range
 };
-RangeStats range_stats(const RunData& d, Ns t0, Ns t1);
+RangeStats range_stats(const ViewRun& d, Ns t0, Ns t1);
 
 struct OpTotals {
   int64_t count = 0, bytes = 0;
   Ns time = 0;  // sum of durations over ranks
 };
 
-// The run's numbers for the panels, from RunData::metrics (analysis::compute_metrics).
+// The run's numbers for the panels, from ViewRun::metrics (analysis::compute_metrics).
 struct RunMetrics {
   std::vector<analysis::RankMetrics> ranks;  // the whole-run row of each rank
   bool steps_from_trace = false;             // false: the whole run counts as one step
@@ -54,7 +54,7 @@ struct RunMetrics {
   Ns comm_per_rank = 0, compute_per_rank = 0;
   std::map<std::string, OpTotals> per_op;  // op name
 };
-RunMetrics run_metrics(const RunData& d);
+RunMetrics run_metrics(const ViewRun& d);
 
 // One rank's stacked bar (Metrics tab): its span cut into computation alone, communication
 // overlapped by computation, exposed communication, memory traffic under neither, and idle
@@ -75,11 +75,11 @@ struct ExposedColl {
   Ns transfer = 0;     // sum of transfer_ns
   int32_t worst = -1;  // the instance with the most exposure: index into metrics.collectives
 };
-std::vector<ExposedColl> top_exposed(const RunData& d, size_t n);
+std::vector<ExposedColl> top_exposed(const ViewRun& d, size_t n);
 
 // The start of the first step (the earliest rank's), else the start of the run: compare mode
 // shows every run relative to this.
-Ns step_origin(const RunData& d);
+Ns step_origin(const ViewRun& d);
 
 struct DiffRow {
   std::string name;

@@ -41,7 +41,7 @@ void details(App& app) {
     return;
   }
   const Selection sel = *app.selected;
-  const RunData& d = *app.slots[sel.slot].data;
+  const ViewRun& d = *app.slots[sel.slot].data;
   const Lane& lane = d.lanes[sel.hit.lane];
   const Event& e = d.event(sel.hit.lane, sel.hit.row, sel.hit.index);
   if (sel.hit.count > 1) {

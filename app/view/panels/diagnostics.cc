@@ -9,7 +9,7 @@ namespace braid::view::panels {
 
 void diagnostics(App& app) {
   for (int s = 0; s < 2; ++s) {
-    const RunData* d = app.run(s);
+    const ViewRun* d = app.run(s);
     if (!d) continue;
     ImGui::PushID(s);
     ImGui::Text("%s", d->run_title().c_str());

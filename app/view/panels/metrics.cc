@@ -1,7 +1,7 @@
 // Metrics a person reads: per rank a stacked bar of where its GPU time went (computation,
 // communication overlapped by it, exposed communication, memory traffic, idle), the step time,
 // the collectives with the most exposed time, and who made the others wait. Every number is
-// analysis::compute_metrics's (RunData::metrics), the ones `braid analyze` prints. The tables
+// analysis::compute_metrics's (ViewRun::metrics), the ones `braid analyze` prints. The tables
 // `braid analyze` stored stay available, folded, under "Raw tables".
 #include <algorithm>
 #include <cinttypes>
@@ -133,7 +133,7 @@ void zoom_to_collective(App& app, int slot, const analysis::CollectiveMetrics& c
   zoom_to(app, to_axis(app, slot, c.first_arrival), to_axis(app, slot, c.end));
 }
 
-void exposed_table(App& app, int slot, const RunData& d) {
+void exposed_table(App& app, int slot, const ViewRun& d) {
   std::vector<ExposedColl> top = top_exposed(d, 8);
   if (top.empty()) {
     ImGui::TextDisabled("No exposed communication.");
@@ -179,7 +179,7 @@ void exposed_table(App& app, int slot, const RunData& d) {
 
 // Who made the others wait: per rank, the collectives it arrived last at and how long the
 // others waited for it in all (analysis::late_ranks, `braid analyze`'s "last to arrive").
-void late_chart(App& app, int slot, const RunData& d) {
+void late_chart(App& app, int slot, const ViewRun& d) {
   auto late = analysis::late_ranks(d.metrics);
   if (late.empty()) {
     ImGui::TextDisabled("No collective with two or more ranks: nobody waited.");
@@ -260,7 +260,7 @@ bool no_analysis_hint(const std::vector<const AnalysisTable*>& tables) {
 
 void metrics(App& app) {
   for (int s = 0; s < 2; ++s) {
-    const RunData* d = app.run(s);
+    const ViewRun* d = app.run(s);
     if (!d) continue;
     const RunMetrics& m = app.slots[s].metrics;
     ImGui::PushID(s);

@@ -161,7 +161,7 @@ void explorer(App& app) {
 }
 
 void stored(App& app) {
-  const RunData* d = app.run(0);
+  const ViewRun* d = app.run(0);
   if (!d) return;
   const Extras& x = app.slots[0].extras;
   if (!x.error.empty()) ImGui::TextColored(ImVec4(1, 0.6f, 0.4f, 1), "%s", x.error.c_str());

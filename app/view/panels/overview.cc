@@ -21,7 +21,7 @@ void overview(App& app, ImVec2 size) {
   Ns lo = INT64_MAX, hi = INT64_MIN;
   int n = 0;
   for (int s = 0; s < 2; ++s)
-    if (const RunData* d = app.run(s)) {
+    if (const ViewRun* d = app.run(s)) {
       lo = std::min(lo, d->start - app.slots[s].shift);
       hi = std::max(hi, d->end - app.slots[s].shift);
       ++n;
@@ -30,7 +30,7 @@ void overview(App& app, ImVec2 size) {
   float strip_h = (size.y - 4) / static_cast<float>(n);
   int k = 0;
   for (int s = 0; s < 2; ++s) {
-    const RunData* d = app.run(s);
+    const ViewRun* d = app.run(s);
     if (!d) continue;
     float y0 = p0.y + 2 + strip_h * static_cast<float>(k++);
     const std::vector<float>& bins = d->gpu_density;  // busy fraction of its GPU lanes

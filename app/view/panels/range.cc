@@ -10,7 +10,7 @@ namespace braid::view::panels {
 void update_range_stats(App& app) {
   for (int s = 0; s < 2; ++s) {
     app.range_stats[s].reset();
-    if (const RunData* d = app.run(s))
+    if (const ViewRun* d = app.run(s))
       app.range_stats[s] =
           range_stats(*d, app.range_t0 + app.slots[s].shift, app.range_t1 + app.slots[s].shift);
   }

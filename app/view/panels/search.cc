@@ -37,7 +37,7 @@ void search_box(App& app) {
 }
 
 void search_results(App& app) {
-  const RunData* d = app.run(app.search_slot);
+  const ViewRun* d = app.run(app.search_slot);
   if (!d || app.search_text[0] == 0) {
     ImGui::TextWrapped("Type a name in the search box and press Enter.");
     return;

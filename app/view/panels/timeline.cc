@@ -37,7 +37,7 @@ struct SectionPlace {
 
 std::optional<Point> place_of(const App& app, int slot, const SectionPlace& sp, int32_t ci,
                               float axis_x0, const LayoutOptions& opt) {
-  const RunData& d = *app.slots[slot].data;
+  const ViewRun& d = *app.slots[slot].data;
   const CollRec& r = d.colls[ci];
   if (r.lane < 0 || sp.lane_box[r.lane] < 0) return std::nullopt;
   const LaneBox& b = app.slots[slot].layout.lanes[sp.lane_box[r.lane]];
@@ -47,7 +47,7 @@ std::optional<Point> place_of(const App& app, int slot, const SectionPlace& sp, 
 }
 
 void tooltip(const App& app, int slot, const Hit& h) {
-  const RunData& d = *app.slots[slot].data;
+  const ViewRun& d = *app.slots[slot].data;
   ImGui::BeginTooltip();
   const Event& e = d.event(h.lane, h.row, h.index);
   if (h.count > 1) {
@@ -167,7 +167,7 @@ void timeline(App& app, ImVec2 size) {
   for (int s = 0; s < 2; ++s) {
     if (!app.slot_active(s)) continue;
     RunSlot& slot = app.slots[s];
-    const RunData& d = *slot.data;
+    const ViewRun& d = *slot.data;
     const Ns shift = slot.shift;
     int toggled_group = -1;  // the rank header clicked in this section, if any
     FrameGeometry::SectionGeom sg;
@@ -321,7 +321,7 @@ void timeline(App& app, ImVec2 size) {
   if (app.show_critical_path)
     for (int s = 0; s < 2; ++s) {
       if (!app.slot_active(s)) continue;
-      const RunData& d = *app.slots[s].data;
+      const ViewRun& d = *app.slots[s].data;
       for (const CriticalSegment& c : app.slots[s].extras.critical_path) {
         if (c.kind == "gap" || c.end < app.axis.t0() + app.slots[s].shift ||
             c.start > app.axis.t1() + app.slots[s].shift)
@@ -391,7 +391,7 @@ void timeline(App& app, ImVec2 size) {
   // The selected event: outline, and its collective's instances on every rank.
   if (app.selected && app.run(app.selected->slot)) {
     const Selection& sel = *app.selected;
-    const RunData& d = *app.slots[sel.slot].data;
+    const ViewRun& d = *app.slots[sel.slot].data;
     if (sel.hit.lane < static_cast<int>(d.lanes.size())) {
       const Event& e = d.event(sel.hit.lane, sel.hit.row, sel.hit.index);
       int bi = places[sel.slot].lane_box[sel.hit.lane];
@@ -461,7 +461,7 @@ void timeline(App& app, ImVec2 size) {
         if (app.hovered) {
           // A step (the steps lane) zooms to itself.
           const Hit& h = app.hovered->hit;
-          const RunData& hd = *app.slots[app.hovered->slot].data;
+          const ViewRun& hd = *app.slots[app.hovered->slot].data;
           bool step = h.count == 1 && hd.event(h.lane, h.row, h.index).kind == EventKind::Step;
           select_event(app, app.hovered->slot, h, step);
         } else

@@ -31,7 +31,7 @@ struct Event {
   uint8_t category = 0;  // braid::Category code, or kCategoryCpu / Annotation / Step
   EventKind kind = EventKind::Kernel;
   uint16_t reserved = 0;
-  int32_t coll = -1;  // index into RunData::colls when the event carries a collective
+  int32_t coll = -1;  // index into ViewRun::colls when the event carries a collective
 };
 static_assert(sizeof(Event) == 32, "Event is a packed 32-byte record");
 
@@ -53,7 +53,7 @@ inline constexpr int kOverviewBins = 1024;
 
 struct RankGroup {
   RankInfo info;
-  std::vector<int> lanes;  // indexes into RunData::lanes, GPU streams first
+  std::vector<int> lanes;  // indexes into ViewRun::lanes, GPU streams first
 };
 
 // A collective as one rank executed it, with its place in the lanes and its cross-rank match.
@@ -61,7 +61,7 @@ struct CollRec {
   Collective c;  // times on the job axis
   int32_t lane = -1, row = -1;
   int64_t index = -1;  // position in the row
-  int32_t match = -1;  // index into RunData::matches, -1 when unmatched
+  int32_t match = -1;  // index into ViewRun::matches, -1 when unmatched
 };
 
 // The instances of one collective across the ranks of its communicator.
@@ -69,14 +69,14 @@ struct Match {
   StrId comm = 0;
   int64_t order = 0;  // seq, or position within the communicator on each rank
   CollOp op = CollOp::Unknown;
-  std::vector<int32_t> members;  // indexes into RunData::colls, by rank
+  std::vector<int32_t> members;  // indexes into ViewRun::colls, by rank
   Ns latest_start = 0;           // when the last rank arrived
   Ns earliest_end = 0;
-  Ns latest_end = 0;  // when the last rank finished
-  int32_t metrics = -1;  // index into RunData::metrics.collectives, -1 when it has none
+  Ns latest_end = 0;     // when the last rank finished
+  int32_t metrics = -1;  // index into ViewRun::metrics.collectives, -1 when it has none
 };
 
-struct RunData {
+struct ViewRun {
   std::string path;
   RunRow run;
   std::vector<RankInfo> ranks;
@@ -100,7 +100,7 @@ struct RunData {
   // What the window opens on: the capture window when the file has one, else the GPU work.
   Ns open_start() const { return has_window() ? window_start : gpu_start; }
   Ns open_end() const { return has_window() ? window_end : gpu_end; }
-  std::vector<float> gpu_density;    // mean busy fraction of the GPU lanes, kOverviewBins
+  std::vector<float> gpu_density;  // mean busy fraction of the GPU lanes, kOverviewBins
   int64_t event_count = 0;
 
   const std::string& str(StrId id) const;
