@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "trace/error.h"
-#include "trace/import/input.h"
+#include "trace/input.h"
 #include "trace/json.h"
 
 namespace braid::analysis {

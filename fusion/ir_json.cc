@@ -10,7 +10,7 @@
 
 #include "fusion/ir.h"
 #include "trace/error.h"
-#include "trace/import/input.h"
+#include "trace/input.h"
 #include "trace/json.h"
 
 namespace braid::fusion {

@@ -19,7 +19,7 @@
 #include "replay/ab.h"
 #include "replay/common.h"
 #include "trace/error.h"
-#include "trace/import/input.h"
+#include "trace/input.h"
 #include "trace/json.h"
 
 namespace braid::replay {

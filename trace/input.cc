@@ -1,4 +1,4 @@
-#include "trace/import/input.h"
+#include "trace/input.h"
 
 #include <sys/stat.h>
 
@@ -70,9 +70,8 @@ size_t InputFile::read(char* buf, size_t n) {
       z_end_ = false;
     }
     if (z_.avail_in == 0 && !refill()) {
-      throw Error(ErrorCode::BadFormat,
-                  path_ + ": truncated gzip stream (ends after " + std::to_string(raw_read_) +
-                      " compressed bytes)");
+      throw Error(ErrorCode::BadFormat, path_ + ": truncated gzip stream (ends after " +
+                                            std::to_string(raw_read_) + " compressed bytes)");
     }
     z_.next_out = reinterpret_cast<Bytef*>(buf + produced);
     z_.avail_out = static_cast<uInt>(n - produced);
@@ -88,8 +87,7 @@ size_t InputFile::read(char* buf, size_t n) {
       }
     } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
       throw Error(ErrorCode::BadFormat, path_ + ": corrupt gzip data (" +
-                                            (z_.msg ? std::string(z_.msg) : "inflate error") +
-                                            ")");
+                                            (z_.msg ? std::string(z_.msg) : "inflate error") + ")");
     }
   }
   return produced;

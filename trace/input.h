@@ -21,8 +21,8 @@ class InputFile {
   size_t read(char* buf, size_t n);
   bool gzip() const { return gzip_; }
   const std::string& path() const { return path_; }
-  uint64_t file_size() const { return size_; }       // bytes on disk
-  uint64_t consumed() const;                          // bytes of the file consumed so far
+  uint64_t file_size() const { return size_; }  // bytes on disk
+  uint64_t consumed() const;                    // bytes of the file consumed so far
 
  private:
   bool refill();

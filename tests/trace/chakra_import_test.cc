@@ -24,7 +24,7 @@
 
 #include "trace/error.h"
 #include "trace/import/importer.h"
-#include "trace/import/input.h"
+#include "trace/input.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
 

@@ -26,7 +26,7 @@
 #include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/import/importer.h"
-#include "trace/import/input.h"
+#include "trace/input.h"
 #include "trace/time_range.h"
 
 namespace braid {

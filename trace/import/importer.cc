@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "trace/error.h"
-#include "trace/import/input.h"
+#include "trace/input.h"
 
 namespace braid {
 

@@ -24,8 +24,8 @@
 #include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/import/importer.h"
-#include "trace/import/input.h"
 #include "trace/import/kineto_tokenizer.h"
+#include "trace/input.h"
 #include "trace/rows.h"
 #include "trace/time_range.h"
 

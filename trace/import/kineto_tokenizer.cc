@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "trace/error.h"
-#include "trace/import/input.h"
+#include "trace/input.h"
 
 namespace braid::kineto {
 namespace {

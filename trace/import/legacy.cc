@@ -34,7 +34,7 @@
 #include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/import/importer.h"
-#include "trace/import/input.h"
+#include "trace/input.h"
 
 namespace braid {
 
