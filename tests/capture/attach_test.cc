@@ -41,6 +41,25 @@ void clean_rank_env() {
     unsetenv(v);
 }
 
+// The daemons and `braid record` processes a test started and has not waited for yet. The
+// fixture kills and reaps them when the test ends, so an assertion that fails early leaves none
+// behind (a daemon left running would keep ctest's output pipe open, and ctest waits on it).
+std::set<pid_t>& live_children() {
+  static std::set<pid_t> pids;
+  return pids;
+}
+
+class Attach : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (pid_t p : live_children()) {
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+    live_children().clear();
+  }
+};
+
 pid_t start_daemon(const std::string& sock, const std::string& out) {
   fs::create_directories(out);
   pid_t pid = fork();
@@ -49,6 +68,7 @@ pid_t start_daemon(const std::string& sock, const std::string& out) {
           static_cast<char*>(nullptr));
     _exit(127);
   }
+  live_children().insert(pid);
   for (int i = 0; i < 500 && !fs::exists(sock); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return pid;
@@ -73,6 +93,7 @@ pid_t start_record(const std::string& dir, const std::vector<std::string>& recor
     execv(BRAID_CLI, argv.data());
     _exit(127);
   }
+  live_children().insert(pid);
   return pid;
 }
 
@@ -87,6 +108,7 @@ std::string rank_cmd(const std::string& dir, int rank, int nranks, const std::st
 int wait_exit(pid_t pid) {
   int st = 0;
   waitpid(pid, &st, 0);
+  live_children().erase(pid);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
@@ -116,7 +138,7 @@ bool wait_for(const std::function<bool()>& cond, int ms) {
   return cond();
 }
 
-TEST(Attach, TriggerCapturesExactlyTheCallsInsideTheWindow) {
+TEST_F(Attach, TriggerCapturesExactlyTheCallsInsideTheWindow) {
   test::TempDir tmp;
   const std::string sock = tmp.file("d.sock"), out = tmp.file("captures");
   pid_t daemon = start_daemon(sock, out);
@@ -206,7 +228,7 @@ TEST(Attach, TriggerCapturesExactlyTheCallsInsideTheWindow) {
   EXPECT_EQ(comms[0].nranks, 2);
 }
 
-TEST(Attach, WithoutADaemonTheJobRunsUnchanged) {
+TEST_F(Attach, WithoutADaemonTheJobRunsUnchanged) {
   test::TempDir tmp;
   const std::string sock = tmp.file("nobody.sock");
   pid_t rec = start_record(tmp.path(), {"--socket", sock},
@@ -221,11 +243,13 @@ TEST(Attach, WithoutADaemonTheJobRunsUnchanged) {
     EXPECT_EQ(e.path().string().find(".braid"), std::string::npos) << "unexpected " << e.path();
 }
 
-TEST(Attach, DaemonKilledMidWindowThenRestartedTheJobRunsOnAndReregisters) {
+TEST_F(Attach, DaemonKilledMidWindowThenRestartedTheJobRunsOnAndReregisters) {
   test::TempDir tmp;
   const std::string sock = tmp.file("d.sock"), out = tmp.file("captures");
   pid_t daemon = start_daemon(sock, out);
-  pid_t rec = start_record(tmp.path(), {"--socket", sock}, rank_cmd(tmp.path(), 0, 1, "90:40"));
+  // 8 s of calls: the job must outlive the kill, the restart, the agent's reconnection and two
+  // more captures on a slow (sanitized, loaded) machine.
+  pid_t rec = start_record(tmp.path(), {"--socket", sock}, rank_cmd(tmp.path(), 0, 1, "200:40"));
   auto registered = [&] {
     return wait_for(
         [&] {
@@ -275,8 +299,8 @@ TEST(Attach, DaemonKilledMidWindowThenRestartedTheJobRunsOnAndReregisters) {
 
   std::string last;
   auto job = job_calls(tmp.file("out0"), &last);
-  EXPECT_EQ(job.size(), 90u);
-  EXPECT_EQ(last, "calls=93");  // + unique id, init, destroy
+  EXPECT_EQ(job.size(), 200u);
+  EXPECT_EQ(last, "calls=203");  // + unique id, init, destroy
   EXPECT_GT(job.rbegin()->second.before, killed) << "the job went on after the daemon died";
   TraceReader r(path2);
   sql::Stmt q(r.db(), "SELECT seq, enqueue_ns FROM nccl_calls ORDER BY seq");
@@ -290,7 +314,7 @@ TEST(Attach, DaemonKilledMidWindowThenRestartedTheJobRunsOnAndReregisters) {
   for (size_t i = 1; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], seqs[i - 1] + 1);
 }
 
-TEST(Attach, AForkedChildDoesNotKeepItsParentRegistered) {
+TEST_F(Attach, AForkedChildDoesNotKeepItsParentRegistered) {
   // A forked worker inherits the agent's daemon connection; it must let go of it, or the daemon
   // would think the parent alive (and wait for it in captures) until the worker exits.
   test::TempDir tmp;
@@ -314,16 +338,10 @@ TEST(Attach, AForkedChildDoesNotKeepItsParentRegistered) {
 
 // No launcher rank variables: each process learns its rank from its communicator, tells the
 // daemon (`braid status` shows it) and its rows of a capture carry it.
-TEST(Attach, RanksLearntFromTheCommunicatorReachTheDaemonAndTheCapture) {
+TEST_F(Attach, RanksLearntFromTheCommunicatorReachTheDaemonAndTheCapture) {
   test::TempDir tmp;
   const std::string sock = tmp.file("d.sock"), out = tmp.file("captures");
   pid_t daemon = start_daemon(sock, out);
-  struct Reap {  // an assertion that fails leaves no daemon behind
-    pid_t pid;
-    ~Reap() {
-      if (pid > 0) kill(pid, SIGTERM), waitpid(pid, nullptr, 0);
-    }
-  } reap{daemon};
   ASSERT_TRUE(fs::exists(sock));
   auto plain = [&](int rank, int nranks, const std::string& loop) {
     return std::string(CAPTURE_FAKE_NCCL_JOB_PLAIN) + " " + std::to_string(rank) + " " +
@@ -368,7 +386,6 @@ TEST(Attach, RanksLearntFromTheCommunicatorReachTheDaemonAndTheCapture) {
   EXPECT_EQ(wait_exit(rec), 0) << test::slurp(tmp.file("record.err"));
   kill(daemon, SIGTERM);
   EXPECT_EQ(wait_exit(daemon), 0);
-  reap.pid = -1;
 
   for (const auto& [t, ranks] : {std::pair{trig, 2}, std::pair{trig2, 1}}) {
     std::string path = t.out.substr(0, t.out.find('\n'));
@@ -401,7 +418,7 @@ TEST(Attach, RanksLearntFromTheCommunicatorReachTheDaemonAndTheCapture) {
 // CUPTI for its completed buffers only; a forced flush (which hands over records still in
 // flight, to be dropped as incomplete) happens once, at the process's exit. The window's kernels
 // reach the capture. The job runs on the CUPTI call recorder (tests/capture/fake_cupti.cc).
-TEST(Attach, WindowCloseDoesNotForceAFlush) {
+TEST_F(Attach, WindowCloseDoesNotForceAFlush) {
   test::TempDir tmp;
   const std::string sock = tmp.file("d.sock"), out = tmp.file("captures");
   pid_t daemon = start_daemon(sock, out);
@@ -447,7 +464,7 @@ TEST(Attach, WindowCloseDoesNotForceAFlush) {
   EXPECT_LT(windows[0].end - windows[0].start, 2'000'000'000);
 }
 
-TEST(Attach, UsageErrors) {
+TEST_F(Attach, UsageErrors) {
   test::TempDir tmp;
   auto r = test::run_braid(tmp, "record --attach -o x.braid -- true");
   EXPECT_EQ(r.code, 2);
