@@ -292,7 +292,7 @@ TEST_F(ViewExploreUi, CancelEndsTheChild) {
 // job block) beside the sim replay of its fused schedule, step-aligned.
 TEST(ViewOriginalBesideRewrite, AnImportedRunAndTheReplayOfItsFusedScheduleAlignByStep) {
   setenv("BRAID_EXE", BRAID_CLI, 1);
-  ImGuiIO& io = test::create_headless_imgui(1600, 900);
+  test::create_headless_imgui(1600, 900);
   test::TempDir dir;
   const std::string job = dir.file("job.braid");
   const std::string assets = std::string(BRAID_TESTS_DATA_ROOT) + "/assets/traces/hta-dlrm";
