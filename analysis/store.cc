@@ -152,7 +152,7 @@ void store_analysis(const std::string& path, const Analysis& a) {
     s.bind(1, run);
     s.bind(2, a.step);
     s.bind(3, a.profile.name);
-    s.bind(4, utc_now_iso8601());
+    s.bind(4, rows::now_iso8601());
     s.bind(5, report_json(a));
     s.run();
   }

@@ -6,6 +6,7 @@
 #include "trace/error.h"
 #include "trace/json.h"
 #include "trace/reader.h"
+#include "trace/rows.h"
 #include "trace/sqlite_util.h"
 #include "trace/store_update.h"
 #include "trace/summary.h"
@@ -45,7 +46,7 @@ int64_t insert_schedule(sqlite3* db, const Schedule& s, int64_t parent_id,
   st.bind(3, passes_json);
   std::string body = to_json(s);
   st.bind(4, std::string_view(body));
-  std::string now = utc_now_iso8601();
+  std::string now = rows::now_iso8601();
   st.bind(5, std::string_view(now));
   st.run();
   return sqlite3_last_insert_rowid(db);

@@ -1,6 +1,5 @@
 #include "trace/store_update.h"
 
-#include <ctime>
 #include <filesystem>
 
 #include "trace/error.h"
@@ -41,15 +40,6 @@ StoreUpdate::~StoreUpdate() {
 void StoreUpdate::commit() {
   sql::exec(db_, "COMMIT");
   done_ = true;
-}
-
-std::string utc_now_iso8601() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 }  // namespace braid

@@ -32,7 +32,4 @@ class StoreUpdate {
   bool done_ = false;
 };
 
-// Current UTC time as ISO 8601 ("2026-11-22T07:15:00Z"), as stored in created_at columns.
-std::string utc_now_iso8601();
-
 }  // namespace braid
