@@ -33,8 +33,10 @@ class ViewHeadless : public ::testing::Test {
     io.MouseWheel = 0;
     for (bool& k : io.KeysDown) k = false;
   }
-  void open(int64_t a, int64_t b = -1) {
-    app_open(app_, path_, a, b);
+  void open(int64_t a, int64_t b = -1) { open_file(path_, a, b); }
+  // Opens runs a (and b) of `path`, waits for them and settles two frames.
+  void open_file(const std::string& path, int64_t a, int64_t b = -1) {
+    app_open(app_, path, a, b);
     app_wait(app_);
     frame();
     frame();
@@ -245,10 +247,7 @@ TEST_F(ViewHeadless, ACaptureOpensOnItsGpuWorkWithStepsGemmsAndGapsVisible) {
                        0, 0});
     w.commit();
   }
-  app_open(app_, f, 1);
-  app_wait(app_);
-  frame();
-  frame();
+  open_file(f, 1);
   ASSERT_TRUE(app_.all_ready());
   const ViewRun& d = *app_.slots[0].data;
   EXPECT_EQ(d.end - d.start, 4'700 * kMs);  // the whole process
@@ -316,10 +315,7 @@ TEST_F(ViewHeadless, ACaptureWithAWindowOpensOnIt) {
     w.add(1, CaptureWindow{0, kBase + us(20), kBase + us(60)});
     w.commit();
   }
-  app_open(app_, f, 1);
-  app_wait(app_);
-  frame();
-  frame();
+  open_file(f, 1);
   ASSERT_TRUE(app_.all_ready());
   EXPECT_LE(app_.geom.t0, kBase + us(20));
   EXPECT_GE(app_.geom.t1, kBase + us(60));
