@@ -10,9 +10,58 @@
 
 namespace braid::analysis {
 
+namespace {
+// Analysis results (schema 1.1, docs/schema.md); registered with the schema as the family of this
+// module (schema::owned_families). IF NOT EXISTS: files get them with their first analysis.
+const char* const kTables = R"SQL(
+CREATE TABLE IF NOT EXISTS analysis_ranks(
+  run_id INTEGER NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, busy_ns INTEGER NOT NULL,
+  idle_ns INTEGER NOT NULL, compute_ns INTEGER NOT NULL, comm_ns INTEGER NOT NULL,
+  memory_ns INTEGER NOT NULL, non_compute_ns INTEGER NOT NULL, overlap_ns INTEGER NOT NULL,
+  exposed_comm_ns INTEGER NOT NULL, overlap_pct REAL NOT NULL,
+  PRIMARY KEY (run_id, rank, step));
+CREATE TABLE IF NOT EXISTS analysis_collectives(
+  run_id INTEGER NOT NULL, group_id INTEGER NOT NULL, comm TEXT NOT NULL, seq INTEGER NOT NULL,
+  match_method TEXT NOT NULL, op TEXT NOT NULL, bytes INTEGER NOT NULL, nranks INTEGER NOT NULL,
+  step INTEGER NOT NULL, complete INTEGER NOT NULL, problem TEXT,
+  first_arrival_ns INTEGER NOT NULL, last_arrival_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL,
+  wait_ns INTEGER NOT NULL, transfer_ns INTEGER NOT NULL, late_rank INTEGER NOT NULL,
+  algbw_gbps REAL NOT NULL, busbw_gbps REAL NOT NULL, predicted_ns INTEGER NOT NULL,
+  PRIMARY KEY (run_id, group_id));
+CREATE TABLE IF NOT EXISTS analysis_collective_members(
+  run_id INTEGER NOT NULL, group_id INTEGER NOT NULL, rank INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, wait_ns INTEGER NOT NULL,
+  PRIMARY KEY (run_id, group_id, rank, start_ns));
+CREATE TABLE IF NOT EXISTS analysis_critical_path(
+  run_id INTEGER NOT NULL, step INTEGER NOT NULL, position INTEGER NOT NULL,
+  kind TEXT NOT NULL, rank INTEGER NOT NULL, stream INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, name TEXT, category TEXT, comm TEXT,
+  group_id INTEGER NOT NULL, late_rank INTEGER NOT NULL,
+  PRIMARY KEY (run_id, step, position));
+CREATE TABLE IF NOT EXISTS analysis_communicators(
+  run_id INTEGER NOT NULL, comm TEXT NOT NULL, parallel_dim TEXT NOT NULL, evidence TEXT,
+  nranks INTEGER, ranks TEXT, alpha_ns REAL, ns_per_byte REAL, cost_source TEXT,
+  cv_error REAL, samples INTEGER,
+  PRIMARY KEY (run_id, comm));
+CREATE TABLE IF NOT EXISTS analysis_clocks(
+  run_id INTEGER NOT NULL, rank INTEGER NOT NULL, offset_ns INTEGER NOT NULL,
+  error_ns INTEGER NOT NULL, residual_rms_ns REAL NOT NULL, anchors INTEGER NOT NULL,
+  aligned INTEGER NOT NULL, flagged INTEGER NOT NULL, reference_rank INTEGER NOT NULL,
+  PRIMARY KEY (run_id, rank));
+CREATE TABLE IF NOT EXISTS analysis_reports(
+  run_id INTEGER NOT NULL, step INTEGER NOT NULL, profile TEXT, created_at TEXT NOT NULL,
+  report TEXT NOT NULL,
+  PRIMARY KEY (run_id, step));
+)SQL";
+}  // namespace
+
+void ensure_tables(sqlite3* db) { sql::exec(db, kTables); }
+
 void store_analysis(const std::string& path, const Analysis& a) {
   StoreUpdate u(path);
   sqlite3* db = u.db();
+  ensure_tables(db);
   const int64_t run = a.run_id;
   auto clear = [&](const char* table, bool by_step) {
     sql::Stmt s(db, std::string("DELETE FROM ") + table + " WHERE run_id=?" +
@@ -162,6 +211,8 @@ void store_analysis(const std::string& path, const Analysis& a) {
 StoredCosts load_costs(const std::string& path, int64_t run) {
   StoredCosts out;
   TraceReader reader(path);
+  if (!reader.has_table("analysis_reports") || !reader.has_table("analysis_communicators"))
+    return out;
   sqlite3* db = reader.db();
   {
     sql::Stmt s(db, "SELECT profile FROM analysis_reports WHERE run_id=? ORDER BY step LIMIT 1");

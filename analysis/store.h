@@ -1,9 +1,12 @@
-// The owner of the analysis_* tables (docs/schema.md; their DDL is in trace/schema.cc): the one
-// module that writes and reads their rows. store_analysis stores `braid analyze` results for the
-// GUI, with the solved clock offsets (ranks.clock_offset_ns / offset_error_ns, written through
-// trace/rows.h), in one all-or-nothing transaction (StoreUpdate); the rows of the analysed run
-// (and step) are replaced, other runs' rows are kept.
+// The owner of the analysis_* tables (docs/schema.md): the one module that holds their DDL and
+// writes and reads their rows (a family registered with trace/schema.h's owned_families).
+// store_analysis stores `braid analyze` results for the GUI, with the solved clock offsets
+// (ranks.clock_offset_ns / offset_error_ns, written through trace/rows.h), in one all-or-nothing
+// transaction (StoreUpdate); the rows of the analysed run (and step) are replaced, other runs'
+// rows are kept.
 #pragma once
+
+#include <sqlite3.h>
 
 #include <map>
 #include <string>
@@ -18,6 +21,11 @@ class TraceReader;
 namespace braid::analysis {
 
 void store_analysis(const std::string& path, const Analysis& a);
+
+// Creates the analysis_* tables where missing, in the caller's transaction (store_analysis does;
+// so must a test that writes their rows by hand). The readers below take a missing table as
+// empty.
+void ensure_tables(sqlite3* db);
 
 // What store_analysis stored of `run`'s cost model: each communicator's α-β as `braid analyze`
 // calibrated it on the trace (analysis_communicators rows with a fit), by the trace's

@@ -15,6 +15,17 @@
 namespace braid::fusion {
 
 namespace {
+// Registered with the schema as the family of this module (schema::owned_families). IF NOT
+// EXISTS: files get them with their first schedule.
+const char* const kTables = R"SQL(
+CREATE TABLE IF NOT EXISTS schedules(
+  schedule_id INTEGER PRIMARY KEY, parent_id INTEGER, name TEXT NOT NULL, passes TEXT,
+  body TEXT NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS opportunities(
+  schedule_id INTEGER NOT NULL, pass TEXT NOT NULL, ranks TEXT, ops TEXT,
+  predicted_saving_ns INTEGER, detail TEXT);
+)SQL";
+
 // Parses the "[1,2,3]" arrays json::int_array writes.
 template <typename T>
 std::vector<T> parse_ints(const std::string& s) {
@@ -33,8 +44,11 @@ std::vector<T> parse_ints(const std::string& s) {
 }
 }  // namespace
 
+void ensure_tables(sqlite3* db) { sql::exec(db, kTables); }
+
 int64_t insert_schedule(sqlite3* db, const Schedule& s, int64_t parent_id,
                         std::string_view passes_json) {
+  ensure_tables(db);
   sql::Stmt st(db,
                "INSERT INTO schedules(parent_id, name, passes, body, created_at) "
                "VALUES (?, ?, ?, ?, ?)");
@@ -53,6 +67,7 @@ int64_t insert_schedule(sqlite3* db, const Schedule& s, int64_t parent_id,
 }
 
 void insert_opportunities(sqlite3* db, const std::vector<StoredOpportunity>& v) {
+  ensure_tables(db);
   sql::Stmt st(db,
                "INSERT INTO opportunities(schedule_id, pass, ranks, ops, predicted_saving_ns, "
                "detail) VALUES (?, ?, ?, ?, ?, ?)");
@@ -133,6 +148,7 @@ int64_t store_fused(const std::string& path, int64_t parent_id, const Schedule& 
 std::vector<StoredSchedule> list_schedules(const std::string& path) {
   TraceReader r(path);
   std::vector<StoredSchedule> v;
+  if (!r.has_table("schedules")) return v;
   sql::Stmt st(r.db(),
                "SELECT schedule_id, COALESCE(parent_id, -1), name, COALESCE(passes, '[]'), "
                "created_at FROM schedules ORDER BY schedule_id");
@@ -148,6 +164,9 @@ bool has_schedules(const TraceReader& reader) {
 
 Schedule load_stored_schedule(const std::string& path, int64_t id) {
   TraceReader r(path);
+  if (!r.has_table("schedules"))
+    throw Error(ErrorCode::NotFound,
+                path + ": no schedule " + std::to_string(id) + " (the file holds no schedules)");
   sql::Stmt st(r.db(), "SELECT body FROM schedules WHERE schedule_id = ?");
   st.bind(1, id);
   if (!st.step()) {
@@ -163,13 +182,14 @@ Schedule load_stored_schedule(const std::string& path, int64_t id) {
 
 std::vector<StoredOpportunity> list_opportunities(const std::string& path, int64_t schedule_id) {
   TraceReader r(path);
+  std::vector<StoredOpportunity> v;
+  if (!r.has_table("opportunities")) return v;
   sql::Stmt st(r.db(),
                "SELECT schedule_id, pass, COALESCE(ranks, '[]'), COALESCE(ops, '[]'), "
                "COALESCE(predicted_saving_ns, 0), COALESCE(detail, '{}') FROM opportunities "
                "WHERE ? < 0 OR schedule_id = ? ORDER BY predicted_saving_ns DESC, rowid");
   st.bind(1, schedule_id);
   st.bind(2, schedule_id);
-  std::vector<StoredOpportunity> v;
   while (st.step())
     v.push_back({st.i64(0), st.text(1), parse_ints<int32_t>(st.text(2)),
                  parse_ints<int64_t>(st.text(3)), st.i64(4), st.text(5)});

@@ -1,6 +1,7 @@
 // Schedules and opportunities in a `.braid` file (tables `schedules` and `opportunities`,
-// docs/schema.md; their DDL is in trace/schema.cc): the one module that writes and reads their
-// rows. Writes are all-or-nothing (StoreUpdate); reads open the file read-only.
+// docs/schema.md): the one module that holds their DDL and writes and reads their rows (a family
+// registered with trace/schema.h's owned_families). Writes are all-or-nothing (StoreUpdate);
+// reads open the file read-only and take a missing table as empty.
 #pragma once
 
 #include <sqlite3.h>
@@ -37,6 +38,9 @@ struct StoredOpportunity {
   Ns predicted_saving_ns = 0;
   std::string detail = "{}";
 };
+
+// Creates both tables where missing, in the caller's transaction (the inserts below do).
+void ensure_tables(sqlite3* db);
 
 // Inside an open transaction (StoreUpdate::db()). Returns the new schedule id.
 int64_t insert_schedule(sqlite3* db, const Schedule& s, int64_t parent_id = -1,

@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <set>
 
 #include "trace/error.h"
 #include "trace/rows.h"
@@ -391,11 +390,9 @@ bool TraceReader::has_table(const std::string& name) const {
 
 std::vector<std::pair<std::string, int64_t>> TraceReader::derived_tables() const {
   std::vector<std::string> names;
-  sql::Stmt t(db_,
-              "SELECT name FROM sqlite_master WHERE type='table' AND (name LIKE "
-              "'analysis!_%' ESCAPE '!' OR name IN ('schedules','opportunities'))"
-              " ORDER BY name");
-  while (t.step()) names.push_back(t.text(0));
+  sql::Stmt t(db_, "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name");
+  while (t.step())
+    if (schema::owner_of(t.text(0))) names.push_back(t.text(0));
   std::vector<std::pair<std::string, int64_t>> out;
   for (const std::string& name : names)
     out.emplace_back(name, sql::scalar(db_, "SELECT COUNT(*) FROM \"" + name + "\""));
@@ -403,14 +400,6 @@ std::vector<std::pair<std::string, int64_t>> TraceReader::derived_tables() const
 }
 
 namespace {
-
-const std::set<std::string>& core_tables() {
-  static const std::set<std::string> t{
-      "meta",          "strings",     "categories", "runs",         "ranks", "streams",
-      "kernels",       "memcpys",     "api_calls",  "nvtx_ranges",  "steps", "collectives",
-      "communicators", "diagnostics", "schedules",  "opportunities"};
-  return t;
-}
 
 std::string quoted_name(const std::string& id) {
   std::string q = "\"";
@@ -446,7 +435,7 @@ std::vector<TraceReader::TableText> TraceReader::extra_tables(int64_t run, size_
     while (s.step()) names.push_back(s.text(0));
   }
   for (const std::string& name : names) {
-    if (core_tables().count(name) || name.starts_with("sqlite_")) continue;
+    if (schema::is_core_table(name) || name.starts_with("sqlite_")) continue;
     std::vector<std::string> cols;
     bool has_run = false;
     {

@@ -96,11 +96,12 @@ class TraceReader {
 
   bool has_table(const std::string& name) const;
 
-  // Tables of results derived from this file alone (analysis_*, schedules, opportunities) that
-  // exist in it, by name, with their row counts (all runs).
+  // Tables of results derived from this file alone (the owned families of trace/schema.h:
+  // analysis_*, schedules, opportunities) that exist in it, by name, with their row counts (all
+  // runs).
   std::vector<std::pair<std::string, int64_t>> derived_tables() const;
 
-  // The tables beyond the core schema (trace tables, schedules, opportunities; sqlite_* aside)
+  // The tables beyond the core schema (schema::is_core_table; sqlite_* aside)
   // that have a run_id column, by name, each with up to `max_rows` of `run`'s rows as text
   // (NULL as "", reals as %.6g), so that tables of later stages are shown as they are.
   struct TableText {

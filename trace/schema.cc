@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "trace/error.h"
 #include "trace/model.h"
@@ -70,56 +70,6 @@ CREATE TABLE communicators(
 CREATE TABLE diagnostics(
   run_id INTEGER NOT NULL, rank INTEGER NOT NULL, severity TEXT NOT NULL, code TEXT NOT NULL,
   count INTEGER NOT NULL, detail TEXT);
-CREATE TABLE schedules(
-  schedule_id INTEGER PRIMARY KEY, parent_id INTEGER, name TEXT NOT NULL, passes TEXT,
-  body TEXT NOT NULL, created_at TEXT NOT NULL);
-CREATE TABLE opportunities(
-  schedule_id INTEGER NOT NULL, pass TEXT NOT NULL, ranks TEXT, ops TEXT,
-  predicted_saving_ns INTEGER, detail TEXT);
-)SQL";
-
-// Analysis results (schema 1.1, written by `braid analyze`; docs/schema.md). IF NOT EXISTS, so
-// the same text creates them in new files and in files migrated from 1.0.
-static const char* kAnalysisTables = R"SQL(
-CREATE TABLE IF NOT EXISTS analysis_ranks(
-  run_id INTEGER NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL,
-  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, busy_ns INTEGER NOT NULL,
-  idle_ns INTEGER NOT NULL, compute_ns INTEGER NOT NULL, comm_ns INTEGER NOT NULL,
-  memory_ns INTEGER NOT NULL, non_compute_ns INTEGER NOT NULL, overlap_ns INTEGER NOT NULL,
-  exposed_comm_ns INTEGER NOT NULL, overlap_pct REAL NOT NULL,
-  PRIMARY KEY (run_id, rank, step));
-CREATE TABLE IF NOT EXISTS analysis_collectives(
-  run_id INTEGER NOT NULL, group_id INTEGER NOT NULL, comm TEXT NOT NULL, seq INTEGER NOT NULL,
-  match_method TEXT NOT NULL, op TEXT NOT NULL, bytes INTEGER NOT NULL, nranks INTEGER NOT NULL,
-  step INTEGER NOT NULL, complete INTEGER NOT NULL, problem TEXT,
-  first_arrival_ns INTEGER NOT NULL, last_arrival_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL,
-  wait_ns INTEGER NOT NULL, transfer_ns INTEGER NOT NULL, late_rank INTEGER NOT NULL,
-  algbw_gbps REAL NOT NULL, busbw_gbps REAL NOT NULL, predicted_ns INTEGER NOT NULL,
-  PRIMARY KEY (run_id, group_id));
-CREATE TABLE IF NOT EXISTS analysis_collective_members(
-  run_id INTEGER NOT NULL, group_id INTEGER NOT NULL, rank INTEGER NOT NULL,
-  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, wait_ns INTEGER NOT NULL,
-  PRIMARY KEY (run_id, group_id, rank, start_ns));
-CREATE TABLE IF NOT EXISTS analysis_critical_path(
-  run_id INTEGER NOT NULL, step INTEGER NOT NULL, position INTEGER NOT NULL,
-  kind TEXT NOT NULL, rank INTEGER NOT NULL, stream INTEGER NOT NULL,
-  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, name TEXT, category TEXT, comm TEXT,
-  group_id INTEGER NOT NULL, late_rank INTEGER NOT NULL,
-  PRIMARY KEY (run_id, step, position));
-CREATE TABLE IF NOT EXISTS analysis_communicators(
-  run_id INTEGER NOT NULL, comm TEXT NOT NULL, parallel_dim TEXT NOT NULL, evidence TEXT,
-  nranks INTEGER, ranks TEXT, alpha_ns REAL, ns_per_byte REAL, cost_source TEXT,
-  cv_error REAL, samples INTEGER,
-  PRIMARY KEY (run_id, comm));
-CREATE TABLE IF NOT EXISTS analysis_clocks(
-  run_id INTEGER NOT NULL, rank INTEGER NOT NULL, offset_ns INTEGER NOT NULL,
-  error_ns INTEGER NOT NULL, residual_rms_ns REAL NOT NULL, anchors INTEGER NOT NULL,
-  aligned INTEGER NOT NULL, flagged INTEGER NOT NULL, reference_rank INTEGER NOT NULL,
-  PRIMARY KEY (run_id, rank));
-CREATE TABLE IF NOT EXISTS analysis_reports(
-  run_id INTEGER NOT NULL, step INTEGER NOT NULL, profile TEXT, created_at TEXT NOT NULL,
-  report TEXT NOT NULL,
-  PRIMARY KEY (run_id, step));
 )SQL";
 
 // Tables capture adds (docs/schema.md, "Tables added by braid record"). Times are host times in
@@ -154,7 +104,6 @@ CREATE INDEX IF NOT EXISTS collectives_match ON collectives(run_id, comm_id, seq
 
 void create_tables(sqlite3* db) {
   sql::exec(db, kTables);
-  sql::exec(db, kAnalysisTables);
   sql::Stmt cat(db, "INSERT INTO categories(id, name) VALUES (?, ?)");
   for (int i = 0; i < 32; ++i) {
     auto name = to_string(static_cast<Category>(i));
@@ -177,9 +126,11 @@ void create_indexes(sqlite3* db) { sql::exec(db, kIndexes); }
 void create_capture_tables(sqlite3* db) { sql::exec(db, kCaptureTables); }
 
 namespace {
+using Layout = std::map<std::string, std::vector<std::string>>;
+
 // table -> its columns, in order.
-std::map<std::string, std::vector<std::string>> layout(sqlite3* db) {
-  std::map<std::string, std::vector<std::string>> out;
+Layout layout(sqlite3* db) {
+  Layout out;
   sql::Stmt t(db, "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'");
   while (t.step()) out[t.text(0)];
   for (auto& [name, cols] : out) {
@@ -189,27 +140,62 @@ std::map<std::string, std::vector<std::string>> layout(sqlite3* db) {
   }
   return out;
 }
-}  // namespace
 
-void check_known_layout(sqlite3* db, const std::string& path) {
-  // The reference is this build's own DDL, so the check cannot drift from the schema.
+// The layout `ddl` creates, read back from an in-memory database: the reference is this build's
+// own DDL, so nothing here can drift from it.
+Layout layout_of(void (*ddl)(sqlite3*)) {
   sqlite3* ref = nullptr;
   if (sqlite3_open(":memory:", &ref) != SQLITE_OK) {
     sqlite3_close(ref);
     throw Error(ErrorCode::Store, "cannot open an in-memory database");
   }
-  std::map<std::string, std::vector<std::string>> known;
+  Layout out;
   try {
-    create_tables(ref);
-    create_capture_tables(ref);
-    known = layout(ref);
+    ddl(ref);
+    out = layout(ref);
   } catch (...) {
     sqlite3_close(ref);
     throw;
   }
   sqlite3_close(ref);
+  return out;
+}
+
+// Tables of the families registered below, by owner (docs/architecture.md, "Table families").
+constexpr std::string_view kAnalysisFamily[] = {
+    "analysis_ranks",         "analysis_collectives",   "analysis_collective_members",
+    "analysis_critical_path", "analysis_communicators", "analysis_clocks",
+    "analysis_reports"};
+constexpr std::string_view kScheduleFamily[] = {"schedules", "opportunities"};
+constexpr OwnedFamily kOwned[] = {{"analysis/store.cc", kAnalysisFamily},
+                                  {"fusion/schedule_store.cc", kScheduleFamily}};
+}  // namespace
+
+std::span<const OwnedFamily> owned_families() { return kOwned; }
+
+const OwnedFamily* owner_of(std::string_view table) {
+  for (const OwnedFamily& f : kOwned)
+    for (std::string_view t : f.tables)
+      if (t == table) return &f;
+  return nullptr;
+}
+
+bool is_core_table(std::string_view table) {
+  // Computed once; never destroyed, so a reader running at exit still finds it.
+  static const Layout* core = new Layout(layout_of(&create_tables));
+  return core->count(std::string(table)) > 0;
+}
+
+void check_known_layout(sqlite3* db, const std::string& path) {
+  const Layout known = layout_of([](sqlite3* ref) {
+    create_tables(ref);
+    create_capture_tables(ref);
+  });
   const std::string ours = std::to_string(kMajor) + "." + std::to_string(kMinor);
   for (auto& [name, cols] : layout(db)) {
+    // An owned family's rows describe the file they were derived from; a tool that copies whole
+    // files leaves them out by name and says so (TraceReader::derived_tables).
+    if (owner_of(name)) continue;
     auto k = known.find(name);
     if (k == known.end())
       throw Error(ErrorCode::Unsupported,
@@ -273,8 +259,8 @@ void migrate(sqlite3* db, const std::string& path) {
                     path + ": no migration from schema version " + std::to_string(m));
       sql::exec(db, kMigrations[m - 1]);
     }
-    // Minor versions of the current major only add tables: 1.1 the analysis results.
-    sql::exec(db, kAnalysisTables);
+    // Minor versions of the current major only add tables, and 1.1's (the analysis results) are
+    // created by their owner when first written: nothing to create here.
     sql::Stmt up(db, "UPDATE meta SET value=? WHERE key='schema_version'");
     up.bind(1, std::to_string(kMajor) + "." + std::to_string(kMinor));
     up.run();

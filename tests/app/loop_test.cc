@@ -10,6 +10,7 @@
 #include <regex>
 #include <string>
 
+#include "fusion/schedule_store.h"
 #include "trace/reader.h"
 #include "trace/sqlite_util.h"
 #include "trace/test_util.h"
@@ -31,8 +32,7 @@ void expect_one_line_error(const test::CliResult& r, const std::string& needle) 
 }
 
 int64_t schedules(const std::string& file) {
-  TraceReader r(file);
-  return sql::scalar(r.db(), "SELECT COUNT(*) FROM schedules", -1);
+  return static_cast<int64_t>(fusion::list_schedules(file).size());
 }
 
 std::string import_pair(const test::TempDir& tmp, const std::string& a, const std::string& b,

@@ -4,6 +4,8 @@
 // meta keys of each input are kept, and an input with a table or column this braid does not
 // know is refused instead of losing it. With the agent library built, the same is checked on the
 // files the fake-NCCL job writes under the real libbraid_capture.so.
+#include "analysis/merge.h"
+
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -14,7 +16,7 @@
 #include <map>
 #include <set>
 
-#include "analysis/merge.h"
+#include "analysis/store.h"
 #include "capture/file_sink.h"
 #include "capture/launcher.h"
 #include "trace/error.h"
@@ -405,6 +407,7 @@ TEST(CaptureMerge, WhatIsNotCarriedIsSaid) {
   write_rank(files[1], 1, 0);
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(files[1].c_str(), &db), SQLITE_OK);
+  analysis::ensure_tables(db);  // their owner creates them with its first rows
   sql::exec(db, "INSERT INTO runs(run_id, kind, source, created_at) VALUES (2, 'simulated', 'x', 'now');"
                 "INSERT INTO analysis_clocks VALUES (1, 1, 0, 0, 0, 0, 1, 0, 1)");
   sqlite3_close(db);

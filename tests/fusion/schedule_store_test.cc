@@ -1,16 +1,23 @@
+#include "fusion/schedule_store.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
+#include <string_view>
 
-#include "fusion/schedule_store.h"
+#include "analysis/store.h"
 #include "fusion/schedules.h"
 #include "trace/error.h"
 #include "trace/reader.h"
+#include "trace/schema.h"
 #include "trace/sqlite_util.h"
 #include "trace/store_update.h"
 #include "trace/test_util.h"
+#include "trace/writer.h"
 
 namespace braid::fusion {
 namespace {
@@ -73,6 +80,90 @@ TEST(StoreUpdate, RollsBackUnlessCommitted) {
   { std::ofstream(junk) << "not sqlite at all"; }
   EXPECT_THROW(StoreUpdate{junk}, Error);
   EXPECT_THROW(store_schedule(junk, testing::two_rank_schedule()), Error);
+}
+
+// The schema registers each owned table family by name (trace/schema.h); the owner holds its DDL.
+// Each owner creates exactly the tables registered for it, and none of them is a core table, so
+// the register and the DDL cannot drift apart.
+TEST(TableOwners, EachOwnerCreatesExactlyItsRegisteredTables) {
+  const std::map<std::string_view, void (*)(sqlite3*)> create = {
+      {"analysis/store.cc", &analysis::ensure_tables},
+      {"fusion/schedule_store.cc", &ensure_tables}};
+  ASSERT_EQ(schema::owned_families().size(), create.size());
+  for (const schema::OwnedFamily& f : schema::owned_families()) {
+    auto it = create.find(f.owner);
+    ASSERT_NE(it, create.end()) << f.owner << " is registered but not known to this test";
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(":memory:", &db), SQLITE_OK);
+    it->second(db);
+    it->second(db);  // idempotent: every write calls it
+    std::set<std::string> made;
+    {
+      sql::Stmt t(db, "SELECT name FROM sqlite_master WHERE type='table'");
+      while (t.step()) made.insert(t.text(0));
+    }
+    sqlite3_close(db);
+    std::set<std::string> registered;
+    for (std::string_view t : f.tables) {
+      registered.emplace(t);
+      EXPECT_EQ(schema::owner_of(t), &f) << t;
+      EXPECT_FALSE(schema::is_core_table(t)) << t;
+    }
+    EXPECT_EQ(made, registered) << f.owner;
+  }
+  EXPECT_EQ(schema::owner_of("kernels"), nullptr);
+  EXPECT_EQ(schema::owner_of("nccl_calls"), nullptr);
+  EXPECT_TRUE(schema::is_core_table("kernels"));
+  EXPECT_FALSE(schema::is_core_table("nccl_calls"));  // a capture table: with a capture's rows
+}
+
+// A new file has no owned table; each family arrives with its owner's first committed write, and
+// until then the owners' readers take the missing tables as empty.
+TEST(TableOwners, AFileHasAFamilyOnceItsOwnerWroteIt) {
+  test::TempDir dir;
+  const std::string path = dir.file("new.braid");
+  {
+    TraceWriter w(path, TraceWriter::Mode::Create);
+    w.commit();
+  }
+  auto tables = [&] {
+    std::set<std::string> out;
+    TraceReader r(path);
+    for (const schema::OwnedFamily& f : schema::owned_families())
+      for (std::string_view t : f.tables)
+        if (r.has_table(std::string(t))) out.emplace(t);
+    return out;
+  };
+  EXPECT_TRUE(tables().empty());
+  EXPECT_TRUE(list_schedules(path).empty());
+  EXPECT_TRUE(list_opportunities(path).empty());
+  try {
+    load_stored_schedule(path, 1);
+    ADD_FAILURE() << "loaded a schedule from a file without one";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::NotFound);
+    EXPECT_THAT(e.what(), HasSubstr("no schedule 1 (the file holds no schedules)"));
+  }
+  EXPECT_FALSE(analysis::load_costs(path, 1).analysed);
+  {
+    TraceReader r(path);
+    EXPECT_FALSE(has_schedules(r));
+    EXPECT_TRUE(analysis::load_critical_path(r, 1).empty());
+    EXPECT_TRUE(analysis::load_comm_labels(r, 1).empty());
+    EXPECT_TRUE(r.derived_tables().empty());
+  }
+  {
+    StoreUpdate u(path);
+    insert_schedule(u.db(), testing::two_rank_schedule());
+    // not committed: the tables go with the rows
+  }
+  EXPECT_TRUE(tables().empty());
+  const int64_t id = store_schedule(path, testing::two_rank_schedule());
+  EXPECT_EQ(tables(), (std::set<std::string>{"opportunities", "schedules"}));
+  EXPECT_EQ(load_stored_schedule(path, id), testing::two_rank_schedule());
+  TraceReader r(path);
+  EXPECT_EQ(r.derived_tables(),
+            (std::vector<std::pair<std::string, int64_t>>{{"opportunities", 0}, {"schedules", 1}}));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "analysis/store.h"
 #include "app/view/core/colors.h"
 #include "app/view/core/extras.h"
 #include "app/view/core/layout.h"
@@ -543,6 +544,7 @@ TEST(ViewExtras, OpportunitiesAndFusedOpsArePlacedOnTheirRuns) {
   EXPECT_TRUE(x.comm_dim.empty());
   {
     StoreUpdate up(path);
+    analysis::ensure_tables(up.db());  // their owner creates them with its first rows
     sql::exec(up.db(),
               "INSERT INTO analysis_communicators(run_id, comm, parallel_dim, evidence, nranks)"
               " VALUES (1, 'pg0', 'DP', 'spans every rank', 2)");
