@@ -67,14 +67,16 @@ void Collector::window_edge(bool open, int64_t device_ts, const std::string& ope
   windowed_ = true;
   if (open) {
     if (windows_.empty() || windows_.back().close != INT64_MAX) {
-      windows_.push_back({device_ts, INT64_MAX, opener, store});
+      windows_.push_back({device_ts, INT64_MAX, opener, store, host(device_ts)});
       // Stored at once (ending where it starts), extended every cycle while it is open.
-      if (store) sink_.add(CaptureWindow{rank_, host(device_ts), host(device_ts)});
+      const Ns start = windows_.back().host_open;
+      if (store) sink_.add(CaptureWindow{rank_, start, start});
     }
   } else if (!windows_.empty() && windows_.back().close == INT64_MAX) {
-    windows_.back().close = device_ts;
-    if (windows_.back().stored)
-      sink_.add(CaptureWindow{rank_, host(windows_.back().open), host(device_ts)});
+    Window& w = windows_.back();
+    w.close = device_ts;
+    if (w.stored)
+      sink_.add(CaptureWindow{rank_, w.host_open, std::max(w.host_open, host(device_ts))});
   }
 }
 
@@ -483,7 +485,7 @@ void Collector::end_cycle(bool final) {
   // A window still open ends now, for as long as it stays open (a capture killed inside its
   // window keeps the part written).
   if (!windows_.empty() && windows_.back().close == INT64_MAX && windows_.back().stored) {
-    Ns start = host(windows_.back().open);
+    const Ns start = windows_.back().host_open;
     sink_.add(CaptureWindow{rank_, start, std::max(start, host_now_ns())});
   }
   int64_t without_kernel = 0, without_work = 0;

@@ -141,6 +141,9 @@ class Collector final : public ActivityHandler {
     int64_t open, close;  // device clock; close INT64_MAX while open
     std::string opener;
     bool stored = true;  // written to `capture_windows`
+    // `open` on the host clock, mapped once: the stored row's key (run, rank, start), rewritten
+    // every cycle while the window is open, must not move when the clock is refitted.
+    Ns host_open = 0;
   };
   bool windowed_ = false;
   std::vector<Window> windows_;

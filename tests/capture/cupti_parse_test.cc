@@ -260,5 +260,37 @@ TEST(CuptiParse, BufferToBraidRows) {
   EXPECT_EQ(ranks[0].device_name, "NVIDIA H100 80GB HBM3");
 }
 
+// A window is one row however often the clock is refitted while it is open: its start, the row's
+// key, is mapped once when it opens. (A refit that takes over before the opening used to move the
+// start at the next cycle and store a second window; attach_test saw two windows for one
+// trigger on a loaded host.)
+TEST(CuptiParse, AWindowStaysOneRowWhenTheClockIsRefittedWhileItIsOpen) {
+  test::TempDir tmp;
+  std::string path = tmp.file("w.braid");
+  {
+    FileSink sink(path, {"synthetic", "cupti", ""});
+    ClockFit clock(4);
+    clock.add({1000, 1'000'000'000});
+    clock.add({2000, 1'000'001'000});
+    ASSERT_TRUE(clock.refit());  // host = device + 999'999'000
+    Collector col(sink, clock, 0, CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2);
+    col.window_edge(true, 2500, "", true);  // after the latest sample
+    col.end_cycle(false);
+    clock.add({3000, 1'000'002'500});
+    ASSERT_TRUE(clock.refit());  // a new line, taking over from device time 2000
+    ASSERT_NE(clock.to_host(2500), 1'000'001'500);
+    col.end_cycle(false);
+    col.window_edge(false, 3500, "", true);
+    col.end_cycle(true);
+    sink.close();
+  }
+  TraceReader r(path);
+  auto windows = r.capture_windows(1);
+  ASSERT_EQ(windows.size(), 1u);
+  EXPECT_EQ(windows[0].start, 1'000'001'500);
+  EXPECT_GT(windows[0].end, 1'000'002'500);  // the closing edge, on the fit of its time
+  EXPECT_LT(windows[0].end, 1'000'004'000);
+}
+
 }  // namespace
 }  // namespace braid::capture
