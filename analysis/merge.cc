@@ -90,6 +90,23 @@ void copy_run(const TraceReader& r, int64_t src, TraceWriter& w, int64_t dst, in
     return true;
   });
   for (const CaptureWindow& cw : r.capture_windows(src)) w.add(dst, cw);
+  // Execution-trace tables: keyed by (rank, node), times in the rank's own clock.
+  r.et_ops(src, [&](EtOp o) {
+    o.name = map(o.name);
+    o.schema = map(o.schema);
+    w.add(dst, o);
+    ++events;
+    return true;
+  });
+  r.et_tensors(src, [&](EtTensor t) {
+    t.dtype = map(t.dtype);
+    t.device = map(t.device);
+    t.shape = map(t.shape);
+    t.strides = map(t.strides);
+    w.add(dst, t);
+    ++events;
+    return true;
+  });
 }
 
 // Meta keys that describe the file format, not the data: the merged file has its own.

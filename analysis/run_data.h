@@ -33,6 +33,16 @@ struct SyncCall {
   ApiCall call;
 };
 
+// Compute a CPU job ran on the host (its aten ops, from an execution trace): never loaded from
+// a file, added by the lift (fusion/lift_et.h) so that a host-only job's compute sits on the host
+// pseudo-streams of its timeline beside the host collectives.
+struct HostCompute {
+  int64_t stream = -1;  // -1: the thread that issues the collectives; -2, -3, ...: other threads
+  Ns start = 0, end = 0;
+  int64_t step = -1;
+  int32_t ref = -1;  // the lift's reference to what it computes
+};
+
 struct RankTrace {
   RankInfo info;
   std::vector<StreamInfo> streams;   // GPU streams only
@@ -41,6 +51,7 @@ struct RankTrace {
   std::vector<Collective> collectives;  // sorted by start
   std::vector<SyncCall> syncs;       // sorted by start
   std::vector<Step> steps;           // sorted by step
+  std::vector<HostCompute> host_compute;  // empty unless the lift added it
   // Host time of the runtime/driver call that launched each GPU activity, by correlation id.
   std::unordered_map<int64_t, Ns> launches;
 

@@ -50,6 +50,11 @@ RankTimeline build_timeline(const RankTrace& rank, const TimelineOptions& opt) {
     by_stream[-1].push_back(
         {OpType::HostCollective, i, i, c.start, c.end, c.enqueue, comm_category(c.op)});
   }
+  for (int32_t i = 0; i < static_cast<int32_t>(rank.host_compute.size()); ++i) {
+    const HostCompute& h = rank.host_compute[i];
+    by_stream[h.stream].push_back(
+        {OpType::HostCompute, i, -1, h.start, h.end, h.start, Category::Other});
+  }
   for (auto& [id, ops] : by_stream) {
     std::stable_sort(ops.begin(), ops.end(),
                      [](const GpuOp& a, const GpuOp& b) { return a.start < b.start; });
@@ -107,6 +112,8 @@ int64_t op_step(const RankTrace& rank, const GpuOp& op) {
       return rank.memcpy_step(rank.memcpys[op.index]);
     case OpType::HostCollective:
       return rank.collective_step(rank.collectives[op.index]);
+    case OpType::HostCompute:
+      return rank.host_compute[op.index].step;
   }
   return -1;
 }

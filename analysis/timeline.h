@@ -2,7 +2,8 @@
 //
 // Every GPU activity (kernel, memcpy/memset) becomes an op on its stream, in start order; a
 // kernel that carried a collective points at it. Collectives seen only on the host (no GPU
-// kernel) go on a pseudo-stream -1.
+// kernel) go on a pseudo-stream -1, with the host compute the lift may add (RankTrace::
+// host_compute: a CPU job's ops; other threads' on pseudo-streams -2, -3, ...).
 //
 // Kineto and Nsight record the host calls cudaEventRecord / cudaStreamWaitEvent but not which
 // event and stream they name, so dependencies are inferred from timing: an op whose start is
@@ -22,11 +23,11 @@
 
 namespace braid::analysis {
 
-enum class OpType : uint8_t { Kernel, Memcpy, HostCollective };
+enum class OpType : uint8_t { Kernel, Memcpy, HostCollective, HostCompute };
 
 struct GpuOp {
   OpType type = OpType::Kernel;
-  int32_t index = -1;  // into RankTrace::kernels / memcpys / collectives (HostCollective)
+  int32_t index = -1;  // into RankTrace::kernels / memcpys / collectives / host_compute
   int32_t coll = -1;   // the collective this op carries (index into RankTrace::collectives)
   Ns start = 0, end = 0;
   Ns launch = -1;      // host launch time, -1 unknown

@@ -33,6 +33,8 @@
 #include "analysis/run_data.h"
 #include "analysis/timeline.h"
 #include "fusion/ir.h"
+#include "fusion/lift_et.h"
+#include "trace/json.h"
 #include "trace/reader.h"
 
 namespace braid::fusion {
@@ -47,15 +49,42 @@ struct LiftOptions {
   // match, lift, store), braid-view's "Lift" running in the background.
   const std::atomic<bool>* cancel = nullptr;
   std::function<void(size_t phase, size_t phases)> progress = nullptr;
+  // The run's execution-trace data flow (fusion/lift_et.h; lift_run loads it): compute ops the
+  // ET covers read and write storage ranges instead of being opaque, collectives take their
+  // buffers from its tensors, and dependencies between streams come from the storages.
+  const EtFlow* et = nullptr;
+};
+
+// What a lift found, for `braid lift`'s summary and --json: op counts, how many compute ops have
+// data flow, which stayed opaque and why.
+struct LiftReport {
+  int64_t ops = 0, compute = 0, compute_with_dataflow = 0, collectives = 0, opaque_collectives = 0;
+  int64_t dataflow_deps = 0, timing_deps = 0;
+  bool execution_trace = false;  // the run has execution-trace data
+  int64_t step = -1;             // the step lifted (-1: the whole run)
+  std::string step_reason;       // why that step, when the lift chose it
+  struct Opaque {
+    std::string op, reason;
+    int64_t count = 0;
+  };
+  std::vector<Opaque> opaque;  // grouped by (op's short name, reason), most first
+  // The JSON `braid lift --json` prints (one writer: trace/json.h): an object of these fields,
+  // or the fields into an object being written.
+  std::string json() const;
+  void write_fields(json::Writer& w) const;
 };
 
 // Bad input (braid::Error, message naming the file and run): a run with one rank (Usage), a run
 // whose collectives match across ranks on no communicator (BadFormat), a step the trace does not
 // have (Usage).
-Schedule lift_run(const TraceReader& reader, int64_t run_id, const LiftOptions& opt = {});
+//
+// A run with execution-trace data and no `opt.step` is lifted on the one step its execution
+// traces cover (when they cover one), since the others' compute would be opaque.
+Schedule lift_run(const TraceReader& reader, int64_t run_id, const LiftOptions& opt = {},
+                  LiftReport* report = nullptr);
 // The same from a loaded run and its matching (what `braid analyze` already has).
 Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
-              const LiftOptions& opt = {});
+              const LiftOptions& opt = {}, LiftReport* report = nullptr);
 
 // The run (and step, -1: the whole run) a lifted schedule came from, read back from the
 // provenance line lift writes (kept by the passes, so a fused schedule names it too); run -1
@@ -76,6 +105,7 @@ struct LiftedRun {
   int64_t run_id = -1;
   int64_t schedule_id = -1;
   Schedule schedule;
+  LiftReport report;
 };
 LiftedRun lift_into_file(const std::string& path, int64_t run = -1, int64_t step = -1);
 // The same with options (`opt.step` is the step; cancel and progress as LiftOptions says).
@@ -84,5 +114,7 @@ LiftedRun lift_into_file(const std::string& path, int64_t run, const LiftOptions
 // What `braid lift` prints: ranks and ops, collectives by operation with bytes, the collectives
 // left opaque (by label), and the provenance (every assumption, and why what stayed opaque did).
 std::vector<std::string> lift_summary(const Schedule& s);
+// The same with what the lift reported: compute with data flow, opaque ops by reason.
+std::vector<std::string> lift_summary(const Schedule& s, const LiftReport& report);
 
 }  // namespace braid::fusion

@@ -38,8 +38,15 @@ std::string finding_detail_json(const Finding& f, bool applied) {
       .field("enabling", f.enabling)
       .field("assumption", f.assumption);
   if (f.assumed) w.field("assumed", true);  // applied under its assumption (fuse --assume)
+  if (!f.rejection.empty()) w.field("rejection", f.rejection);
   w.field("saving_bytes", f.saving_bytes).end_object();
   return w.take();
+}
+
+std::string_view finding_status(const Finding& f, bool applied) {
+  if (applied) return f.assumed ? "assumed" : "applied";
+  if (!f.rejection.empty()) return "rejected";
+  return f.legal ? "skipped" : "advice";
 }
 
 namespace passes {

@@ -38,6 +38,10 @@ struct Finding {
   std::string family;
   std::string summary;     // what it does, one line
   std::string assumption;  // advice: what must hold for it to be legal
+  // Rejected: the data flow proves the rewrite illegal (a known reader needs what it would drop);
+  // names the op that breaks it. Never applied, not advice. Passes report these on lifted
+  // schedules, where a user asks why a trace's collective was not fused.
+  std::string rejection;
   // The rewrite, bound to the schedule the finding was made on (ops named by id). Advice has one
   // too where the pass can build it (the rewrite is known; only its legality over opaque compute
   // is not): it is applied only under its assumption (PipelineOptions::assume). Empty for advice
@@ -106,7 +110,12 @@ const std::vector<std::unique_ptr<Pass>>& all_passes();
 const Pass* find_pass(std::string_view name);
 
 // The detail JSON stored with an opportunity: {"summary", "applied", "legal", "enabling",
-// "assumption", "assumed" (only when true), "saving_bytes"}.
+// "assumption", "assumed" (only when true), "rejection" (only when rejected), "saving_bytes"}.
 std::string finding_detail_json(const Finding& f, bool applied);
+
+// A finding's status as `braid fuse` reports it: "applied", "assumed" (advice applied under
+// --assume), "rejected", "advice" (not proven: an assumption about opaque compute), or "skipped"
+// (legal, but not worth it or deselected).
+std::string_view finding_status(const Finding& f, bool applied);
 
 }  // namespace braid::fusion

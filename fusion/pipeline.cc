@@ -31,13 +31,15 @@ std::string PipelineResult::passes_json() const {
   json::Writer w;
   w.begin_array();
   for (size_t i = 0; i < passes.size(); ++i) {
-    size_t a = 0, d = 0;
+    size_t a = 0, d = 0, x = 0;
     for (const Finding& f : applied) a += f.pass == passes[i];
     for (const Finding& f : advice) d += f.pass == passes[i];
+    for (const Finding& f : rejected) x += f.pass == passes[i];
     w.begin_object()
         .field("pass", passes[i])
         .field("applied", a)
         .field("advice", d)
+        .field("rejected", x)
         .field("rounds", i < rounds.size() ? rounds[i] : 0)
         .end_object();
   }
@@ -341,6 +343,11 @@ PipelineResult run_pipeline(const Schedule& s, const analysis::CostModel& cm,
       bool was_applied = false;
       for (const Finding& a : res.applied) was_applied = was_applied || (a.pass == f.pass && a.ops == f.ops);
       if (was_applied) continue;
+      if (!f.rejection.empty()) {
+        f.rewrite = nullptr;
+        res.rejected.push_back(std::move(f));
+        continue;
+      }
       if (skipped(f)) {
         f.summary += "; not applied: deselected";
       } else {

@@ -66,6 +66,7 @@ struct PipelineResult {
   std::vector<Finding> applied;   // in the order applied (each on the schedule of its time);
                                   // Finding::assumed for advice applied under --assume
   std::vector<Finding> advice;    // not applied: advice, or legal without a positive saving
+  std::vector<Finding> rejected;  // not applied: the data flow proves them illegal
   std::vector<std::string> passes;  // the passes run, in order
   std::vector<int> rounds;          // per pass: rounds run (the last one applied nothing)
   bool fixed_point = true;          // every pass stopped because a round applied nothing
@@ -78,7 +79,8 @@ struct PipelineResult {
   // critical path; overlapping savings are counted twice. Detail, not the prediction.
   Ns local_saving_ns() const;
   int64_t total_saving_bytes() const;
-  // The `schedules.passes` JSON: [{"pass": .., "applied": n, "advice": m, "rounds": r}, ...].
+  // The `schedules.passes` JSON: [{"pass": .., "applied": n, "advice": m, "rejected": k,
+  // "rounds": r}, ...].
   std::string passes_json() const;
 };
 

@@ -123,6 +123,7 @@ int64_t store_fused(const std::string& path, int64_t parent_id, const Schedule& 
   std::vector<StoredOpportunity> ops;
   for (const auto& f : res.applied) ops.push_back(opportunity(parent_id, f, true));
   for (const auto& f : res.advice) ops.push_back(opportunity(fused_id, f, false));
+  for (const auto& f : res.rejected) ops.push_back(opportunity(fused_id, f, false));
   // The prediction: the simulated step saving of all applied rewrites together (what `braid
   // ab` quotes).
   StoredOpportunity pred;

@@ -80,6 +80,16 @@ namespace braid::diag {
     "events that are not complete \"X\" events with a name, ts and dur")                          \
   X(legacy_collective_without_work, "legacy.collective_without_work", Warning, "trace/import",    \
     "c10d calls without a gloo event of the same operation; they end with the call")              \
+  X(et_joined, "et.joined", Info, "trace/import",                                                 \
+    "execution-trace ops joined to the trace's CPU ops (detail: how, and the step matched)")      \
+  X(et_not_joined, "et.not_joined", Warning, "trace/import",                                      \
+    "execution-trace ops joined to no CPU op of the trace (detail: the reasons, first names)")    \
+  X(et_trace_ops_not_joined, "et.trace_ops_not_joined", Info, "trace/import",                     \
+    "CPU ops inside the execution trace's window that no execution-trace op was joined to")       \
+  X(et_layout_assumed, "et.layout_assumed", Info, "trace/import",                                 \
+    "tensor arguments first seen without strides or a producing op, taken as dense")              \
+  X(et_extent_bounded, "et.extent_bounded", Info, "trace/import",                                 \
+    "views whose strides the execution trace does not give, bounded by the tensor they view")     \
   X(store_bad_time, "store.bad_time", Warning, "trace",                                           \
     "rows whose times are not a time, dropped by the writer")                                     \
   X(analysis_mismatched_collective, "analysis.mismatched_collective", Warning, "analysis",        \

@@ -110,6 +110,66 @@ std::string_view to_string(MemKind k) {
   }
 }
 
+std::string_view to_string(EtJoin j) {
+  switch (j) {
+    case EtJoin::RecordId:
+      return "rf_id";
+    case EtJoin::Sequence:
+      return "seq";
+    case EtJoin::Order:
+      return "order";
+    default:
+      return "none";
+  }
+}
+
+std::optional<EtJoin> et_join_from_string(std::string_view s) {
+  for (EtJoin j : {EtJoin::None, EtJoin::RecordId, EtJoin::Sequence, EtJoin::Order})
+    if (to_string(j) == s) return j;
+  return std::nullopt;
+}
+
+std::string_view to_string(EtOpKind k) {
+  switch (k) {
+    case EtOpKind::View:
+      return "view";
+    case EtOpKind::Alloc:
+      return "alloc";
+    case EtOpKind::Comm:
+      return "comm";
+    case EtOpKind::Annotation:
+      return "annotation";
+    default:
+      return "op";
+  }
+}
+
+std::optional<EtOpKind> et_op_kind_from_string(std::string_view s) {
+  for (EtOpKind k :
+       {EtOpKind::Op, EtOpKind::View, EtOpKind::Alloc, EtOpKind::Comm, EtOpKind::Annotation})
+    if (to_string(k) == s) return k;
+  return std::nullopt;
+}
+
+std::string_view to_string(EtExtent e) {
+  switch (e) {
+    case EtExtent::Strides:
+      return "strides";
+    case EtExtent::View:
+      return "view";
+    case EtExtent::Bound:
+      return "bound";
+    default:
+      return "dense";
+  }
+}
+
+std::optional<EtExtent> et_extent_from_string(std::string_view s) {
+  for (EtExtent e : {EtExtent::Strides, EtExtent::View, EtExtent::Dense, EtExtent::Bound})
+    if (to_string(e) == s) return e;
+  return std::nullopt;
+}
+
 std::string_view to_string(Severity s) {
   switch (s) {
     case Severity::Info: return "info";
@@ -127,6 +187,9 @@ std::string normalize_dtype(std::string_view name) {
   if (n.rfind("nccl", 0) == 0) n = n.substr(4);
   if (n == "unsigned char") return "uint8";  // Kineto's "Input type" names
   if (n == "signed char") return "int8";
+  if (n == "long int" || n == "long long" || n == "long long int") return "int64";  // ET types
+  if (n == "short int") return "int16";
+  if (n == "unsigned int") return "uint32";
   static const std::pair<std::string_view, std::string_view> kAliases[] = {
       {"float", "float32"},   {"float32", "float32"}, {"float16", "float16"},
       {"half", "float16"},    {"bfloat16", "bfloat16"}, {"double", "float64"},

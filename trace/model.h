@@ -236,4 +236,67 @@ struct ProxyOpRow {
   Ns start = 0, end = 0;
 };
 
+// Rows of the execution-trace tables (docs/schema.md, "Execution trace tables"; docs/import-et.md):
+// the operators of a PyTorch execution trace (ET) that `braid import --et` read with a trace of the
+// same run, each joined to the trace's CPU op it was (or not), and their tensor arguments.
+
+// How an ET node was joined to a trace op.
+enum class EtJoin : uint8_t {
+  None,      // not joined
+  RecordId,  // by record-function id (the trace's "Record function id" = the node's rf_id)
+  Sequence,  // by sequence number and name (the trace's "Sequence number" = the node's seq_id)
+  Order,     // by op-name order on the thread
+};
+std::string_view to_string(EtJoin j);
+std::optional<EtJoin> et_join_from_string(std::string_view s);
+
+// What an ET op does to data: computes (reads its inputs, writes its outputs), returns a view of an
+// input (no data moves), allocates (writes nothing yet), communicates (c10d, gloo, NCCL, record
+// of a collective's parameters), or annotates (a user or profiler scope, no tensors of its own).
+enum class EtOpKind : uint8_t { Op, View, Alloc, Comm, Annotation };
+std::string_view to_string(EtOpKind k);
+std::optional<EtOpKind> et_op_kind_from_string(std::string_view s);
+
+struct EtOp {
+  int32_t rank = 0;
+  int64_t node = 0;    // the ET node id (ids follow the order ops were entered)
+  int64_t parent = 0;  // the node's parent id (its enclosing op, or the thread's root node)
+  StrId name = 0;
+  int64_t et_tid = 0;  // the ET's own thread number
+  int64_t rf_id = -1, seq = -1;
+  StrId schema = 0;  // the operator schema ("aten::add.Tensor(Tensor self, ...) -> Tensor")
+  // The trace's CPU op it was joined to: its thread and host times (-1 when not joined), and the
+  // step whose window holds it (-1: none).
+  int64_t tid = -1;
+  Ns op_start = -1, op_end = -1;
+  int64_t step = -1;
+  EtJoin join = EtJoin::None;
+  EtOpKind kind = EtOpKind::Op;
+};
+
+// How a tensor argument's touched element range [lo, hi) was found.
+enum class EtExtent : uint8_t {
+  Strides,  // from the strides the ET recorded (schema 1.1.1 and later)
+  View,     // derived through the view ops that made it (slice, transpose, as_strided, ...)
+  Dense,    // a dense tensor (an op's fresh output, or one with no view in the ET): offset + numel
+  Bound,    // a view whose layout the ET does not give: bounded by the tensor it views
+};
+std::string_view to_string(EtExtent e);
+std::optional<EtExtent> et_extent_from_string(std::string_view s);
+
+struct EtTensor {
+  int32_t rank = 0;
+  int64_t node = 0;
+  int32_t arg = 0;    // argument position
+  int32_t item = -1;  // position in a tensor-list argument, -1 for a plain tensor
+  bool output = false;
+  int64_t tensor = 0, storage = 0;  // the ET's ids (reused once freed, as PyTorch reuses memory)
+  int64_t offset = 0, numel = 0;    // in elements of `itemsize` bytes
+  int32_t itemsize = 0;
+  StrId dtype = 0, device = 0;
+  StrId shape = 0, strides = 0;  // JSON arrays ("[16,32]"); strides 0 when the ET has none
+  int64_t lo = 0, hi = 0;        // the storage elements it touches: [lo, hi)
+  EtExtent extent = EtExtent::Dense;
+};
+
 }  // namespace braid

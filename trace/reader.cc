@@ -482,6 +482,28 @@ void TraceReader::nccl_calls(int64_t run, const Fn<NcclCallRow>& fn) const {
     if (!fn(rows::read_nccl_call(s))) return;
 }
 
+void TraceReader::et_ops(int64_t run, const Fn<EtOp>& fn) const {
+  if (!has_table("et_ops")) return;
+  sql::Stmt s(
+      db_,
+      "SELECT run_id, rank, node, parent, name_id, et_tid, rf_id, seq, schema_id, tid,"
+      " start_ns, end_ns, step, joined_by, kind FROM et_ops WHERE run_id=? ORDER BY rank, node");
+  s.bind(1, run);
+  while (s.step())
+    if (!fn(rows::read_et_op(s))) return;
+}
+
+void TraceReader::et_tensors(int64_t run, const Fn<EtTensor>& fn) const {
+  if (!has_table("et_tensors")) return;
+  sql::Stmt s(db_,
+              "SELECT run_id, rank, node, arg, item, output, tensor_id, storage_id, offset, numel,"
+              " itemsize, dtype_id, device_id, shape_id, strides_id, lo, hi, extent FROM et_tensors"
+              " WHERE run_id=? ORDER BY rank, node, output, arg, item");
+  s.bind(1, run);
+  while (s.step())
+    if (!fn(rows::read_et_tensor(s))) return;
+}
+
 std::vector<CaptureWindow> TraceReader::capture_windows(int64_t run) const {
   std::vector<CaptureWindow> out;
   if (!has_table("capture_windows")) return out;

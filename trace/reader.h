@@ -93,6 +93,10 @@ class TraceReader {
   // The capture windows the agent recorded (a capture with a --window), in (rank, start) order;
   // empty for a capture of the whole run and for imported runs.
   std::vector<CaptureWindow> capture_windows(int64_t run) const;
+  // The execution-trace tables (`braid import --et`; docs/schema.md), in (rank, node) order;
+  // nothing when the file has no such table.
+  void et_ops(int64_t run, const Fn<EtOp>& fn) const;
+  void et_tensors(int64_t run, const Fn<EtTensor>& fn) const;
 
   bool has_table(const std::string& name) const;
 

@@ -49,6 +49,45 @@ int bind(sql::Stmt& s, int i, int64_t run, const CaptureWindow& w) {
   s.bind(i++, w.end);
   return i;
 }
+int bind(sql::Stmt& s, int i, int64_t run, const EtOp& o) {
+  s.bind(i++, run);
+  s.bind(i++, o.rank);
+  s.bind(i++, o.node);
+  s.bind(i++, o.parent);
+  s.bind(i++, static_cast<int64_t>(o.name));
+  s.bind(i++, o.et_tid);
+  s.bind(i++, o.rf_id);
+  s.bind(i++, o.seq);
+  s.bind(i++, static_cast<int64_t>(o.schema));
+  s.bind(i++, o.tid);
+  s.bind(i++, o.op_start);
+  s.bind(i++, o.op_end);
+  s.bind(i++, o.step);
+  s.bind(i++, to_string(o.join));
+  s.bind(i++, to_string(o.kind));
+  return i;
+}
+int bind(sql::Stmt& s, int i, int64_t run, const EtTensor& t) {
+  s.bind(i++, run);
+  s.bind(i++, t.rank);
+  s.bind(i++, t.node);
+  s.bind(i++, t.arg);
+  s.bind(i++, t.item);
+  s.bind(i++, t.output ? 1 : 0);
+  s.bind(i++, t.tensor);
+  s.bind(i++, t.storage);
+  s.bind(i++, t.offset);
+  s.bind(i++, t.numel);
+  s.bind(i++, t.itemsize);
+  s.bind(i++, static_cast<int64_t>(t.dtype));
+  s.bind(i++, static_cast<int64_t>(t.device));
+  s.bind(i++, static_cast<int64_t>(t.shape));
+  s.bind(i++, static_cast<int64_t>(t.strides));
+  s.bind(i++, t.lo);
+  s.bind(i++, t.hi);
+  s.bind(i++, to_string(t.extent));
+  return i;
+}
 int bind(sql::Stmt& s, int i, int64_t run, const Step& st) {
   s.bind(i++, run); s.bind(i++, st.rank); s.bind(i++, st.step); s.bind(i++, st.start);
   s.bind(i++, st.end);
@@ -115,6 +154,49 @@ ProxyOpRow read_proxy_op(const sql::Stmt& s, int i) {
   return p;
 }
 
+EtOp read_et_op(const sql::Stmt& s, int i) {
+  EtOp o;
+  ++i;  // run_id
+  o.rank = static_cast<int32_t>(s.i64(i++));
+  o.node = s.i64(i++);
+  o.parent = s.i64(i++);
+  o.name = static_cast<StrId>(s.i64(i++));
+  o.et_tid = s.i64(i++);
+  o.rf_id = s.i64(i++);
+  o.seq = s.i64(i++);
+  o.schema = static_cast<StrId>(s.i64(i++));
+  o.tid = s.i64(i++);
+  o.op_start = s.i64(i++);
+  o.op_end = s.i64(i++);
+  o.step = s.i64(i++);
+  o.join = et_join_from_string(s.text(i++)).value_or(EtJoin::None);
+  o.kind = et_op_kind_from_string(s.text(i++)).value_or(EtOpKind::Op);
+  return o;
+}
+
+EtTensor read_et_tensor(const sql::Stmt& s, int i) {
+  EtTensor t;
+  ++i;  // run_id
+  t.rank = static_cast<int32_t>(s.i64(i++));
+  t.node = s.i64(i++);
+  t.arg = static_cast<int32_t>(s.i64(i++));
+  t.item = static_cast<int32_t>(s.i64(i++));
+  t.output = s.i64(i++) != 0;
+  t.tensor = s.i64(i++);
+  t.storage = s.i64(i++);
+  t.offset = s.i64(i++);
+  t.numel = s.i64(i++);
+  t.itemsize = static_cast<int32_t>(s.i64(i++));
+  t.dtype = static_cast<StrId>(s.i64(i++));
+  t.device = static_cast<StrId>(s.i64(i++));
+  t.shape = static_cast<StrId>(s.i64(i++));
+  t.strides = static_cast<StrId>(s.i64(i++));
+  t.lo = s.i64(i++);
+  t.hi = s.i64(i++);
+  t.extent = et_extent_from_string(s.text(i++)).value_or(EtExtent::Bound);
+  return t;
+}
+
 std::string insert_sql(const char* table, int cols, int rows, bool replace) {
   std::string row = "(";
   for (int c = 0; c < cols; ++c) row += c ? ",?" : "?";
@@ -133,6 +215,8 @@ Inserter<T>::Inserter(sqlite3* db) : db_(db) {
   if constexpr (std::is_same_v<T, NcclCallRow> || std::is_same_v<T, ProxyOpRow> ||
                 std::is_same_v<T, CaptureWindow>)
     schema::create_capture_tables(db);
+  if constexpr (std::is_same_v<T, EtOp> || std::is_same_v<T, EtTensor>)
+    schema::create_et_tables(db);
   single_ = sql::Stmt(db, insert_sql(Table<T>::name, Table<T>::cols, 1, Table<T>::replace));
 }
 
@@ -168,6 +252,8 @@ template class Inserter<Step>;
 template class Inserter<NcclCallRow>;
 template class Inserter<ProxyOpRow>;
 template class Inserter<CaptureWindow>;
+template class Inserter<EtOp>;
+template class Inserter<EtTensor>;
 
 StrId StringTable::intern(std::string_view s) {
   if (s.empty()) return 0;
@@ -355,6 +441,22 @@ void recategorize_kernels(sqlite3* db, int64_t run, int32_t rank, Category from,
     s.bind(6, static_cast<int>(from));
     s.run();
   }
+}
+
+void fill_collective_size(sqlite3* db, int64_t run, int32_t rank, Ns start, StrId name,
+                          int64_t in_count, int64_t out_count, int64_t bytes, StrId dtype) {
+  sql::Stmt s(db,
+              "UPDATE collectives SET in_count=?, out_count=?, bytes=?, dtype_id=? WHERE run_id=?"
+              " AND rank=? AND start_ns=? AND name_id=? AND in_count<0 AND out_count<0");
+  s.bind(1, in_count);
+  s.bind(2, out_count);
+  s.bind(3, bytes);
+  s.bind(4, static_cast<int64_t>(dtype));
+  s.bind(5, run);
+  s.bind(6, rank);
+  s.bind(7, start);
+  s.bind(8, static_cast<int64_t>(name));
+  s.run();
 }
 
 std::string now_iso8601() {

@@ -39,6 +39,18 @@ struct Table<CaptureWindow> {
   static constexpr int cols = 4;
   static constexpr bool replace = true;
 };
+template <>
+struct Table<EtOp> {
+  static constexpr const char* name = "et_ops";
+  static constexpr int cols = 15;
+  static constexpr bool replace = false;
+};
+template <>
+struct Table<EtTensor> {
+  static constexpr const char* name = "et_tensors";
+  static constexpr int cols = 18;
+  static constexpr bool replace = false;
+};
 
 // Binds one row's columns (run_id first, in the table's column order) from parameter `i` on;
 // returns the next free parameter.
@@ -51,17 +63,21 @@ int bind(sql::Stmt& s, int i, int64_t run, const Step& st);
 int bind(sql::Stmt& s, int i, int64_t run, const NcclCallRow& c);
 int bind(sql::Stmt& s, int i, int64_t run, const ProxyOpRow& p);
 int bind(sql::Stmt& s, int i, int64_t run, const CaptureWindow& w);
+int bind(sql::Stmt& s, int i, int64_t run, const EtOp& o);
+int bind(sql::Stmt& s, int i, int64_t run, const EtTensor& t);
 
 // The capture tables read back: all their columns, in table order, from `col` (run_id) on.
 NcclCallRow read_nccl_call(const sql::Stmt& s, int col = 0);
 ProxyOpRow read_proxy_op(const sql::Stmt& s, int col = 0);
+EtOp read_et_op(const sql::Stmt& s, int col = 0);
+EtTensor read_et_tensor(const sql::Stmt& s, int col = 0);
 
 // "INSERT [OR REPLACE] INTO table VALUES (?,..),(?,..)" with `rows` rows of `cols` columns.
 std::string insert_sql(const char* table, int cols, int rows, bool replace = false);
 
 // Prepared inserts of one table on one connection: one row at a time (a live capture), or a
 // batch with a multi-row statement, which SQLite executes several times faster per row.
-// Creates the capture tables on first use when T is one of theirs.
+// Creates the capture or execution-trace tables on first use when T is one of theirs.
 template <typename T>
 class Inserter {
  public:
@@ -149,6 +165,12 @@ void move_events(sqlite3* db, int64_t run, int32_t from, int32_t to, Ns shift);
 // the category `to`, for each (stream, start, to) of `list`.
 void recategorize_kernels(sqlite3* db, int64_t run, int32_t rank, Category from,
                           const std::vector<std::tuple<int64_t, Ns, int>>& list);
+
+// Gives the collective of (run, rank) that starts at `start` under name `name` and has no size
+// yet (in_count < 0) these element counts, bytes and dtype (an execution trace that knows the
+// tensors of a host collective the trace did not size).
+void fill_collective_size(sqlite3* db, int64_t run, int32_t rank, Ns start, StrId name,
+                          int64_t in_count, int64_t out_count, int64_t bytes, StrId dtype);
 
 // Now, UTC, as runs.created_at stores it.
 std::string now_iso8601();

@@ -93,6 +93,24 @@ CREATE TABLE IF NOT EXISTS capture_windows(
 CREATE INDEX IF NOT EXISTS nccl_calls_match ON nccl_calls(run_id, comm_id, seq);
 )SQL";
 
+// Tables `braid import --et` adds (docs/schema.md, "Execution trace tables"): the operators of a
+// PyTorch execution trace joined to the trace's CPU ops, and their tensor arguments.
+static const char* kEtTables = R"SQL(
+CREATE TABLE IF NOT EXISTS et_ops(
+  run_id INTEGER NOT NULL, rank INTEGER NOT NULL, node INTEGER NOT NULL, parent INTEGER NOT NULL,
+  name_id INTEGER NOT NULL, et_tid INTEGER NOT NULL, rf_id INTEGER NOT NULL, seq INTEGER NOT NULL,
+  schema_id INTEGER NOT NULL, tid INTEGER NOT NULL, start_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL, step INTEGER NOT NULL, joined_by TEXT NOT NULL, kind TEXT NOT NULL,
+  PRIMARY KEY (run_id, rank, node));
+CREATE TABLE IF NOT EXISTS et_tensors(
+  run_id INTEGER NOT NULL, rank INTEGER NOT NULL, node INTEGER NOT NULL, arg INTEGER NOT NULL,
+  item INTEGER NOT NULL, output INTEGER NOT NULL, tensor_id INTEGER NOT NULL,
+  storage_id INTEGER NOT NULL, offset INTEGER NOT NULL, numel INTEGER NOT NULL,
+  itemsize INTEGER NOT NULL, dtype_id INTEGER NOT NULL, device_id INTEGER NOT NULL,
+  shape_id INTEGER NOT NULL, strides_id INTEGER NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
+  extent TEXT NOT NULL, PRIMARY KEY (run_id, rank, node, output, arg, item));
+)SQL";
+
 static const char* kIndexes = R"SQL(
 CREATE INDEX IF NOT EXISTS kernels_window ON kernels(run_id, rank, stream, start_ns);
 CREATE INDEX IF NOT EXISTS memcpys_window ON memcpys(run_id, rank, stream, start_ns);
@@ -124,6 +142,8 @@ void create_tables(sqlite3* db) {
 void create_indexes(sqlite3* db) { sql::exec(db, kIndexes); }
 
 void create_capture_tables(sqlite3* db) { sql::exec(db, kCaptureTables); }
+
+void create_et_tables(sqlite3* db) { sql::exec(db, kEtTables); }
 
 namespace {
 using Layout = std::map<std::string, std::vector<std::string>>;
@@ -190,6 +210,7 @@ void check_known_layout(sqlite3* db, const std::string& path) {
   const Layout known = layout_of([](sqlite3* ref) {
     create_tables(ref);
     create_capture_tables(ref);
+    create_et_tables(ref);
   });
   const std::string ours = std::to_string(kMajor) + "." + std::to_string(kMinor);
   for (auto& [name, cols] : layout(db)) {
@@ -198,16 +219,20 @@ void check_known_layout(sqlite3* db, const std::string& path) {
     if (owner_of(name)) continue;
     auto k = known.find(name);
     if (k == known.end())
-      throw Error(ErrorCode::Unsupported,
-                  path + ": table '" + name + "' is not in the .braid schema this braid knows (" +
-                      ours + " with the capture tables); it was probably written by a newer "
-                      "braid, and copying the file would lose it; upgrade braid");
+      throw Error(
+          ErrorCode::Unsupported,
+          path + ": table '" + name + "' is not in the .braid schema this braid knows (" + ours +
+              " with the capture and execution-trace tables); it was probably written by a newer "
+              "braid, and copying the file would lose it; upgrade braid");
     for (const std::string& c : cols)
       if (std::find(k->second.begin(), k->second.end(), c) == k->second.end())
         throw Error(ErrorCode::Unsupported,
-                    path + ": column '" + name + "." + c + "' is not in the .braid schema this "
-                    "braid knows (" + ours + " with the capture tables); it was probably written "
-                    "by a newer braid, and copying the file would lose it; upgrade braid");
+                    path + ": column '" + name + "." + c +
+                        "' is not in the .braid schema this "
+                        "braid knows (" +
+                        ours +
+                        " with the capture and execution-trace tables); it was probably written "
+                        "by a newer braid, and copying the file would lose it; upgrade braid");
   }
 }
 
@@ -259,8 +284,9 @@ void migrate(sqlite3* db, const std::string& path) {
                     path + ": no migration from schema version " + std::to_string(m));
       sql::exec(db, kMigrations[m - 1]);
     }
-    // Minor versions of the current major only add tables, and 1.1's (the analysis results) are
-    // created by their owner when first written: nothing to create here.
+    // Minor versions of the current major only add tables, each created with its first rows
+    // (1.1's analysis results by their owner, 1.2's execution-trace tables by the importer):
+    // nothing to create here.
     sql::Stmt up(db, "UPDATE meta SET value=? WHERE key='schema_version'");
     up.bind(1, std::to_string(kMajor) + "." + std::to_string(kMinor));
     up.run();

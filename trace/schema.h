@@ -11,7 +11,7 @@
 namespace braid::schema {
 
 inline constexpr int kMajor = 1;  // a reader refuses files of a newer major version
-inline constexpr int kMinor = 1;  // newer minor versions only add tables/columns a reader ignores
+inline constexpr int kMinor = 2;  // newer minor versions only add tables/columns a reader ignores
 
 // Creates the core tables of the current version in an empty database (indexes: see below). The
 // capture tables and the owned families (below) come with their first rows.
@@ -32,6 +32,10 @@ void migrate(sqlite3* db, const std::string& path);
 // The two tables capture adds (nccl_calls, nccl_proxy_ops; docs/schema.md) and their index.
 // Only files that hold such rows have them. Idempotent.
 void create_capture_tables(sqlite3* db);
+
+// The two tables `braid import --et` adds (et_ops, et_tensors; docs/schema.md, "Execution trace
+// tables"). Only files that hold such rows have them. Idempotent.
+void create_et_tables(sqlite3* db);
 
 // A table family that a module of a higher layer owns (docs/architecture.md): that module holds
 // the family's DDL and creates its tables (CREATE TABLE IF NOT EXISTS) in the transaction of its

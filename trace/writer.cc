@@ -56,7 +56,8 @@ struct TraceWriter::Inserters {
              std::unique_ptr<rows::Inserter<Collective>>, std::unique_ptr<rows::Inserter<Step>>,
              std::unique_ptr<rows::Inserter<NcclCallRow>>,
              std::unique_ptr<rows::Inserter<ProxyOpRow>>,
-             std::unique_ptr<rows::Inserter<CaptureWindow>>>
+             std::unique_ptr<rows::Inserter<CaptureWindow>>, std::unique_ptr<rows::Inserter<EtOp>>,
+             std::unique_ptr<rows::Inserter<EtTensor>>>
       t;
   template <typename T>
   rows::Inserter<T>& get(sqlite3* db) {
@@ -239,6 +240,8 @@ void TraceWriter::submit(std::function<void(sqlite3*)> job) {
   ship(calls_);
   ship(proxy_);
   ship(windows_);
+  ship(et_ops_);
+  ship(et_tensors_);
   ship_strings();
   enqueue(std::move(job));
 }

@@ -63,6 +63,9 @@ class TraceWriter {
   void add(int64_t run, const NcclCallRow& c) { push(calls_, run, c); }
   void add(int64_t run, const ProxyOpRow& p) { push(proxy_, run, p); }
   void add(int64_t run, const CaptureWindow& w) { push(windows_, run, w); }
+  // Execution-trace tables (et_ops, et_tensors): created in the file on the first row.
+  void add(int64_t run, const EtOp& o) { push(et_ops_, run, o); }
+  void add(int64_t run, const EtTensor& t) { push(et_tensors_, run, t); }
 
   // Runs `job` on the writer thread after everything queued before it; for importers that
   // fix up rows in SQL (e.g. a time base learnt at the end of a file).
@@ -129,6 +132,8 @@ class TraceWriter {
   Buffer<NcclCallRow> calls_;
   Buffer<ProxyOpRow> proxy_;
   Buffer<CaptureWindow> windows_;
+  Buffer<EtOp> et_ops_;
+  Buffer<EtTensor> et_tensors_;
 
   struct Small;
   std::unique_ptr<Small> small_;

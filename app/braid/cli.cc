@@ -36,6 +36,49 @@ void register_verbs(CLI::App& app, Action& run) {
   for (const Verb& verb : v) verb.fn(app, run);
 }
 
+std::vector<std::string> wrap_lines(const std::string& prefix, const std::string& text) {
+  std::vector<std::string> out;
+  const std::string indent(std::min<size_t>(prefix.size(), 40), ' ');
+  std::string line = prefix;
+  size_t at = 0;
+  bool first_word = true;
+  auto flush = [&] {
+    out.push_back(line);
+    line = indent;
+    first_word = true;
+  };
+  while (at <= text.size()) {
+    size_t nl = text.find('\n', at);
+    std::string para = text.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+    for (size_t i = 0; i < para.size();) {
+      size_t j = para.find(' ', i);
+      if (j == std::string::npos) j = para.size();
+      std::string word = para.substr(i, j - i);
+      const size_t room = kMaxLine - std::min(kMaxLine, line.size() + (first_word ? 0 : 1));
+      if (!first_word && word.size() > room) flush();
+      // A word longer than a whole line is cut.
+      while (line.size() + (first_word ? 0 : 1) + word.size() > kMaxLine) {
+        const size_t fit = kMaxLine - line.size() - (first_word ? 0 : 1);
+        line += (first_word ? "" : " ") + word.substr(0, fit);
+        word = word.substr(fit);
+        flush();
+      }
+      line += (first_word ? "" : " ") + word;
+      first_word = false;
+      i = j + 1;
+    }
+    if (nl == std::string::npos) break;
+    flush();
+    at = nl + 1;
+  }
+  out.push_back(line);
+  return out;
+}
+
+void print_wrapped(const std::string& prefix, const std::string& text) {
+  for (const std::string& l : wrap_lines(prefix, text)) std::printf("%s\n", l.c_str());
+}
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();

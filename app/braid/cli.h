@@ -41,6 +41,13 @@ class Progress {
 };
 
 double now_seconds();
+
+// Text output lines are at most this long (`braid lift`, `fuse`, `ab`, ...): longer text wraps.
+inline constexpr size_t kMaxLine = 200;
+// `prefix` + `text` as lines of at most kMaxLine characters: `text` wraps at spaces onto lines
+// indented as far as `prefix` is long (at most 40 columns). A newline in `text` starts a line.
+std::vector<std::string> wrap_lines(const std::string& prefix, const std::string& text);
+void print_wrapped(const std::string& prefix, const std::string& text);
 // Where the bundled samples are: BRAID_ASSETS_DIR, else next to the executable's source tree.
 std::string assets_dir();
 

@@ -18,6 +18,16 @@ namespace braid::cli {
 
 namespace {
 
+// The fixed columns of a finding's row: pass, where, status, local ns, saving bytes.
+std::string fixed_columns(const std::string& pass, const std::string& where,
+                          std::string_view status, int64_t ns, int64_t bytes) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%-10s %-16s %-8s %14lld %14lld  ", pass.c_str(), where.c_str(),
+                std::string(status).c_str(), static_cast<long long>(ns),
+                static_cast<long long>(bytes));
+  return buf;
+}
+
 std::string where(const fusion::Finding& f) {
   std::string t = "ranks ";
   for (size_t i = 0; i < f.ranks.size() && i < 8; ++i) t += (i ? "," : "") + std::to_string(f.ranks[i]);
@@ -26,7 +36,8 @@ std::string where(const fusion::Finding& f) {
 }
 
 // A file with a run and no schedule: lift the run first (braid lift), and say so.
-int64_t lift_first(const std::string& file, bool dry) {
+// With --json the note goes to stderr, keeping stdout one JSON document.
+int64_t lift_first(const std::string& file, bool dry, bool json) {
   bool has_run = false;
   {
     TraceReader reader(file);
@@ -42,9 +53,11 @@ int64_t lift_first(const std::string& file, bool dry) {
                                       " holds no schedule: --dry-run stores nothing, so lift "
                                       "its run first with `braid lift`");
   fusion::LiftedRun l = fusion::lift_into_file(file, -1);
-  std::printf("%s holds no schedule: lifted its run first (as `braid lift` does)\n", file.c_str());
-  print_lifted(file, l);
-  std::printf("\n");
+  FILE* out = json ? stderr : stdout;
+  std::fprintf(out, "%s holds no schedule: lifted its run first (as `braid lift` does)\n",
+               file.c_str());
+  print_lifted(file, l, out);
+  std::fprintf(out, "\n");
   return l.schedule_id;
 }
 
@@ -136,7 +149,7 @@ void register_fuse(CLI::App& app, Action& run) {
       if (id < 0) {
         for (const auto& st : fusion::list_schedules(o->file))
           if (st.parent_id < 0 && st.id > id) id = st.id;
-        if (id < 0) id = lift_first(o->file, o->dry);
+        if (id < 0) id = lift_first(o->file, o->dry, o->json);
       }
       fusion::Schedule s = fusion::load_stored_schedule(o->file, id);
       // The profile as `braid replay --backend sim --profile` loads it (calibrated compute
@@ -163,30 +176,39 @@ void register_fuse(CLI::App& app, Action& run) {
         if (!assumed.empty()) w.array_of("assumptions", assumed);
         w.key("findings").begin_array();
         auto add = [&w](const fusion::Finding& f, bool applied) {
+          // The assumptions a finding needs: none when proven (applied, skipped, rejected).
+          std::vector<std::string> assumptions;
+          if (!f.legal && f.rejection.empty() && !f.assumption.empty())
+            assumptions.push_back(f.assumption);
           w.begin_object()
               .field("pass", f.pass)
+              .field("status", fusion::finding_status(f, applied))
+              .array_of("assumptions", assumptions)
               .array_of("ranks", f.ranks)
               .array_of("ops", f.ops)
-              .field("local_saving_ns", f.saving_ns)
-              .field_raw("detail", fusion::finding_detail_json(f, applied))
-              .end_object();
+              .field("local_saving_ns", f.saving_ns);
+          if (!f.rejection.empty()) w.field("rejected_by", f.rejection);
+          w.field_raw("detail", fusion::finding_detail_json(f, applied)).end_object();
         };
         for (const auto& f : res.applied) add(f, true);
         for (const auto& f : res.advice) add(f, false);
+        for (const auto& f : res.rejected) add(f, false);
         const std::string t = w.end_array().end_object().take() + "\n";
         std::fwrite(t.data(), 1, t.size(), stdout);
         return 0;
       }
       std::printf("%-10s %-16s %-8s %14s %14s  %s\n", "pass", "where", "status", "local ns",
                   "saving B/rank", "what");
-      auto row = [](const fusion::Finding& f, const char* status) {
-        std::printf("%-10s %-16s %-8s %14lld %14lld  %s\n", f.pass.c_str(), where(f).c_str(),
-                    status, static_cast<long long>(f.saving_ns),
-                    static_cast<long long>(f.saving_bytes), f.summary.c_str());
-        if (!f.assumption.empty()) std::printf("%-10s %-16s %-8s %14s %14s    %s\n", "", "", "", "", "", f.assumption.c_str());
+      auto row = [](const fusion::Finding& f, bool applied) {
+        const std::string head = fixed_columns(f.pass, where(f), fusion::finding_status(f, applied),
+                                               f.saving_ns, f.saving_bytes);
+        print_wrapped(head, f.summary);
+        const std::string& why = !f.rejection.empty() ? f.rejection : f.assumption;
+        if (!why.empty()) print_wrapped(std::string(head.size() + 2, ' '), why);
       };
-      for (const auto& f : res.applied) row(f, f.assumed ? "assumed" : "applied");
-      for (const auto& f : res.advice) row(f, f.legal ? "skipped" : "advice");
+      for (const auto& f : res.applied) row(f, true);
+      for (const auto& f : res.advice) row(f, false);
+      for (const auto& f : res.rejected) row(f, false);
       Ns advice_ns = 0;
       for (const auto& f : res.advice)
         if (!f.legal && f.saving_ns > 0) advice_ns += f.saving_ns;
@@ -197,9 +219,11 @@ void register_fuse(CLI::App& app, Action& run) {
         rounds += (i ? ", " : "") + res.passes[i] + " " + std::to_string(n) + " in " +
                   std::to_string(res.rounds[i]) + (res.rounds[i] == 1 ? " round" : " rounds");
       }
-      std::printf("\n%s after %zu applied (%s), %zu advice\n",
-                  res.fixed_point ? "fixed point" : "round limit reached (no fixed point)",
-                  res.applied.size(), rounds.c_str(), res.advice.size());
+      print_wrapped("", std::string(res.fixed_point ? "\nfixed point"
+                                                    : "\nround limit reached (no fixed point)") +
+                            " after " + std::to_string(res.applied.size()) + " applied (" + rounds +
+                            "), " + std::to_string(res.advice.size()) + " advice, " +
+                            std::to_string(res.rejected.size()) + " rejected");
       std::printf(
           "predicted step time (simulated, profile %s): %.3f ms -> %.3f ms, change "
           "%+.3f ms\n",

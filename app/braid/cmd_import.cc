@@ -11,7 +11,7 @@ namespace braid::cli {
 
 void register_import(CLI::App& app, Action& run) {
   struct Opts {
-    std::vector<std::string> files;
+    std::vector<std::string> files, ets;
     std::string out, format = "auto";
     std::vector<int32_t> ranks;
     bool append = false, force = false, quiet = false;
@@ -23,10 +23,17 @@ void register_import(CLI::App& app, Action& run) {
       "Formats: PyTorch profiler / Kineto Chrome-trace JSON (plain or .gz), Nsight Systems\n"
       "SQLite export (nsys export --type sqlite), Chakra execution traces (.et protobuf, JSON,\n"
       "or a tar(.gz) of them), and the legacy autograd-profiler JSON of PyTorch without Kineto.\n"
+      "PyTorch execution traces (ExecutionTraceObserver / ExecutionGraphObserver JSON, plain or\n"
+      ".gz) come with the Kineto or legacy trace of the same run: --et E0 E1 ... gives the i-th\n"
+      "to the i-th trace file; one given among the files is paired with the trace of its\n"
+      "process id, else of the rank its name gives. Their ops are joined to the trace's CPU ops\n"
+      "and their tensor arguments stored, for `braid lift`'s data flow (docs/import-et.md).\n"
       "An input none of whose events can be read is an error. The output is written to a\n"
       "temporary file and renamed at the end: an interrupted or failed import leaves any\n"
       "existing output untouched.");
   cmd->add_option("files", o->files, "Trace files, one per rank")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--et", o->ets, "PyTorch execution traces, one per trace file, in the same order")
+      ->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", o->out, "Output .braid file (default: <first input>.braid)");
   cmd->add_option("-f,--format", o->format, "Input format: auto, kineto, nsys, chakra, legacy")
       ->capture_default_str();
@@ -53,6 +60,7 @@ void register_import(CLI::App& app, Action& run) {
       Progress progress("importing", !o->quiet);
       ImportOptions opts;
       opts.ranks = o->ranks;
+      opts.et_files = o->ets;
       opts.progress = [&](uint64_t done, uint64_t all) { progress.update(done, all); };
       ImportStats stats;
       TraceWriter w(o->out, mode);
@@ -67,6 +75,9 @@ void register_import(CLI::App& app, Action& run) {
                     static_cast<double>(stats.bytes) / 1e6, static_cast<long long>(stats.events),
                     static_cast<long long>(run_id), o->out.c_str(), dt,
                     dt > 0 ? static_cast<double>(stats.bytes) / 1e6 / dt : 0.0);
+      if (!o->quiet)
+        for (const std::string& line : stats.notes)
+          std::printf("  execution trace: %s\n", line.c_str());
       return 0;
     };
   });

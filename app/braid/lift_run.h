@@ -2,6 +2,7 @@
 // has a run and no schedule); the lifting itself is fusion::lift_into_file.
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 #include "fusion/lift.h"
@@ -10,6 +11,6 @@ namespace braid::cli {
 
 // The summary `braid lift` prints (fusion::lift_summary), after a line naming the run and the
 // new schedule.
-void print_lifted(const std::string& file, const fusion::LiftedRun& l);
+void print_lifted(const std::string& file, const fusion::LiftedRun& l, FILE* out = stdout);
 
 }  // namespace braid::cli

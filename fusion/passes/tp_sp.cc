@@ -5,6 +5,8 @@
 // all-reduce (its all-gather lands before the row-parallel GEMM's backward).
 #include <cmath>
 
+#include "fusion/labels.h"
+#include "fusion/lift.h"
 #include "fusion/passes/passes.h"
 
 namespace braid::fusion::passes {
@@ -37,6 +39,30 @@ MemberUse use_of(const Dataflow& df, OpRef ref, const Slice& out, const Slice& s
     if (!r.elems.within(shard.offset, shard.end())) m.full.push_back(r.op);
   m.full_at_end = !u.live_at_end.within(shard.offset, shard.end());
   return m;
+}
+
+// Why the all-reduce cannot become a reduce-scatter on this member: the first known reader of
+// elements outside the member's shard, with what it reads, or the buffer being a result of the
+// step. "" when neither.
+std::string breaks_shard(const Schedule& s, const MemberUse& m, bool readers) {
+  const std::string shard = "rank " + std::to_string(m.ref.rank) + "'s shard (elements " +
+                            std::to_string(m.shard.offset) + "-" +
+                            std::to_string(m.shard.end() - 1) + ")";
+  for (OpRef r : readers ? m.full : std::vector<OpRef>{}) {
+    Access a = access_of(s, r.rank, s.op(r));
+    for (const Slice& x : a.reads) {
+      if (!x.overlaps(m.out)) continue;
+      const int64_t lo = std::max(x.offset, m.out.offset), hi = std::min(x.end(), m.out.end());
+      const Op& op = s.op(r);
+      std::string name = op.compute() ? short_label(op.compute()->label) : op_name(op);
+      return "op " + std::to_string(op.id) + " " + name + " reads elements " + std::to_string(lo) +
+             "-" + std::to_string(hi - 1) + " of '" + m.out.buffer + "', outside " + shard;
+    }
+  }
+  if (!readers && m.full_at_end)
+    return "'" + m.out.buffer + "' is a result of the step on rank " + std::to_string(m.ref.rank) +
+           " (kept whole after it), outside " + shard;
+  return "";
 }
 
 // Where the all-gather goes on one member: before the first full reader, or at the end of the
@@ -147,6 +173,19 @@ class TpSp : public Pass {
       opaque.insert(opaque.end(), m.opaque.begin(), m.opaque.end());
     }
     if (unordered) return;
+    // On a lifted schedule, a known reader outside its shard rejects the rewrite by fact: say
+    // which (the enabling form below may still move the all-gather to it).
+    if (!unknown && any_full && !only_worth && lifted_from(s).run >= 0) {
+      Finding rej;
+      rej.pass = std::string(name());
+      rej.ranks = member_ranks(g);
+      rej.ops = member_ids(s, g);
+      rej.summary = op_name(s.op(g.members[0])) + " -> reduce-scatter: rejected";
+      for (bool readers : {true, false})
+        for (size_t k = 0; k < uses.size() && rej.rejection.empty(); ++k)
+          rej.rejection = breaks_shard(s, uses[k], readers);
+      out.push_back(std::move(rej));
+    }
     const int64_t bytes = c0.count * dtype_bytes_of(c0.dtype);
     Ns ar = group_ns(s, g, cm);
     Ns rs =

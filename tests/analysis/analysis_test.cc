@@ -374,7 +374,7 @@ TEST(Analyze, StoresResultsForTheGui) {
   store_analysis(tmp.file("j.braid"), a);
   store_analysis(tmp.file("j.braid"), a);  // re-analysis replaces, never duplicates
   TraceReader r(tmp.file("j.braid"));
-  EXPECT_EQ(r.meta("schema_version"), "1.1");
+  EXPECT_EQ(r.meta("schema_version"), "1.2");
   EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM analysis_ranks"), 4 * 4);  // whole run + 3 steps
   EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM analysis_collectives"), 6);
   EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM analysis_collective_members"), 24);

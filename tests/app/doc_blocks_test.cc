@@ -234,6 +234,18 @@ Binding binding_for(const std::string& doc) {
       b.links.push_back(
           {"rank-" + std::to_string(r) + ".json",
            std::string(BRAID_TEST_DATA_DIR) + "/legacy_gloo/rank-" + std::to_string(r) + ".json"});
+  } else if (doc == "docs/import-et.md") {
+    // Two ranks of the project's 4-rank gloo job with its execution traces, and PARAM's
+    // one-GPU Kineto + ET pair.
+    for (int r = 0; r < 2; ++r)
+      for (const char* ext : {".json.gz", ".et.json.gz"})
+        b.links.push_back(
+            {"rank-" + std::to_string(r) + ext,
+             std::string(BRAID_TEST_DATA_DIR) + "/et_tp/a/rank-" + std::to_string(r) + ext});
+    b.links.push_back(
+        {"trace.json.gz", test::traces("param/et_replay/tests/inputs/linear_kineto.json.gz")});
+    b.links.push_back(
+        {"et.json.gz", test::traces("param/et_replay/tests/inputs/linear_et.json.gz")});
   } else if (doc == "docs/BENCHMARKS.md") {
     // The import benchmark's 1 GB generated trace: a small real one, same command and flags.
     b.links = {{"g1g.json", std::string(BRAID_TEST_DATA_DIR) + "/legacy_gloo/rank-0.json"}};
@@ -283,6 +295,12 @@ const std::vector<Expect> kExpect = {
      "mpirun -np 8 --oversubscribe build/app/braid ab small.braid --backend mpi --steps 3", 1,
      "data check passed: 10569736 elements of 40 buffers identical"},
     {"docs/cli.md", "braid replay job.braid", 1, "median replayed/original over ranks"},
+    {"docs/import-et.md",
+     "braid import rank-0.json.gz rank-1.json.gz --et rank-0.et.json.gz rank-1.et.json.gz -o "
+     "job.braid",
+     1, "execution trace: rank 1: "},
+    {"docs/import-et.md", "braid import trace.json.gz et.json.gz -o one-gpu.braid", 1,
+     "928 of 928 execution-trace ops joined"},
     {"docs/synth.md", "braid synth --preset tp-sp --tp 8 -o step.braid", 1, "schedule 1 in "},
     {"docs/daemon.md", "braid trigger --duration 5s", 1, "0 dropped, 0 of 8 processes lost"},
     {"docs/daemon.md", "braid trigger --job train --steps 3 --out /scratch/captures", 1,

@@ -226,6 +226,34 @@ TEST(LoopCli, RealTraceImportLiftFuseAbSimAndMpi) {
   loop(tmp, f, "--step 552", 2, "hta trace_filter step 552");
 }
 
+TEST(LoopCli, ExecutionTraceJobProvenFusedAndCheckedOnMpiRanks) {
+  // The project's 4-rank gloo job with execution traces (tests/data/et_tp/a, Debian's PyTorch
+  // 1.13): every reader of the row-parallel all-reduce reads only its rank's sequence shard, so
+  // tp-sp is applied as a fact; the A/B on 4 MPI ranks checks the fused pair's data.
+  test::TempDir tmp;
+  const std::string dir = std::string(BRAID_TEST_DATA_DIR) + "/et_tp/a/";
+  std::string args = "import -q";
+  for (int r = 0; r < 4; ++r) args += " " + dir + "rank-" + std::to_string(r) + ".json.gz";
+  args += " --et";
+  for (int r = 0; r < 4; ++r) args += " " + dir + "rank-" + std::to_string(r) + ".et.json.gz";
+  const std::string f = tmp.file("tp.braid");
+  ASSERT_EQ(test::run_braid(tmp, args + " -o " + f).code, 0);
+  test::CliResult r = test::run_braid(tmp, "fuse " + f);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("tp-sp +ranks 0,1,2,3 +applied"));
+  r = test::run_braid(tmp, "ab " + f + " --backend sim --steps 2 --warmup 0 --no-store");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("data check passed"));
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun: the mpi A/B was not run";
+  std::string cmd = mpirun(4) + " ab " + f + " --backend mpi --steps 1 --warmup 0 --no-store >" +
+                    tmp.file("mpi.out") + " 2>&1";
+  int st = std::system(cmd.c_str());
+  std::string out = test::slurp(tmp.file("mpi.out"));
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+  EXPECT_THAT(out, HasSubstr("data check passed"));
+  EXPECT_THAT(out, Not(HasSubstr("cannot prove")));
+}
+
 TEST(LoopCli, AssumeAppliesAdviceOnARealTraceAndAbSaysItsCheckCannotProveIt) {
   // What-if on opaque compute (braid fuse --assume): on the real DLRM pair, tp-sp's advice (an
   // all-reduce whose readers are opaque kernels) is applied under its assumption; ab times the

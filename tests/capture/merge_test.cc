@@ -317,7 +317,7 @@ TEST(CaptureMerge, FileSinkRanksArriveWhole) {
   EXPECT_EQ(r.meta("input.0.capture.rank_source"), "env");
   EXPECT_EQ(r.meta("input.2.capture.rank_source"), "communicator");
   EXPECT_EQ(r.meta("input.1.path"), files[1]);
-  EXPECT_EQ(r.meta("schema_version"), "1.1");
+  EXPECT_EQ(r.meta("schema_version"), "1.2");
   for (const Diagnostic& d : r.diagnostics(m.run_id)) EXPECT_NE(d.code, "merge.not_carried");
 }
 

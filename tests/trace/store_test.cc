@@ -115,7 +115,7 @@ TEST(Store, RoundTripOfEveryTable) {
   EXPECT_EQ(cs[0].op, CollOp::ReduceScatter);
   EXPECT_EQ(r.str(cs[0].comm), "pg0");
   EXPECT_EQ(cs[0].seq, 9);
-  EXPECT_EQ(r.meta("schema_version"), "1.1");
+  EXPECT_EQ(r.meta("schema_version"), "1.2");
   std::vector<Memcpy> ms;
   r.memcpys(1, [&](const Memcpy& x) {
     ms.push_back(x);

@@ -12,7 +12,12 @@
 
 namespace braid {
 
-enum class TraceFormat { Auto, Kineto, Nsys, Chakra, Legacy };
+namespace et {
+struct HostOps;
+}
+
+// Et: a PyTorch execution trace, imported only with the trace of the same run (import_traces).
+enum class TraceFormat { Auto, Kineto, Nsys, Chakra, Legacy, Et };
 std::string_view to_string(TraceFormat f);
 TraceFormat trace_format_from_string(std::string_view s);  // throws Usage on unknown names
 
@@ -27,6 +32,10 @@ struct ImportOptions {
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Rank to give a file that does not name its own (per-file; empty: the file's index).
   std::vector<int32_t> ranks;
+  // PyTorch execution traces, the i-th of the i-th trace file (`braid import --et`); execution
+  // traces among the trace files themselves are paired by process id, else by the rank their
+  // file name gives (docs/import-et.md).
+  std::vector<std::string> et_files;
 };
 
 struct ImportStats {
@@ -34,6 +43,7 @@ struct ImportStats {
   uint64_t bytes = 0;   // uncompressed bytes parsed
   int64_t events = 0;   // trace events read
   int64_t rows = 0;     // rows written to the store
+  std::vector<std::string> notes;  // one line per execution trace joined (et::JoinReport)
 };
 
 // What every format importer gets: the writer, the run all files go into, and the counters.
@@ -54,6 +64,9 @@ struct ImportContext {
                                    ? diag::make(code, *severity, count, std::move(detail), rank)
                                    : diag::make(code, count, std::move(detail), rank));
   }
+  // Set when execution traces are to be joined: the importer of trace file `index` keeps its CPU
+  // ops in (*host_ops)[index] (trace/import/et.h), with the rank, process and steps it found.
+  std::vector<et::HostOps>* host_ops = nullptr;
   // Rank for the file at `index` when the file does not say.
   int32_t default_rank(size_t index) const {
     return index < options.ranks.size() ? options.ranks[index] : static_cast<int32_t>(index);
@@ -61,7 +74,8 @@ struct ImportContext {
 };
 
 // Imports `files` (one per rank, several ranks make one run) into a new run of `writer` and
-// returns its id. Throws braid::Error naming the offending file.
+// returns its id; execution traces (options.et_files, and any among `files`) are joined to the
+// trace of their rank (trace/import/et.h). Throws braid::Error naming the offending file.
 int64_t import_traces(TraceWriter& writer, const std::vector<std::string>& files,
                       TraceFormat format, const ImportOptions& options, ImportStats& stats);
 

@@ -23,6 +23,7 @@
 #include "trace/categories.h"
 #include "trace/diagnostics.h"
 #include "trace/error.h"
+#include "trace/import/et.h"
 #include "trace/import/importer.h"
 #include "trace/import/kineto_tokenizer.h"
 #include "trace/input.h"
@@ -152,6 +153,7 @@ class KinetoFile final : public kineto::TokenSink {
   std::map<std::pair<int64_t, int64_t>, std::string> thread_names_;  // (pid, tid) -> name
   std::map<int64_t, bool> gpu_pids_;                                  // pid -> is a GPU process
   std::vector<Launch> launches_;
+  std::vector<et::HostOp> host_ops_;  // kept only when execution traces are to be joined
   std::deque<CommOp> comm_ops_;
   std::deque<PendingKernel> nccl_;
   std::map<std::string, int64_t> skipped_;
@@ -457,6 +459,7 @@ void KinetoFile::handle_event(od::object obj) {
   bool has_ts = false;
   // args of interest
   int64_t a_ext = 0, a_corr = 0, a_stream = -1, a_device = -1, a_bytes = -1;
+  int64_t a_rf = -1, a_seq = -1;
   CommOp meta;
   std::string_view a_name, a_labels;
 
@@ -512,6 +515,10 @@ void KinetoFile::handle_event(od::object obj) {
         else if (k == "device") a_device = od_int(av);
         else if (k == "bytes") a_bytes = od_int(av);
         else if (k == "name") a_name = od_text(av);
+        else if (k == "Record function id")
+          a_rf = od_int(av);
+        else if (k == "Sequence number")
+          a_seq = od_int(av);
         else if (k == "labels") a_labels = od_text(av);
         else if (k == "Collective name") {
           meta.has_meta = true;
@@ -632,6 +639,8 @@ void KinetoFile::handle_event(od::object obj) {
              cat == "python_function" || cat == "user_annotation" ||
              cat == "gpu_user_annotation") {
     if (cpu_pid_ < 0 && cat != "gpu_user_annotation") cpu_pid_ = pid;
+    if (ctx_.host_ops && (cat == "cpu_op" || cat == "user_annotation"))
+      host_ops_.push_back({tid, start, end, w_.intern(name), a_rf, a_seq});
     if (cat == "user_annotation" || cat == "gpu_user_annotation") {
       bool gpu = cat == "gpu_user_annotation";
       Range r;
@@ -883,6 +892,15 @@ void KinetoFile::finish() {
     s.start = fix(s.start);
     s.end = fix(s.end);
     w_.add_step(run_, s);
+  }
+  if (ctx_.host_ops) {
+    et::HostOps& h = (*ctx_.host_ops)[index_];
+    h.rank = final_rank;
+    h.pid = cpu_pid_;
+    h.path = path_;
+    h.steps = steps_;
+    for (et::HostOp& o : host_ops_) o.start = fix(o.start), o.end = fix(o.end);
+    h.ops = std::move(host_ops_);
   }
   for (auto& c : comms_) w_.add_communicator(run_, c);
   auto put = [&](diag::Code code, int64_t n, std::string detail) {

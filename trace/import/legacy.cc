@@ -33,6 +33,7 @@
 #include "trace/categories.h"
 #include "trace/diagnostics.h"
 #include "trace/error.h"
+#include "trace/import/et.h"
 #include "trace/import/importer.h"
 #include "trace/input.h"
 
@@ -156,6 +157,7 @@ void import_legacy(ImportContext& ctx, const std::string& path, size_t index) {
   std::stable_sort(order.begin(), order.end(),
                    [](const Event* a, const Event* b) { return a->start < b->start; });
   int64_t rows = 0;
+  et::HostOps* host = ctx.host_ops ? &(*ctx.host_ops)[index] : nullptr;
   for (const Event* e : order) {
     ApiCall a;
     a.rank = rank;
@@ -166,9 +168,11 @@ void import_legacy(ImportContext& ctx, const std::string& path, size_t index) {
     a.kind = ApiKind::CpuOp;
     w.add(run, a);
     ++rows;
+    if (host) host->ops.push_back({e->tid, e->start, e->end, a.name, -1, -1});
     if (e->name.rfind("ProfilerStep#", 0) == 0) {
       int64_t n = std::atoll(std::string(e->name.substr(13)).c_str());
       w.add_step(run, Step{rank, n, e->start, e->end});
+      if (host) host->steps.push_back(Step{rank, n, e->start, e->end});
       Range r;
       r.rank = rank;
       r.stream = e->tid;
@@ -223,6 +227,10 @@ void import_legacy(ImportContext& ctx, const std::string& path, size_t index) {
   for (const Collective& c : colls) w.add(run, c);
   rows += static_cast<int64_t>(colls.size());
 
+  if (host) {
+    host->rank = rank;
+    host->path = path;
+  }
   RankInfo info;
   info.rank = rank;
   info.backend = gloo ? "gloo" : "";
