@@ -6,6 +6,7 @@
 #include <map>
 #include <queue>
 
+#include "fusion/labels.h"
 #include "trace/error.h"
 
 namespace braid::fusion {
@@ -400,7 +401,7 @@ std::string fresh_stream(const Schedule& s, int32_t rank, const std::string& ste
 }
 
 std::string op_name(const Op& op) {
-  if (const Compute* c = op.compute()) return "compute '" + c->label + "'";
+  if (const Compute* c = op.compute()) return "compute '" + short_label(c->label) + "'";
   if (const Collective* c = op.collective()) {
     std::string t = std::string(to_string(c->op));
     if (!c->label.empty()) t += " '" + c->label + "'";

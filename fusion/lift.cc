@@ -417,7 +417,7 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
     for (int32_t si = 0; si < static_cast<int32_t>(tl.streams.size()); ++si) {
       const auto& st = tl.streams[si];
       int stream = -1;
-      Ns prev_end = INT64_MIN;
+      Ns prev_end = INT64_MIN, carried = 0;
       for (int32_t i = 0; i < static_cast<int32_t>(st.ops.size()); ++i) {
         const GpuOp& op = st.ops[i];
         if (!in_step(r, op)) continue;
@@ -433,9 +433,15 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
             ready = std::max(ready, tl.op(f).end);
           }
         if (ready == INT64_MIN && opt.step >= 0) ready = window[r].first;
-        if (ready != INT64_MIN && op.start - ready >= opt.min_gap_ns && opt.min_gap_ns >= 0) {
-          s.append(sr, stream, Delay{op.start - ready});
-          ++delays;
+        // Gaps shorter than min_gap_ns are carried over to the next delay written, so the
+        // stream keeps their time (thousands of sub-microsecond launch gaps add up).
+        if (ready != INT64_MIN && op.start > ready && opt.min_gap_ns >= 0) {
+          carried += op.start - ready;
+          if (carried >= opt.min_gap_ns) {
+            s.append(sr, stream, Delay{carried});
+            ++delays;
+            carried = 0;
+          }
         }
         const Ns dur = std::max<Ns>(0, op.end - op.start);
         if (int g = lifted_group(op); g >= 0) {
@@ -547,12 +553,12 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
                    " events order consecutive collectives of one communicator on different "
                    "streams (NCCL runs a communicator's operations in issue order)");
   if (et) {
-    prov.push_back(std::to_string(rep.compute_with_dataflow) + " of " +
-                   std::to_string(rep.compute) +
-                   " compute ops read and write the storage ranges of their execution-trace op "
-                   "(data flow); the rest are opaque; durations from the trace; " +
-                   std::to_string(delays) + " host gaps of at least " +
-                   std::to_string(opt.min_gap_ns) + " ns written as delays");
+    prov.push_back(
+        std::to_string(rep.compute_with_dataflow) + " of " + std::to_string(rep.compute) +
+        " compute ops read and write the storage ranges of their execution-trace op "
+        "(data flow); the rest are opaque; durations from the trace; " +
+        std::to_string(delays) + " host gaps of at least " + std::to_string(opt.min_gap_ns) +
+        " ns written as delays (shorter ones carried into the next)");
     if (host_ranks > 0)
       prov.push_back(std::to_string(host_ranks) +
                      " host-only ranks: their compute is the execution trace's innermost "
@@ -571,7 +577,7 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
   } else {
     prov.push_back("compute is opaque, durations from the trace; " + std::to_string(delays) +
                    " host gaps of at least " + std::to_string(opt.min_gap_ns) +
-                   " ns written as delays");
+                   " ns written as delays (shorter ones carried into the next)");
     prov.push_back("each collective has its own in/out buffers, sized from the trace");
   }
   if (uneven > 0)

@@ -151,7 +151,9 @@ EtFlow load_et_flow(const TraceReader& r, int64_t run) {
       const EtFlowOp& op = rf.ops[k];
       if (!op.joined) continue;
       rf.by_tid[op.tid].push_back(static_cast<int32_t>(k));
-      if (op.computes())
+      // An op around one that computes or communicates is not compute of its own (aten::linear
+      // around aten::addmm; a Python autograd function around its c10d all-reduce).
+      if (op.computes() || op.kind == EtOpKind::Comm)
         for (const EtFlowOp* p = rf.parent_of(op); p; p = rf.parent_of(*p)) {
           auto& q = rf.ops[rf.by_node.at(p->node)];
           if (q.computing_descendant) break;

@@ -46,7 +46,8 @@ struct EtFlowOp {
   Ns start = -1, end = -1;
   int64_t step = -1;
   std::vector<EtAccess> reads, writes;  // inputs, outputs (an in-place op's self is both)
-  bool computing_descendant = false;    // a joined descendant of kind Op with tensors
+  // A joined descendant computes (kind Op with tensors) or communicates (kind Comm).
+  bool computing_descendant = false;
   bool computes() const { return kind == EtOpKind::Op && (!reads.empty() || !writes.empty()); }
 };
 
@@ -78,7 +79,8 @@ struct EtFlow {
 EtFlow load_et_flow(const TraceReader& r, int64_t run);
 
 // A CPU job's compute (analysis::RankTrace::host_compute) from its joined ET ops: those that
-// compute and have no computing descendant (aten::addmm, not the aten::linear around it), with
+// compute and have no descendant that computes or communicates (aten::addmm, not the
+// aten::linear around it; not a Python autograd function around its all-reduce), with
 // their host times; the thread that issues the collectives is pseudo-stream -1, others -2, -3,
 // ... `ref` indexes `flow.ops`.
 std::vector<analysis::HostCompute> et_host_compute(const RankEtFlow& flow);

@@ -35,13 +35,9 @@ std::string PipelineResult::passes_json() const {
     for (const Finding& f : applied) a += f.pass == passes[i];
     for (const Finding& f : advice) d += f.pass == passes[i];
     for (const Finding& f : rejected) x += f.pass == passes[i];
-    w.begin_object()
-        .field("pass", passes[i])
-        .field("applied", a)
-        .field("advice", d)
-        .field("rejected", x)
-        .field("rounds", i < rounds.size() ? rounds[i] : 0)
-        .end_object();
+    w.begin_object().field("pass", passes[i]).field("applied", a).field("advice", d);
+    if (x > 0) w.field("rejected", x);  // findings the data flow disproves (lifted schedules)
+    w.field("rounds", i < rounds.size() ? rounds[i] : 0).end_object();
   }
   return w.end_array().take();
 }

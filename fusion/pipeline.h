@@ -79,8 +79,8 @@ struct PipelineResult {
   // critical path; overlapping savings are counted twice. Detail, not the prediction.
   Ns local_saving_ns() const;
   int64_t total_saving_bytes() const;
-  // The `schedules.passes` JSON: [{"pass": .., "applied": n, "advice": m, "rejected": k,
-  // "rounds": r}, ...].
+  // The `schedules.passes` JSON: [{"pass": .., "applied": n, "advice": m, "rounds": r}, ...],
+  // with "rejected": k before "rounds" when the pass rejected findings.
   std::string passes_json() const;
 };
 

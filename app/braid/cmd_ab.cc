@@ -77,7 +77,8 @@ int run_ab_verb(const AbOpts& o) {
     if (!model_note.empty()) std::printf("%s\n", model_note.c_str());
     for (const std::string& l : rep.lines()) std::printf("%s\n", l.c_str());
     if (lifted.run >= 0) {
-      auto lines = replay::fidelity(o.input, lifted.run, rep.baseline_run, lifted).lines();
+      auto lines =
+          replay::fidelity(o.input, lifted.run, rep.baseline_run, lifted, &base.schedule).lines();
       for (size_t i = 0; i < lines.size(); ++i)
         std::printf("%s%s\n", i == 0 ? "baseline " : "", lines[i].c_str());
     }

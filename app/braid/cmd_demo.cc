@@ -8,6 +8,9 @@
 //   6. ab      on the `mpi` backend under mpirun, predictions from that calibration
 //   7. picture the before/after compare view (braid-view --screenshot, under xvfb-run when
 //              there is no display), when braid-view was built
+//   8-12.  the same loop on a real 2-rank DLRM trace (assets/traces/hta-dlrm)
+//   13-17. and on a real 4-rank job with its execution traces (assets/traces/et-tp): data flow,
+//          rewrites proven, the fused pair's data checked
 // Everything goes into one .braid file, built in a temporary file and renamed at the end.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,6 +117,43 @@ void real_trace_loop(const std::string& braid, const std::string& file, bool mpi
          "ab mpi (real trace)");
 }
 
+// A real job whose findings are facts: the project's 4-rank tensor-parallel MLP with its PyTorch
+// execution traces (assets/traces/et-tp), imported with --et as another run of the demo file,
+// lifted with data flow on the step the traces cover, fused (tp-sp proven) and A/B'd with the
+// data check on the sim and, when mpirun is present, on 4 MPI ranks.
+void execution_trace_loop(const std::string& braid, const std::string& file, bool mpi) {
+  const fs::path dir = fs::path(assets_dir()) / "traces" / "et-tp";
+  std::string traces, ets;
+  for (int r = 0; r < 4; ++r) {
+    const fs::path t = dir / ("rank-" + std::to_string(r) + ".json.gz");
+    const fs::path e = dir / ("rank-" + std::to_string(r) + ".et.json.gz");
+    if (!fs::exists(t) || !fs::exists(e)) {
+      std::printf("\n== 13-17. a job with execution traces: skipped (%s not found)\n", dir.c_str());
+      return;
+    }
+    traces += " " + quote(t.string());
+    ets += " " + quote(e.string());
+  }
+  const std::string f = quote(file);
+  must(step("13. import a real 4-rank gloo job with its execution traces (" + dir.string() + ")",
+            braid + " import" + traces + " --et" + ets + " --append -o " + f),
+       "import --et");
+  const int64_t run = last_run(file, RunKind::Imported);
+  must(step("14. lift it with the data flow of its execution traces",
+            braid + " lift " + f + " --run " + std::to_string(run)),
+       "lift (execution traces)");
+  must(step("15. fuse: rules applied where the data flow proves them", braid + " fuse " + f),
+       "fuse (execution traces)");
+  must(step("16. A/B on the simulator, with the data check of the fused pair",
+            braid + " ab " + f + " --backend sim --steps 2 --warmup 0"),
+       "ab sim (execution traces)");
+  if (mpi)
+    must(step("17. A/B on real processes (4 MPI ranks)",
+              "mpirun --oversubscribe --allow-run-as-root -np 4 " + braid + " ab " + f +
+                  " --backend mpi --steps 1 --warmup 0"),
+         "ab mpi (execution traces)");
+}
+
 }  // namespace
 
 void register_demo(CLI::App& app, Action& run) {
@@ -129,7 +169,9 @@ void register_demo(CLI::App& app, Action& run) {
       "ranks), fuse it, A/B baseline vs fused on the sim backend and, when mpirun is present,\n"
       "on the mpi backend (data check + timing), analyze the simulated baseline, store\n"
       "everything in one .braid file and write the before/after picture (braid-view). Then the\n"
-      "same loop on a real 2-rank trace shipped in assets/traces: import, lift, fuse, A/B.");
+      "same loop on a real 2-rank trace shipped in assets/traces: import, lift, fuse, A/B;\n"
+      "and on a real 4-rank job with its PyTorch execution traces (assets/traces/et-tp), whose\n"
+      "lift has data flow, so its rewrites are proven and its A/B checks the fused pair's data.");
   cmd->add_option("-o,--output", o->out, "Output .braid file (replaced at the end)")
       ->capture_default_str();
   cmd->add_option("--picture", o->picture, "Before/after PNG (compare view)")->capture_default_str();
@@ -211,6 +253,7 @@ void register_demo(CLI::App& app, Action& run) {
         std::printf("\n== 7. before/after picture: skipped (braid-view was not built)\n");
       }
       real_trace_loop(braid, tmp.string(), mpi);
+      execution_trace_loop(braid, tmp.string(), mpi);
       } catch (...) {
         fs::remove(tmp, ec);
         unregister_temp_for_cleanup();

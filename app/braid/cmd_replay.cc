@@ -207,7 +207,7 @@ int run_replay(const ReplayOpts& o) {
     if (original >= 0) {
       if (!in.in_store)
         throw Error(ErrorCode::Usage, "--original names a run of a .braid file; the input is JSON");
-      print_lines(replay::fidelity(o.input, original, res, lifted).lines());
+      print_lines(replay::fidelity(o.input, original, res, lifted, &s).lines());
     }
     if (o.check)
       for (const std::string& l : dc.lines("reference interpreter", "replay"))
