@@ -1,5 +1,6 @@
 #include "fusion/labels.h"
 
+#include <algorithm>
 #include <cctype>
 
 namespace braid::fusion {
@@ -21,9 +22,11 @@ std::string_view until_top(std::string_view s, char stop) {
   return s;
 }
 
-// The functor that tells a templated kernel apart: "addcmul" in "addcmul_cuda_kernel", an
-// identifier ending in _functor / Functor / _op, else "".
+// The functor that tells a templated kernel apart: "addcmul" in "addcmul_cuda_kernel", else the
+// innermost functor ("Mul" in "BinaryFunctor<float, ..., MulFunctor<float> >"), else an
+// identifier ending in _impl; "" when none.
 std::string functor_in(std::string_view args) {
+  std::string kernel, functor, impl;
   for (size_t i = 0; i < args.size();) {
     if (!ident_char(args[i])) {
       ++i;
@@ -32,17 +35,22 @@ std::string functor_in(std::string_view args) {
     size_t j = i;
     while (j < args.size() && ident_char(args[j])) ++j;
     std::string_view id = args.substr(i, j - i);
-    const bool qualified = j + 1 < args.size() && args[j] == ':' && args[j + 1] == ':';
-    if (!qualified) {
-      for (std::string_view sfx :
-           {"_cuda_kernel", "_kernel_cuda", "_kernel", "_functor", "Functor", "_impl"}) {
-        if (id.size() > sfx.size() && id.substr(id.size() - sfx.size()) == sfx)
-          return std::string(id.substr(0, id.size() - sfx.size()));
-      }
-    }
     i = j;
+    if (j + 1 < args.size() && args[j] == ':' && args[j + 1] == ':') continue;  // a namespace
+    auto strip = [&](std::string_view sfx) -> std::string {
+      if (id.size() <= sfx.size() || id.substr(id.size() - sfx.size()) != sfx) return "";
+      return std::string(id.substr(0, id.size() - sfx.size()));
+    };
+    std::string k = strip("_cuda_kernel");
+    if (k.empty()) k = strip("_kernel_cuda");
+    if (k.empty()) k = strip("_kernel");
+    if (!k.empty() && kernel.empty()) kernel = k;
+    std::string f = strip("Functor");
+    if (f.empty()) f = strip("_functor");
+    if (!f.empty() && f != "Binary" && f != "Unary" && f != "Ternary") functor = f;
+    if (std::string m = strip("_impl"); !m.empty() && impl.empty()) impl = m;
   }
-  return "";
+  return !kernel.empty() ? kernel : !functor.empty() ? functor : impl;
 }
 
 }  // namespace
@@ -75,6 +83,20 @@ std::string short_label(std::string_view label) {
   if (fn.size() > base.size() && fn.find('<') != std::string_view::npos) {
     std::string_view args = fn.substr(fn.find('<') + 1);
     std::string f = functor_in(args);
+    if (f.empty()) {
+      // No functor: the first template argument when it is a plain identifier (CUTLASS's
+      // Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4>).
+      std::string_view first = until_top(args, ',');
+      if (!first.empty() && first.back() == '>') first.remove_suffix(1);
+      while (!first.empty() && first.front() == ' ') first.remove_prefix(1);
+      while (!first.empty() && first.back() == ' ') first.remove_suffix(1);
+      // A name (with an underscore: not a scalar type such as float or int).
+      const bool ident = !first.empty() && first.size() <= 60 &&
+                         std::all_of(first.begin(), first.end(), ident_char) &&
+                         !std::isdigit(static_cast<unsigned char>(first.front())) &&
+                         first.find('_') != std::string_view::npos;
+      if (ident) f = std::string(first);
+    }
     if (!f.empty()) out += "<" + f + ">";
   }
   if (out.empty()) out = std::string(s.substr(0, kMaxShort));

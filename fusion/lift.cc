@@ -1,11 +1,13 @@
 #include "fusion/lift.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
 
+#include "analysis/clock.h"
 #include "fusion/labels.h"
 #include "fusion/schedule_store.h"
 #include "fusion/validate.h"
@@ -121,6 +123,51 @@ constexpr const char* kNoEtComm = "no execution-trace op for it: what it writes 
 
 }  // namespace
 
+namespace {
+
+// The rank's trace as the lift sees it: a CPU job's compute from its execution traces added.
+RankTrace lift_trace(const RankTrace& t, const EtFlow* et, int32_t rank) {
+  RankTrace copy = t;
+  if (!et || !t.kernels.empty() || !t.memcpys.empty()) return copy;
+  if (auto it = et->ranks.find(rank); it != et->ranks.end())
+    copy.host_compute = et_host_compute(it->second);
+  return copy;
+}
+
+}  // namespace
+
+LiftedSpans lifted_spans(const analysis::RunData& run, const analysis::MatchResult& match,
+                         int64_t step, const EtFlow* et) {
+  LiftedSpans out;
+  const analysis::ClockFit clocks = analysis::align_clocks(run, match);
+  out.residual_rms_ns = clocks.residual_rms_ns;
+  out.anchors = clocks.anchors_used;
+  Ns job_start = INT64_MAX;
+  for (int32_t r : run.rank_ids()) {
+    const RankTrace t = lift_trace(run.ranks.at(r), et, r);
+    const RankTimeline tl = analysis::build_timeline(t);
+    LiftedSpan sp;
+    sp.first = INT64_MAX, sp.last = INT64_MIN;
+    for (const analysis::StreamOps& so : tl.streams)
+      for (const GpuOp& op : so.ops)
+        if (step < 0 || analysis::op_step(t, op) == step)
+          sp.first = std::min(sp.first, op.start), sp.last = std::max(sp.last, op.end);
+    sp.has_ops = sp.first <= sp.last;
+    const analysis::RankClock* c = clocks.rank(r);
+    sp.aligned = c && c->aligned;
+    sp.offset = sp.aligned ? c->offset : 0;
+    if (sp.has_ops && sp.aligned) job_start = std::min(job_start, sp.first + sp.offset);
+    out.ranks[r] = sp;
+  }
+  out.job_start = job_start == INT64_MAX ? 0 : job_start;
+  for (auto& [r, sp] : out.ranks) {
+    if (!sp.has_ops) continue;
+    sp.lead = sp.aligned ? sp.first + sp.offset - out.job_start : 0;
+    sp.step_ns = sp.aligned ? sp.last + sp.offset - out.job_start : sp.last - sp.first;
+  }
+  return out;
+}
+
 Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
               const LiftOptions& opt, LiftReport* report) {
   Schedule s;
@@ -159,10 +206,8 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
   int64_t host_ranks = 0;
   for (int32_t r : ids) {
     const RankTrace& t = run.ranks.at(r);
-    const RankEtFlow* ef = et_of(r);
-    if (!ef || !t.kernels.empty() || !t.memcpys.empty()) continue;
-    RankTrace& copy = with_host[r] = t;
-    copy.host_compute = et_host_compute(*ef);
+    if (!et_of(r) || !t.kernels.empty() || !t.memcpys.empty()) continue;
+    with_host[r] = lift_trace(t, et, r);
     ++host_ranks;
   }
   auto trace_of = [&](int32_t r) -> const RankTrace& {
@@ -171,13 +216,11 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
   };
 
   // Per rank (own clock): the step's ops are those it launched (analysis::op_step, as the
-  // analysis attributes them); `window` is where they start and end.
+  // analysis attributes them). Each rank starts at the job's step start (lifted_spans).
   std::map<int32_t, RankTimeline> timelines;
-  std::map<int32_t, std::pair<Ns, Ns>> window;
   for (int32_t r : ids) {
     const RankTrace& t = trace_of(r);
-    RankTimeline& tl = timelines[r] = analysis::build_timeline(t, opt.timeline);
-    Ns lo = INT64_MIN, hi = INT64_MAX;
+    timelines[r] = analysis::build_timeline(t, opt.timeline);
     if (opt.step >= 0) {
       if (std::none_of(t.steps.begin(), t.steps.end(),
                        [&](const Step& st) { return st.step == opt.step; })) {
@@ -191,14 +234,14 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
                         " has no step " + std::to_string(opt.step) +
                         (list.empty() ? " (the trace has no steps)" : " (steps: " + list + ")"));
       }
-      lo = INT64_MAX, hi = INT64_MIN;
-      for (const analysis::StreamOps& so : tl.streams)
-        for (const GpuOp& op : so.ops)
-          if (analysis::op_step(t, op) == opt.step)
-            lo = std::min(lo, op.start), hi = std::max(hi, op.end);
     }
-    window[r] = {lo, hi};
   }
+  const LiftedSpans spans = lifted_spans(run, match, opt.step, et);
+  // Where each rank's streams start, in its own clock: the job's step start.
+  auto rank_start = [&](int32_t r) {
+    const LiftedSpan& sp = spans.ranks.at(r);
+    return sp.first - sp.lead;
+  };
   auto in_step = [&](int32_t r, const GpuOp& op) {
     return opt.step < 0 || analysis::op_step(trace_of(r), op) == opt.step;
   };
@@ -432,7 +475,7 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
             s.append(sr, stream, Wait{event_of[f]});
             ready = std::max(ready, tl.op(f).end);
           }
-        if (ready == INT64_MIN && opt.step >= 0) ready = window[r].first;
+        if (ready == INT64_MIN) ready = rank_start(r);
         // Gaps shorter than min_gap_ns are carried over to the next delay written, so the
         // stream keeps their time (thousands of sub-microsecond launch gaps add up).
         if (ready != INT64_MIN && op.start > ready && opt.min_gap_ns >= 0) {
@@ -548,6 +591,22 @@ Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
   else if (!et)
     prov.push_back(opt.infer_dependencies ? "no cross-stream dependency found in the trace"
                                           : "cross-stream dependencies not inferred (option)");
+  {
+    int64_t aligned = 0;
+    Ns max_lead = 0;
+    for (auto& [r, sp] : spans.ranks) {
+      aligned += sp.aligned;
+      max_lead = std::max(max_lead, sp.lead);
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3f ms", static_cast<double>(max_lead) * 1e-6);
+    prov.push_back("every rank starts at the job's step start on clocks aligned on " +
+                   std::to_string(spans.anchors) + " matched collectives (" +
+                   std::to_string(aligned) + " of " + std::to_string(spans.ranks.size()) +
+                   " ranks aligned): a rank that started later in the trace waits that long "
+                   "first (at most " +
+                   buf + ")");
+  }
   if (comm_order_events > 0)
     prov.push_back(std::to_string(comm_order_events) +
                    " events order consecutive collectives of one communicator on different "

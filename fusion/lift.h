@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -96,6 +97,30 @@ struct LiftSource {
 LiftSource lifted_from(const Schedule& s);
 // The schedule communicator id lift gives a trace communicator ("" -> "default").
 std::string lifted_comm_id(std::string_view trace_comm);
+
+// Where each rank's lifted ops lie: in the rank's own clock, the first start and last end of the
+// ops of `step` (-1: the whole run; a CPU job's compute from its execution traces included), and
+// the rank's clock offset aligned on the matched collectives (analysis/clock.h). The job's step
+// starts at the earliest first op on the job axis; each rank starts its lifted step that much
+// later (`lead`), which the lift writes as each stream's first delay, so ranks that started late
+// in the trace start late in the replay (the skew that makes the others wait). A rank's original
+// step time is from the job's step start to its last op (replay/fidelity.h).
+struct LiftedSpan {
+  Ns first = 0, last = 0;  // the rank's clock
+  Ns offset = 0;           // job = rank clock + offset
+  bool aligned = false;    // false: no matched collective links it (offset 0, lead 0)
+  Ns lead = 0;             // first + offset - job_start (0 when not aligned)
+  Ns step_ns = 0;          // last + offset - job_start (last - first when not aligned)
+  bool has_ops = false;
+};
+struct LiftedSpans {
+  Ns job_start = 0;
+  std::map<int32_t, LiftedSpan> ranks;  // by trace rank
+  double residual_rms_ns = 0;
+  int anchors = 0;
+};
+LiftedSpans lifted_spans(const analysis::RunData& run, const analysis::MatchResult& match,
+                         int64_t step, const EtFlow* et = nullptr);
 
 // Lifts `run` (-1: analysis::default_run) of the `.braid` file at `path`, optionally one step,
 // and stores the schedule in the file as a root schedule (what `braid lift` does, and

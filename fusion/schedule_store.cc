@@ -1,5 +1,7 @@
 #include "fusion/schedule_store.h"
 
+#include <simdjson.h>
+
 #include <filesystem>
 
 #include "fusion/pipeline.h"
@@ -144,6 +146,25 @@ int64_t store_fused(const std::string& path, int64_t parent_id, const Schedule& 
   insert_opportunities(up.db(), ops);
   commit_unless_cancelled(up, cancel);
   return fused_id;
+}
+
+std::optional<StoredPrediction> stored_prediction(const std::string& path, int64_t fused_id) {
+  for (const StoredOpportunity& op : list_opportunities(path, fused_id)) {
+    if (op.pass != "pipeline") continue;
+    StoredPrediction p;
+    p.saving_ns = op.predicted_saving_ns;
+    simdjson::dom::parser parser;
+    simdjson::dom::element d;
+    if (parser.parse(op.detail).get(d) == simdjson::SUCCESS) {
+      std::string_view prof;
+      if (d["profile"].get_string().get(prof) == simdjson::SUCCESS) p.profile = std::string(prof);
+      int64_t v;
+      if (d["baseline_step_ns"].get_int64().get(v) == simdjson::SUCCESS) p.baseline_step_ns = v;
+      if (d["fused_step_ns"].get_int64().get(v) == simdjson::SUCCESS) p.fused_step_ns = v;
+    }
+    return p;
+  }
+  return std::nullopt;
 }
 
 std::vector<StoredSchedule> list_schedules(const std::string& path) {

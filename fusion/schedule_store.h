@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -77,5 +78,14 @@ Schedule load_stored_schedule(const std::string& path, int64_t id);
 // Opportunities of one schedule (all schedules when schedule_id < 0), largest saving first.
 std::vector<StoredOpportunity> list_opportunities(const std::string& path,
                                                   int64_t schedule_id = -1);
+
+// `braid fuse`'s prediction stored with a fused schedule (its "pipeline" opportunity): the
+// simulated step saving, the two simulated steps and the profile; nullopt when the schedule has
+// none (not fused by braid fuse).
+struct StoredPrediction {
+  Ns saving_ns = 0, baseline_step_ns = -1, fused_step_ns = -1;
+  std::string profile;
+};
+std::optional<StoredPrediction> stored_prediction(const std::string& path, int64_t fused_id);
 
 }  // namespace braid::fusion

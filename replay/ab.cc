@@ -238,6 +238,32 @@ AbReport run_ab(Executor& ex, const fusion::Schedule& baseline, const fusion::Sc
   return rep;
 }
 
+void AbReport::write_fields(json::Writer& w) const {
+  w.field("backend", backend);
+  w.array_of("baseline_step_ns", baseline_ns).array_of("fused_step_ns", fused_ns);
+  w.field("baseline_median_ns", baseline_median).field("fused_median_ns", fused_median);
+  w.field_fixed("speedup", speedup, 4);
+  w.field_fixed("speedup_p25", speedup_p25, 4).field_fixed("speedup_p75", speedup_p75, 4);
+  w.field("measured_saving_ns", measured_saving_ns());
+  w.field("predicted_baseline_ns", predicted_baseline_ns);
+  w.field("predicted_fused_ns", predicted_fused_ns);
+  w.field("predicted_saving_ns", predicted_saving_ns());
+  w.array_of("assumptions", assumptions);
+  w.key("data_check").begin_object();
+  w.field("status", data_checked          ? (data_ok() ? "passed" : "failed")
+                    : assumptions.empty() ? "skipped"
+                                          : "cannot prove");
+  if (data_checked) {
+    w.key("fused_vs_baseline");
+    data.write_json(w);
+    w.key("baseline_vs_interpreter");
+    oracle_baseline.write_json(w);
+    w.key("fused_vs_interpreter");
+    oracle_fused.write_json(w);
+  }
+  w.end_object();
+}
+
 std::vector<std::string> AbReport::lines() const {
   std::vector<std::string> v;
   char buf[512];

@@ -48,6 +48,8 @@ struct AbReport {
   Ns predicted_saving_ns() const { return predicted_baseline_ns - predicted_fused_ns; }
   bool data_ok() const { return data.ok() && oracle_baseline.ok() && oracle_fused.ok(); }
   std::vector<std::string> lines() const;
+  // The fields `braid ab --json` prints (docs/cli.md, "JSON output"), into an open object.
+  void write_fields(json::Writer& w) const;
 };
 
 AbReport run_ab(Executor& ex, const fusion::Schedule& baseline, const fusion::Schedule& fused,

@@ -101,6 +101,18 @@ std::vector<std::string> DataCheck::lines(std::string_view expected_name,
   return v;
 }
 
+void DataCheck::write_json(json::Writer& w) const {
+  w.begin_object().field("ok", ok()).field("buffers", buffers).field("elements", elements);
+  w.field("mismatches", mismatches).field("scale", scale).field("full_elements", full_elements);
+  w.key("first").begin_array();
+  for (const Mismatch& m : first) {
+    w.begin_object().field("rank", m.rank).field("buffer", m.buffer).field("index", m.index);
+    w.field("expected_bits", m.expected_bits).field("actual_bits", m.actual_bits);
+    w.field("scale", m.scale).end_object();
+  }
+  w.end_array().array_of("problems", problems).end_object();
+}
+
 std::vector<std::string> preserved_buffers(const fusion::Schedule& baseline,
                                            const fusion::Schedule& fused, int32_t rank) {
   const fusion::RankSchedule* b =

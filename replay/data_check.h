@@ -13,6 +13,7 @@
 
 #include "fusion/interpreter.h"
 #include "fusion/ir.h"
+#include "trace/json.h"
 
 namespace braid::replay {
 
@@ -44,6 +45,9 @@ struct DataCheck {
                                  std::string_view actual_name) const;
   // " on the exact scaled copies (...)" when scaled, else "".
   std::string scale_note() const;
+  // {"ok", "buffers", "elements", "mismatches", "scale", "full_elements", "first": [...],
+  // "problems": [...]} (docs/cli.md, "JSON output").
+  void write_json(json::Writer& w) const;
 };
 
 // The buffers of `rank` a rewrite from `baseline` to `fused` must preserve: the fused schedule's

@@ -40,29 +40,33 @@ TimeBreakdown breakdown(std::vector<Interval> compute, Ns compute_sum,
   return b;
 }
 
-// The original's breakdown per schedule rank, from the run's ops in the lifted step (or the
-// whole run), with a CPU job's compute from its execution traces as the lift takes it; every op
-// that carried a collective counts as communication, as the replay's counterpart does.
-std::map<int32_t, TimeBreakdown> original_breakdowns(
-    const TraceReader& reader, const fusion::LiftSource& src,
-    const std::map<int32_t, std::pair<Ns, Ns>>& windows) {
-  std::map<int32_t, TimeBreakdown> out;
+// The original of a lifted schedule per schedule rank (its i-th is the run's i-th rank): its
+// step time and breakdown from the run's ops in the lifted step (or the whole run), a CPU job's
+// compute from its execution traces as the lift takes it, each rank from the job's step start
+// (fusion::lifted_spans); every op that carried a collective counts as communication, as the
+// replay's counterpart does.
+std::map<int32_t, std::pair<Ns, TimeBreakdown>> lifted_originals(const TraceReader& reader,
+                                                                 const fusion::LiftSource& src) {
+  std::map<int32_t, std::pair<Ns, TimeBreakdown>> out;
   analysis::RunData run = analysis::load_run(reader, src.run);
+  const analysis::MatchResult match = analysis::match_trace_collectives(run);
   const fusion::EtFlow et = fusion::load_et_flow(reader, src.run);
+  const fusion::LiftedSpans spans = fusion::lifted_spans(run, match, src.step, &et);
   int32_t index = 0;
   for (int32_t r : run.rank_ids()) {
     const int32_t sr = index++;
+    const fusion::LiftedSpan& sp = spans.ranks.at(r);
+    if (!sp.has_ops) continue;
     analysis::RankTrace t = run.ranks.at(r);
     if (auto e = et.ranks.find(r); e != et.ranks.end() && t.kernels.empty() && t.memcpys.empty())
       t.host_compute = fusion::et_host_compute(e->second);
     const analysis::RankTimeline tl = analysis::build_timeline(t);
     std::vector<Interval> compute;
     std::map<std::string, std::vector<Interval>> comm;
-    Ns sum = 0, lo = INT64_MAX, hi = INT64_MIN;
+    Ns sum = 0;
     for (const analysis::StreamOps& so : tl.streams)
       for (const analysis::GpuOp& op : so.ops) {
         if (src.step >= 0 && analysis::op_step(t, op) != src.step) continue;
-        lo = std::min(lo, op.start), hi = std::max(hi, op.end);
         if (op.coll >= 0) {
           comm[fusion::lifted_comm_id(run.str(t.collectives[op.coll].comm))].push_back(
               {op.start, op.end});
@@ -71,8 +75,8 @@ std::map<int32_t, TimeBreakdown> original_breakdowns(
           sum += op.end - op.start;
         }
       }
-    if (auto w = windows.find(sr); w != windows.end()) lo = w->second.first, hi = w->second.second;
-    if (lo < hi) out[sr] = breakdown(std::move(compute), sum, std::move(comm), lo, hi);
+    out[sr] = {sp.step_ns,
+               breakdown(std::move(compute), sum, std::move(comm), sp.first - sp.lead, sp.last)};
   }
   return out;
 }
@@ -125,56 +129,36 @@ Fidelity fidelity(const std::string& path, int64_t run, const ReplayResult& repl
                 path + ": no run " + std::to_string(run) + " to compare with (runs: " + have + ")");
   Fidelity f;
   f.original_run = run;
-  std::map<int32_t, std::vector<double>> steps;
-  for (const Step& s : reader.steps(run))
-    if (lifted.run != run || lifted.step < 0 || s.step == lifted.step)
-      steps[s.rank].push_back(static_cast<double>(s.end - s.start));
-  std::map<int32_t, Ns> original;
-  std::map<int32_t, std::pair<Ns, Ns>> window;  // the original's window per rank
-  for (const Step& s : reader.steps(run))
-    if (lifted.run == run && lifted.step >= 0 && s.step == lifted.step)
-      window[s.rank] = {s.start, s.end};
-  auto span_of = [&](bool with_memcpys) {
-    std::map<int32_t, std::pair<Ns, Ns>> span;
-    auto add = [&](int32_t rank, Ns start, Ns end) {
-      auto [it, fresh] = span.emplace(rank, std::make_pair(start, end));
-      if (!fresh) {
-        it->second.first = std::min(it->second.first, start);
-        it->second.second = std::max(it->second.second, end);
-      }
-      return true;
-    };
-    reader.kernels(run, [&](const Kernel& k) { return add(k.rank, k.start, k.end); });
-    if (with_memcpys)
-      reader.memcpys(run, [&](const Memcpy& m) { return add(m.rank, m.start, m.end); });
-    for (auto& [rank, se] : span) {
-      original[rank] = se.second - se.first;
-      window[rank] = se;
-    }
-  };
-  if (lifted.run == run && lifted.step < 0) {
-    f.original_source = "GPU activity span (the lifted whole run)";
-    span_of(true);
-  } else if (!steps.empty()) {
-    f.original_source = lifted.run == run ? "step " + std::to_string(lifted.step) : "steps";
-    for (auto& [rank, v] : steps) original[rank] = static_cast<Ns>(quantile(v, 0.5));
-  } else {
-    f.original_source = "kernel span";
-    span_of(false);
-  }
+  std::map<int32_t, Ns> original;  // by schedule rank when lifted, else by trace rank
   std::map<int32_t, TimeBreakdown> decomposed;
   if (lifted.run == run) {
-    // Schedule rank i is the run's i-th rank (fusion::lift renumbers).
-    std::map<int32_t, Ns> by_index;
-    std::map<int32_t, std::pair<Ns, Ns>> window_by_index;
-    int32_t i = 0;
-    for (const RankInfo& ri : reader.ranks(run)) {
-      if (auto o = original.find(ri.rank); o != original.end()) by_index[i] = o->second;
-      if (auto w = window.find(ri.rank); w != window.end()) window_by_index[i] = w->second;
-      ++i;
+    f.original_source = (lifted.step >= 0 ? "lifted step " + std::to_string(lifted.step)
+                                          : std::string("lifted whole run")) +
+                        ", from the job's start on aligned clocks to the rank's last op";
+    for (auto& [sr, od] : lifted_originals(reader, lifted)) {
+      original[sr] = od.first;
+      decomposed[sr] = od.second;
     }
-    original = std::move(by_index);
-    if (schedule) decomposed = original_breakdowns(reader, lifted, window_by_index);
+  } else {
+    std::map<int32_t, std::vector<double>> steps;
+    for (const Step& s : reader.steps(run))
+      steps[s.rank].push_back(static_cast<double>(s.end - s.start));
+    if (!steps.empty()) {
+      f.original_source = "steps";
+      for (auto& [rank, v] : steps) original[rank] = static_cast<Ns>(quantile(v, 0.5));
+    } else {
+      f.original_source = "kernel span";
+      std::map<int32_t, std::pair<Ns, Ns>> span;
+      reader.kernels(run, [&](const Kernel& k) {
+        auto [it, fresh] = span.emplace(k.rank, std::make_pair(k.start, k.end));
+        if (!fresh) {
+          it->second.first = std::min(it->second.first, k.start);
+          it->second.second = std::max(it->second.second, k.end);
+        }
+        return true;
+      });
+      for (auto& [rank, se] : span) original[rank] = se.second - se.first;
+    }
   }
   const int32_t n = replayed.steps.empty() ? 0 : static_cast<int32_t>(replayed.steps[0].ranks.size());
   for (int32_t r = 0; r < n; ++r) {
@@ -185,7 +169,7 @@ Fidelity fidelity(const std::string& path, int64_t run, const ReplayResult& repl
     rf.replayed_ns = static_cast<Ns>(quantile(v, 0.5));
     auto it = original.find(r);
     rf.original_ns = it == original.end() ? 0 : it->second;
-    if (schedule && decomposed.count(r)) {
+    if (schedule && decomposed.count(r) && lifted.run == run) {
       rf.original = decomposed.at(r);
       rf.replayed = replayed_breakdown(*schedule, replayed, r);
     }

@@ -1,5 +1,6 @@
 // braid ab: replay a baseline and a fused schedule interleaved, with the data check.
 #include <cstdio>
+#include <optional>
 
 #include "app/braid/cli.h"
 #include "fusion/schedule_store.h"
@@ -11,6 +12,7 @@
 #include "replay/lifted.h"
 #include "replay/store_run.h"
 #include "trace/error.h"
+#include "trace/json.h"
 
 namespace braid::cli {
 
@@ -26,7 +28,7 @@ struct AbOpts {
   std::string compute = "auto";
   std::string profile;
   bool no_data_check = false;
-  bool no_store = false;
+  bool no_store = false, json = false;
   double timeout_s = 60;
   int64_t max_buffer_mb = 1024;
   int64_t max_check_mb = 1024;
@@ -71,41 +73,61 @@ int run_ab_verb(const AbOpts& o) {
     replay::AbReport rep = replay::run_ab(*ex, base.schedule, fused.schedule, ao);
     if (!ex->reporting()) return rep.data_ok() ? 0 : 1;
 
-    std::printf("braid ab: baseline schedule %lld '%s' vs fused schedule %lld '%s', %d ranks\n",
-                static_cast<long long>(base.stored.id), base.schedule.name.c_str(),
-                static_cast<long long>(fused.stored.id), fused.schedule.name.c_str(), nranks);
-    if (!model_note.empty()) std::printf("%s\n", model_note.c_str());
-    for (const std::string& l : rep.lines()) std::printf("%s\n", l.c_str());
-    if (lifted.run >= 0) {
-      auto lines =
-          replay::fidelity(o.input, lifted.run, rep.baseline_run, lifted, &base.schedule).lines();
-      for (size_t i = 0; i < lines.size(); ++i)
-        std::printf("%s%s\n", i == 0 ? "baseline " : "", lines[i].c_str());
-    }
+    std::optional<replay::Fidelity> fid;
+    if (lifted.run >= 0)
+      fid = replay::fidelity(o.input, lifted.run, rep.baseline_run, lifted, &base.schedule);
     // `braid fuse`'s prediction for this fused schedule: its simulated step saving on the
     // profile it fused for (the per-finding estimates are local detail, not summed here).
-    for (const auto& op : fusion::list_opportunities(o.input, fused.stored.id))
-      if (op.pass == "pipeline") {
-        const std::string key = "\"profile\":\"";
-        const size_t b = op.detail.find(key);
-        const std::string prof =
-            b == std::string::npos
-                ? "?"
-                : op.detail.substr(b + key.size(),
-                                   op.detail.find('"', b + key.size()) - b - key.size());
-        std::printf(
-            "braid fuse's predicted saving (simulated on profile %s, schedule %lld): "
-            "%.3f ms\n",
-            prof.c_str(), static_cast<long long>(fused.stored.id),
-            static_cast<double>(op.predicted_saving_ns) * 1e-6);
-      }
+    const auto pred = fusion::stored_prediction(o.input, fused.stored.id);
+    std::vector<int64_t> stored;
     if (!o.no_store) {
       replay::RunDescription db{o.input, "ab baseline (schedule " + std::to_string(base.stored.id) + ") on " + o.backend, base.stored.id};
       replay::RunDescription df{o.input, "ab fused (schedule " + std::to_string(fused.stored.id) + ") on " + o.backend, fused.stored.id};
-      auto ids = replay::store_runs(o.input, {&base.schedule, &fused.schedule},
-                                    {&rep.baseline_run, &rep.fused_run}, {db, df});
-      std::printf("stored as runs %lld (baseline) and %lld (fused) in %s\n",
-                  static_cast<long long>(ids[0]), static_cast<long long>(ids[1]), o.input.c_str());
+      stored = replay::store_runs(o.input, {&base.schedule, &fused.schedule},
+                                  {&rep.baseline_run, &rep.fused_run}, {db, df});
+    }
+    if (o.json) {
+      json::Writer w(json::Writer::Style::Spaced);
+      w.begin_object(true);
+      w.field("baseline_schedule", base.stored.id).field("fused_schedule", fused.stored.id);
+      w.field("ranks", nranks).field("cost_model", model_note);
+      rep.write_fields(w);
+      w.key("fidelity");
+      if (fid)
+        fid->write_json(w);
+      else
+        w.null();
+      w.key("fuse_prediction");
+      if (pred)
+        w.begin_object()
+            .field("profile", pred->profile)
+            .field("saving_ns", pred->saving_ns)
+            .end_object();
+      else
+        w.null();
+      w.array_of("stored_runs", stored);
+      w.end_object();
+      std::printf("%s\n", w.str().c_str());
+    } else {
+      std::printf("braid ab: baseline schedule %lld '%s' vs fused schedule %lld '%s', %d ranks\n",
+                  static_cast<long long>(base.stored.id), base.schedule.name.c_str(),
+                  static_cast<long long>(fused.stored.id), fused.schedule.name.c_str(), nranks);
+      if (!model_note.empty()) print_wrapped("", model_note);
+      for (const std::string& l : rep.lines()) print_wrapped("", l);
+      if (fid) {
+        auto lines = fid->lines();
+        for (size_t i = 0; i < lines.size(); ++i)
+          print_wrapped("", (i == 0 ? "baseline " : "") + lines[i]);
+      }
+      if (pred)
+        std::printf(
+            "braid fuse's predicted saving (simulated on profile %s, schedule %lld): %.3f ms\n",
+            pred->profile.c_str(), static_cast<long long>(fused.stored.id),
+            static_cast<double>(pred->saving_ns) * 1e-6);
+      if (!stored.empty())
+        std::printf("stored as runs %lld (baseline) and %lld (fused) in %s\n",
+                    static_cast<long long>(stored[0]), static_cast<long long>(stored[1]),
+                    o.input.c_str());
     }
     if (!rep.data_ok())
       throw Error(ErrorCode::Internal, "data check failed: the fused schedule does not preserve "
@@ -141,6 +163,9 @@ void register_ab(CLI::App& app, Action& run) {
                   "`braid replay --calibrate` output); default cpu-shm for mpi, else h100-nvlink");
   cmd->add_flag("--no-data-check", o->no_data_check, "Skip the data check");
   cmd->add_flag("--no-store", o->no_store, "Do not store the two runs");
+  cmd->add_flag("--json", o->json,
+                "Print the result as one JSON object (docs/cli.md, \"JSON output\"): steps, "
+                "medians, speedup, prediction, data check, assumptions, fidelity");
   cmd->add_option("--timeout", o->timeout_s,
                   "mpi/nccl: end the job when one op waits longer than this (seconds)")->capture_default_str();
   cmd->add_option("--max-buffer-mb", o->max_buffer_mb,

@@ -1,6 +1,7 @@
 // braid replay: run a schedule on a backend (sim, mpi, nccl) and store the run in the .braid.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "app/braid/cli.h"
 #include "fusion/pipeline.h"
@@ -12,6 +13,7 @@
 #include "replay/lifted.h"
 #include "replay/store_run.h"
 #include "trace/error.h"
+#include "trace/json.h"
 #include "trace/output_file.h"
 
 namespace braid::cli {
@@ -29,7 +31,7 @@ struct ReplayOpts {
   std::string profile;
   bool check = false;
   int64_t original = -1;
-  bool no_store = false;
+  bool no_store = false, json = false;
   double timeout_s = 60;
   int64_t max_buffer_mb = 1024;
   int64_t max_check_mb = 1024;
@@ -43,10 +45,6 @@ replay::ComputeMode compute_mode(const std::string& s) {
   if (s == "spin") return replay::ComputeMode::Spin;
   if (s == "sleep") return replay::ComputeMode::Sleep;
   return replay::ComputeMode::Auto;
-}
-
-void print_lines(const std::vector<std::string>& lines) {
-  for (const std::string& l : lines) std::printf("%s\n", l.c_str());
 }
 
 double ms(double ns) { return ns * 1e-6; }
@@ -169,57 +167,99 @@ int run_replay(const ReplayOpts& o) {
     }
     if (!ex->reporting()) return dc.ok() ? 0 : 1;
 
-    std::string what = in.stored.id >= 0
-                           ? "schedule " + std::to_string(in.stored.id) + " '" + s.name + "'"
-                           : "'" + s.name + "' (" + o.input + ")";
-    std::printf("braid replay: %s, %d ranks, on %s: %d measured steps after %d warm-up\n",
-                what.c_str(), nranks, o.backend.c_str(), o.steps, o.warmup);
-    if (!model_note.empty()) std::printf("%s\n", model_note.c_str());
-    for (const std::string& a : fusion::assumed_rewrites(s))
-      std::printf("built under an assumption (braid fuse --assume): %s\n", a.c_str());
     std::vector<double> steps;
     for (const auto& st : res.steps) steps.push_back(static_cast<double>(st.step_ns()));
-    std::printf("step time: median %.3f ms, min %.3f ms, max %.3f ms\n",
-                ms(replay::quantile(steps, 0.5)), ms(replay::quantile(steps, 0)),
-                ms(replay::quantile(steps, 1)));
-    if (o.backend == "sim" && !res.steps.empty())
-      std::printf("simulated step: %lld ns\n", static_cast<long long>(res.steps[0].step_ns()));
-    std::string per;
+    std::vector<int64_t> per_rank;
     for (int32_t r = 0; r < nranks; ++r) {
       std::vector<double> v;
       for (const auto& st : res.steps) v.push_back(static_cast<double>(st.rank_ns(r)));
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%s%d: %.3f", r ? ", " : "", r, ms(replay::quantile(v, 0.5)));
-      per += buf;
-      if (r == 31 && nranks > 33) {
-        per += ", ...";
-        break;
-      }
+      per_rank.push_back(static_cast<int64_t>(replay::quantile(v, 0.5)));
     }
-    std::printf("per rank (median ms): %s\n", per.c_str());
-    if (o.backend != "sim") {
-      const replay::SimOptions so = sp.sim_options(o.compute_scale);
-      const double sim = static_cast<double>(replay::simulate(s, model, so).step_ns());
-      const double med = replay::quantile(steps, 0.5);
-      std::printf("sim prediction (profile %s): %.3f ms, measured/predicted %.3f\n",
-                  sp.profile.name.c_str(), ms(sim), sim > 0 ? med / sim : 0.0);
-    }
+    double sim = -1;
+    if (o.backend != "sim")
+      sim = static_cast<double>(
+          replay::simulate(s, model, sp.sim_options(o.compute_scale)).step_ns());
+    std::optional<replay::Fidelity> fid;
     if (original >= 0) {
       if (!in.in_store)
         throw Error(ErrorCode::Usage, "--original names a run of a .braid file; the input is JSON");
-      print_lines(replay::fidelity(o.input, original, res, lifted, &s).lines());
+      fid = replay::fidelity(o.input, original, res, lifted, &s);
     }
-    if (o.check)
-      for (const std::string& l : dc.lines("reference interpreter", "replay"))
-        std::printf("%s\n", l.c_str());
+    int64_t stored = -1;
     if (in.in_store && !o.no_store) {
       replay::RunDescription d;
       d.source = o.input;
       d.label = "replay of schedule " + std::to_string(in.stored.id) + " on " + o.backend;
       d.schedule_id = in.stored.id;
-      auto ids = replay::store_runs(o.input, {&s}, {&res}, {d});
-      std::printf("stored as run %lld (%s) in %s\n", static_cast<long long>(ids[0]),
-                  std::string(to_string(res.kind)).c_str(), o.input.c_str());
+      stored = replay::store_runs(o.input, {&s}, {&res}, {d})[0];
+    }
+    if (o.json) {
+      json::Writer w(json::Writer::Style::Spaced);
+      w.begin_object(true);
+      w.field("schedule", in.stored.id).field("name", s.name).field("backend", o.backend);
+      w.field("ranks", nranks).field("cost_model", model_note);
+      w.array_of("assumptions", fusion::assumed_rewrites(s));
+      std::vector<int64_t> step_ns(steps.begin(), steps.end());
+      w.array_of("step_ns", step_ns);
+      w.field("median_ns", static_cast<int64_t>(replay::quantile(steps, 0.5)));
+      w.array_of("rank_median_ns", per_rank);
+      w.key("sim_prediction_ns");
+      if (sim >= 0)
+        w.value(static_cast<int64_t>(sim));
+      else
+        w.null();
+      w.key("fidelity");
+      if (fid)
+        fid->write_json(w);
+      else
+        w.null();
+      w.key("data_check");
+      if (o.check)
+        dc.write_json(w);
+      else
+        w.null();
+      w.field("stored_run", stored);
+      w.end_object();
+      std::printf("%s\n", w.str().c_str());
+    } else {
+      std::string what = in.stored.id >= 0
+                             ? "schedule " + std::to_string(in.stored.id) + " '" + s.name + "'"
+                             : "'" + s.name + "' (" + o.input + ")";
+      std::printf("braid replay: %s, %d ranks, on %s: %d measured steps after %d warm-up\n",
+                  what.c_str(), nranks, o.backend.c_str(), o.steps, o.warmup);
+      if (!model_note.empty()) print_wrapped("", model_note);
+      for (const std::string& a : fusion::assumed_rewrites(s))
+        print_wrapped("", "built under an assumption (braid fuse --assume): " + a);
+      std::printf("step time: median %.3f ms, min %.3f ms, max %.3f ms\n",
+                  ms(replay::quantile(steps, 0.5)), ms(replay::quantile(steps, 0)),
+                  ms(replay::quantile(steps, 1)));
+      if (o.backend == "sim" && !res.steps.empty())
+        std::printf("simulated step: %lld ns\n", static_cast<long long>(res.steps[0].step_ns()));
+      std::string per;
+      for (int32_t r = 0; r < nranks; ++r) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s%d: %.3f", r ? ", " : "", r,
+                      ms(static_cast<double>(per_rank[r])));
+        per += buf;
+        if (r == 31 && nranks > 33) {
+          per += ", ...";
+          break;
+        }
+      }
+      print_wrapped("", "per rank (median ms): " + per);
+      if (sim >= 0) {
+        const double med = replay::quantile(steps, 0.5);
+        std::printf("sim prediction (profile %s): %.3f ms, measured/predicted %.3f\n",
+                    sp.profile.name.c_str(), ms(sim), sim > 0 ? med / sim : 0.0);
+      }
+      if (fid)
+        for (const std::string& l : fid->lines()) print_wrapped("", l);
+      if (o.check)
+        for (const std::string& l : dc.lines("reference interpreter", "replay"))
+          print_wrapped("", l);
+      if (stored >= 0)
+        std::printf("stored as run %lld (%s) in %s\n", static_cast<long long>(stored),
+                    std::string(to_string(res.kind)).c_str(), o.input.c_str());
     }
     if (!dc.ok())
       throw Error(ErrorCode::Internal, "the replay's data differs from the reference interpreter");
@@ -271,6 +311,9 @@ void register_replay(CLI::App& app, Action& run) {
                   "Run id of a captured/imported run to compare with: print replayed vs original "
                   "step time per rank (default for a schedule made by `braid lift`: its run)");
   cmd->add_flag("--no-store", o->no_store, "Do not store the run in the .braid file");
+  cmd->add_flag("--json", o->json,
+                "Print the result as one JSON object (docs/cli.md, \"JSON output\"): steps, "
+                "per-rank medians, prediction, fidelity, data check, assumptions");
   cmd->add_option("--timeout", o->timeout_s,
                   "mpi/nccl: end the job when one op waits longer than this (seconds)")
       ->capture_default_str();

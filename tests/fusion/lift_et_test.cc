@@ -139,6 +139,14 @@ TEST(LiftEt, ShortLabels) {
                         "unsigned int>, unsigned int, float, at::PhiloxCudaState)"),
             "fused_dropout_kernel_vec");
   EXPECT_EQ(short_label("aten::add"), "aten::add");
+  EXPECT_EQ(short_label("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4>("
+                        "cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4::Params)"),
+            "Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4>");
+  EXPECT_EQ(short_label("void at::native::elementwise_kernel<128, 2, "
+                        "at::native::gpu_kernel_impl<at::native::BinaryFunctor<float, float, "
+                        "float, at::native::binary_internal::MulFunctor<float> > >("
+                        "at::TensorIteratorBase&, ...)::{lambda(int)#1}>(int, ...)"),
+            "elementwise_kernel<Mul>");
 }
 
 TEST(LiftEt, KernelsOfTheEtWindowAreLaunchedByOpsThatCompute) {
