@@ -242,18 +242,21 @@ TEST(ViewChild, AbCommandAndItsOutput) {
   AbRequest r;
   r.braid = "/b/braid";
   r.file = "job.braid";
-  EXPECT_EQ(shell_line(ab_command(r)), "/b/braid ab job.braid --backend sim --steps 10");
+  EXPECT_EQ(shell_line(ab_command(r)), "/b/braid ab job.braid --backend sim --steps 10 --json");
   r.backend = AbBackend::Mpi;
   r.ranks = 4;
   r.fused = 3;
   EXPECT_EQ(shell_line(ab_command(r)),
             "mpirun --oversubscribe --allow-run-as-root -np 4 /b/braid ab job.braid --fused 3 "
-            "--backend mpi --steps 10");
+            "--backend mpi --steps 10 --json");
+  // What `braid ab --json` prints (an mpirun warning before it).
   const AbOutcome o = parse_ab_output(
-      "braid ab: baseline schedule 1 'x' vs fused schedule 2 'x (fused)', 4 ranks\n"
-      "speedup 1.250x (paired per-step ratios: 25th 1.2x, 75th percentile 1.3x)\n"
-      "data check passed: 10 elements of 2 buffers identical\n"
-      "stored as runs 3 (baseline) and 4 (fused) in job.braid\n");
+      "mpirun: a warning\n"
+      "{\n  \"baseline_schedule\": 1,\n  \"fused_schedule\": 2,\n  \"speedup\": 1.2500,\n"
+      "  \"speedup_p25\": 1.2000,\n  \"speedup_p75\": 1.3000,\n"
+      "  \"data_check\": {\"status\": \"passed\", \"fused_vs_baseline\": {\"ok\": true, "
+      "\"buffers\": 2, \"elements\": 10, \"mismatches\": 0}},\n"
+      "  \"stored_runs\": [3, 4]\n}\n");
   EXPECT_EQ(o.baseline_run, 3);
   EXPECT_EQ(o.fused_run, 4);
   EXPECT_EQ(o.speedup.rfind("speedup 1.250x", 0), 0u);

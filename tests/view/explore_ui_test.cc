@@ -337,7 +337,7 @@ TEST(ViewOriginalBesideRewrite, AnImportedRunAndTheReplayOfItsFusedScheduleAlign
   // One step (as `braid demo` does): the whole run's buffers exceed the mpi backend's limit.
   run(cli + "lift " + job + " --step 552 > /dev/null");
   run(cli + "fuse " + job + " > /dev/null");
-  const std::string ab = run(cli + "ab " + job + " --backend sim --steps 2 --no-data-check");
+  const std::string ab = run(cli + "ab " + job + " --backend sim --steps 2 --no-data-check --json");
   const AbOutcome o = parse_ab_output(ab);
   ASSERT_GE(o.fused_run, 0) << ab;
   {

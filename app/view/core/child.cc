@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <simdjson.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -132,7 +133,7 @@ std::vector<std::string> ab_command(const AbRequest& r) {
   v.insert(v.end(), {"--backend", r.backend == AbBackend::Sim   ? "sim"
                                   : r.backend == AbBackend::Mpi ? "mpi"
                                                                 : "nccl"});
-  v.insert(v.end(), {"--steps", std::to_string(r.steps)});
+  v.insert(v.end(), {"--steps", std::to_string(r.steps), "--json"});
   return v;
 }
 
@@ -147,21 +148,56 @@ std::string shell_line(const std::vector<std::string>& argv) {
 
 AbOutcome parse_ab_output(const std::string& log) {
   AbOutcome o;
-  size_t b = 0;
-  while (b < log.size()) {
-    size_t e = log.find('\n', b);
-    if (e == std::string::npos) e = log.size();
-    const std::string line = log.substr(b, e - b);
-    b = e + 1;
-    long long x = 0, y = 0;
-    if (std::sscanf(line.c_str(), "stored as runs %lld (baseline) and %lld (fused)", &x, &y) == 2) {
-      o.baseline_run = x;
-      o.fused_run = y;
-    } else if (line.rfind("speedup ", 0) == 0) {
-      o.speedup = line;
-    } else if (line.rfind("data check", 0) == 0) {
-      o.data_check = line;
+  // `braid ab --json` prints one JSON object (docs/cli.md, "JSON output"), from a line that
+  // starts with '{' to the last line that is '}'; anything else in the log is mpirun's or an
+  // error on stderr.
+  const size_t open = log.rfind("\n{") != std::string::npos ? log.rfind("\n{") + 1
+                      : log.rfind('{', 0) == 0              ? 0
+                                                            : std::string::npos;
+  const size_t close = log.rfind("\n}");
+  std::string outside = log;
+  if (open != std::string::npos && close != std::string::npos && close > open) {
+    const std::string text = log.substr(open, close + 2 - open);
+    outside = log.substr(0, open) + log.substr(close + 2);
+    simdjson::dom::parser p;
+    simdjson::dom::element doc;
+    if (p.parse(text).get(doc) == simdjson::SUCCESS) {
+      simdjson::dom::array runs;
+      if (doc["stored_runs"].get_array().get(runs) == simdjson::SUCCESS && runs.size() == 2) {
+        o.baseline_run = int64_t(runs.at(0));
+        o.fused_run = int64_t(runs.at(1));
+      }
+      double sp = 0, p25 = 0, p75 = 0;
+      if (doc["speedup"].get_double().get(sp) == simdjson::SUCCESS &&
+          doc["speedup_p25"].get_double().get(p25) == simdjson::SUCCESS &&
+          doc["speedup_p75"].get_double().get(p75) == simdjson::SUCCESS) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf,
+                      "speedup %.3fx (paired per-step ratios: 25th %.3fx, 75th percentile %.3fx)",
+                      sp, p25, p75);
+        o.speedup = buf;
+      }
+      std::string_view status;
+      if (doc["data_check"]["status"].get_string().get(status) == simdjson::SUCCESS) {
+        o.data_check = "data check " + std::string(status);
+        int64_t n = 0, bufs = 0, bad = 0;
+        auto c = doc["data_check"]["fused_vs_baseline"];
+        if (c["elements"].get_int64().get(n) == simdjson::SUCCESS &&
+            c["buffers"].get_int64().get(bufs) == simdjson::SUCCESS &&
+            c["mismatches"].get_int64().get(bad) == simdjson::SUCCESS)
+          o.data_check += status == "passed" ? ": " + std::to_string(n) + " elements of " +
+                                                   std::to_string(bufs) + " buffers identical"
+                                             : ": " + std::to_string(bad) + " of " +
+                                                   std::to_string(n) + " elements differ";
+      }
     }
+  }
+  size_t b = 0;
+  while (b < outside.size()) {
+    size_t e = outside.find('\n', b);
+    if (e == std::string::npos) e = outside.size();
+    const std::string line = outside.substr(b, e - b);
+    b = e + 1;
     if (o.first_error.empty() &&
         (line.find("error") != std::string::npos || line.find("cannot run") == 0))
       o.first_error = line;

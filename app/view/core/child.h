@@ -61,11 +61,12 @@ struct AbRequest {
 std::vector<std::string> ab_command(const AbRequest& r);
 std::string shell_line(const std::vector<std::string>& argv);  // for the panel and the docs
 
-// What the window shows of a finished `braid ab` (from its output).
+// What the window shows of a finished `braid ab --json` (its JSON, docs/cli.md "JSON output";
+// the first error line from the rest of the log).
 struct AbOutcome {
-  int64_t baseline_run = -1, fused_run = -1;  // "stored as runs X (baseline) and Y (fused)"
-  std::string speedup;                        // the "speedup ..." line
-  std::string data_check;                     // the "data check ..." line
+  int64_t baseline_run = -1, fused_run = -1;  // "stored_runs"
+  std::string speedup;                        // "speedup 1.250x (paired per-step ratios: ...)"
+  std::string data_check;                     // "data check passed: N elements of M buffers ..."
   std::string first_error;                    // the first line with "error" in it
 };
 AbOutcome parse_ab_output(const std::string& log);
