@@ -95,6 +95,9 @@ struct LiftSource {
   int64_t step = -1;
 };
 LiftSource lifted_from(const Schedule& s);
+// The provenance line a lifted schedule starts with ("lifted from trace run 3, step 552 by
+// fusion::lift"), which lifted_from reads back.
+std::string lift_provenance_line(int64_t run, int64_t step);
 // The schedule communicator id lift gives a trace communicator ("" -> "default").
 std::string lifted_comm_id(std::string_view trace_comm);
 

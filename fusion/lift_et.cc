@@ -80,6 +80,15 @@ std::vector<analysis::HostCompute> et_host_compute(const RankEtFlow& flow) {
   return out;
 }
 
+analysis::RankTrace with_host_compute(const analysis::RankTrace& t, const EtFlow* et,
+                                      int32_t rank) {
+  analysis::RankTrace copy = t;
+  if (!et || !t.kernels.empty() || !t.memcpys.empty()) return copy;
+  if (auto it = et->ranks.find(rank); it != et->ranks.end())
+    copy.host_compute = et_host_compute(it->second);
+  return copy;
+}
+
 EtFlow load_et_flow(const TraceReader& r, int64_t run) {
   EtFlow flow;
   r.et_ops(run, [&](const EtOp& o) {

@@ -85,6 +85,10 @@ EtFlow load_et_flow(const TraceReader& r, int64_t run);
 // ... `ref` indexes `flow.ops`.
 std::vector<analysis::HostCompute> et_host_compute(const RankEtFlow& flow);
 
+// `t` as the lift sees rank `rank`: a CPU job's (no kernels, no copies) with its compute from
+// the execution traces (et_host_compute); unchanged otherwise or without an ET for the rank.
+analysis::RankTrace with_host_compute(const analysis::RankTrace& t, const EtFlow* et, int32_t rank);
+
 // The lifted buffer name of a storage generation ("st12", "st12.3").
 std::string et_buffer_name(int64_t storage, int32_t gen);
 

@@ -57,9 +57,7 @@ std::map<int32_t, std::pair<Ns, TimeBreakdown>> lifted_originals(const TraceRead
     const int32_t sr = index++;
     const fusion::LiftedSpan& sp = spans.ranks.at(r);
     if (!sp.has_ops) continue;
-    analysis::RankTrace t = run.ranks.at(r);
-    if (auto e = et.ranks.find(r); e != et.ranks.end() && t.kernels.empty() && t.memcpys.empty())
-      t.host_compute = fusion::et_host_compute(e->second);
+    const analysis::RankTrace t = fusion::with_host_compute(run.ranks.at(r), &et, r);
     const analysis::RankTimeline tl = analysis::build_timeline(t);
     std::vector<Interval> compute;
     std::map<std::string, std::vector<Interval>> comm;

@@ -508,11 +508,9 @@ std::string JoinReport::line() const {
   return s;
 }
 
-JoinReport join_and_store(ImportContext& ctx, Trace& t, const HostOps& host) {
-  JoinReport rep;
-  rep.et_path = t.path;
-  rep.trace_path = host.path;
-  rep.rank = host.rank;
+namespace {
+
+void check_pair(const Trace& t, const HostOps& host) {
   if (t.pid >= 0 && host.pid >= 0 && t.pid != host.pid)
     throw Error(ErrorCode::Usage,
                 t.path + ": execution trace of process " + std::to_string(t.pid) + ", but " +
@@ -525,72 +523,78 @@ JoinReport join_and_store(ImportContext& ctx, Trace& t, const HostOps& host) {
                                       " has no CPU ops to join an execution trace to (a "
                                       "GPU-only or Nsight trace; record the job with the "
                                       "PyTorch profiler's CPU activity)");
-  int64_t assumed = 0, bounded = 0;
-  resolve_layouts(t, assumed, bounded);
+}
 
-  Joiner j{t, host, {}, {}, {}, {}, {}, 0};
-  j.names.resize(t.nodes.size());
-  j.joined.assign(t.nodes.size(), -1);
-  j.how.assign(t.nodes.size(), EtJoin::None);
-  j.host_used.assign(host.ops.size(), false);
-  for (size_t n = 0; n < t.nodes.size(); ++n) {
-    j.names[n] = ctx.writer.intern(t.nodes[n].name);
-    if (!t.nodes[n].root) j.ops.push_back(n);
-  }
-  std::stable_sort(j.ops.begin(), j.ops.end(),
-                   [&](size_t x, size_t y) { return t.nodes[x].id < t.nodes[y].id; });
-  const bool has_rf =
-      std::any_of(host.ops.begin(), host.ops.end(), [](const HostOp& o) { return o.rf_id >= 0; });
-  if (has_rf) j.by_record_id();
-  if (!has_rf) j.by_order();
-  j.leftovers();
+// What the join found, beyond the pairs: the step of each node, the steps and window it covers.
+struct JoinSummary {
+  std::vector<int64_t> step_of;             // per node index
+  std::map<std::string, int64_t> unjoined;  // by name
+  Ns lo = INT64_MAX, hi = INT64_MIN;        // the joined ops' span
+  std::set<int64_t> tids;                   // the threads they are on
+};
 
-  // The steps holding the joined ops.
+JoinSummary summarize(const Trace& t, const HostOps& host, const Joiner& j, JoinReport& rep) {
+  JoinSummary sum;
+  sum.step_of.assign(t.nodes.size(), -1);
   std::map<int64_t, int64_t> per_step;
-  std::vector<int64_t> step_of(t.nodes.size(), -1);
-  std::map<std::string, int64_t> unjoined;
-  Ns lo = INT64_MAX, hi = INT64_MIN;
-  std::set<int64_t> tids;
   for (size_t n : j.ops) {
     if (j.joined[n] < 0) {
-      ++unjoined[t.nodes[n].name];
+      ++sum.unjoined[t.nodes[n].name];
       continue;
     }
     ++rep.joined;
     const HostOp& o = host.ops[j.joined[n]];
-    lo = std::min(lo, o.start), hi = std::max(hi, o.end);
-    tids.insert(o.tid);
+    sum.lo = std::min(sum.lo, o.start), sum.hi = std::max(sum.hi, o.end);
+    sum.tids.insert(o.tid);
     for (const Step& s : host.steps)
       if (o.start >= s.start && o.start < s.end) {
-        step_of[n] = s.step;
+        sum.step_of[n] = s.step;
         ++per_step[s.step];
         break;
       }
   }
   rep.nodes = static_cast<int64_t>(j.ops.size());
-  rep.how = has_rf ? EtJoin::RecordId : EtJoin::Order;
   for (size_t n : j.ops)
     if (j.how[n] == EtJoin::Sequence) rep.how = EtJoin::Sequence;
-  if (rep.joined < kMinJoined * static_cast<double>(rep.nodes))
-    throw Error(ErrorCode::BadFormat,
-                t.path + ": not an execution trace of " + host.path + "'s run: only " +
-                    std::to_string(rep.joined) + " of " + std::to_string(rep.nodes) +
-                    " ops match the trace's CPU ops (no op sequence matches; pair each ET with "
-                    "the trace recorded with it)");
-  std::vector<std::pair<int64_t, int64_t>> ranked;
-  for (auto [s, c] : per_step) ranked.emplace_back(-c, s);
-  std::sort(ranked.begin(), ranked.end());
-  for (auto [c, s] : ranked)
-    if (-c * 10 >= rep.joined) rep.steps.push_back(s);  // steps with >= 10% of the joined ops
-  std::sort(rep.steps.begin(), rep.steps.end());
+  // The steps holding at least 10% of the joined ops.
+  for (auto [s, c] : per_step)
+    if (c * 10 >= rep.joined) rep.steps.push_back(s);
+  return sum;
+}
 
-  // Rows.
+EtTensor tensor_row(TraceWriter& w, int32_t rank, const Node& node, const Arg& arg, size_t a,
+                    size_t i, bool output) {
+  const TensorValue& tv = arg.tensors[i];
+  EtTensor r;
+  r.rank = rank;
+  r.node = node.id;
+  r.arg = static_cast<int32_t>(a);
+  r.item = arg.kind == Arg::Kind::TensorList ? static_cast<int32_t>(i) : -1;
+  r.output = output;
+  r.tensor = tv.tensor;
+  r.storage = tv.storage;
+  r.offset = tv.offset;
+  r.numel = tv.numel;
+  r.itemsize = tv.itemsize;
+  r.dtype = tv.dtype.empty() ? 0 : w.intern(tv.dtype);
+  r.device = tv.device.empty() ? 0 : w.intern(tv.device);
+  r.shape = w.intern(json_ints(tv.shape));
+  r.strides = tv.strides ? w.intern(json_ints(*tv.strides)) : 0;
+  r.lo = tv.lo;
+  r.hi = tv.hi;
+  r.extent = tv.extent;
+  return r;
+}
+
+// The et_ops and et_tensors rows; returns the number of tensor rows.
+int64_t write_rows(ImportContext& ctx, const Trace& t, const HostOps& host, const Joiner& j,
+                   const JoinSummary& sum) {
   TraceWriter& w = ctx.writer;
-  const int32_t rank = host.rank;
+  int64_t tensors = 0;
   for (size_t n : j.ops) {
     const Node& node = t.nodes[n];
     EtOp row;
-    row.rank = rank;
+    row.rank = host.rank;
     row.node = node.id;
     row.parent = node.parent;
     row.name = j.names[n];
@@ -604,7 +608,7 @@ JoinReport join_and_store(ImportContext& ctx, Trace& t, const HostOps& host) {
       row.tid = o.tid;
       row.op_start = o.start;
       row.op_end = o.end;
-      row.step = step_of[n];
+      row.step = sum.step_of[n];
       row.join = j.how[n];
     }
     w.add(ctx.run, row);
@@ -612,32 +616,18 @@ JoinReport join_and_store(ImportContext& ctx, Trace& t, const HostOps& host) {
       const auto& args = out ? node.outputs : node.inputs;
       for (size_t a = 0; a < args.size(); ++a)
         for (size_t i = 0; i < args[a].tensors.size(); ++i) {
-          const TensorValue& tv = args[a].tensors[i];
-          if (!tv.defined()) continue;
-          EtTensor r;
-          r.rank = rank;
-          r.node = node.id;
-          r.arg = static_cast<int32_t>(a);
-          r.item = args[a].kind == Arg::Kind::TensorList ? static_cast<int32_t>(i) : -1;
-          r.output = out == 1;
-          r.tensor = tv.tensor;
-          r.storage = tv.storage;
-          r.offset = tv.offset;
-          r.numel = tv.numel;
-          r.itemsize = tv.itemsize;
-          r.dtype = tv.dtype.empty() ? 0 : w.intern(tv.dtype);
-          r.device = tv.device.empty() ? 0 : w.intern(tv.device);
-          r.shape = w.intern(json_ints(tv.shape));
-          r.strides = tv.strides ? w.intern(json_ints(*tv.strides)) : 0;
-          r.lo = tv.lo;
-          r.hi = tv.hi;
-          r.extent = tv.extent;
-          w.add(ctx.run, r);
-          ++rep.tensors;
+          if (!args[a].tensors[i].defined()) continue;
+          w.add(ctx.run, tensor_row(w, host.rank, node, args[a], a, i, out == 1));
+          ++tensors;
         }
     }
   }
-  // Host collectives the trace did not size take their tensors' sizes.
+  return tensors;
+}
+
+// Host collectives the trace did not size take their tensors' sizes.
+void fill_sizes(ImportContext& ctx, const Trace& t, const HostOps& host, const Joiner& j) {
+  TraceWriter& w = ctx.writer;
   for (size_t n : j.ops) {
     if (j.joined[n] < 0) continue;
     auto size = c10d_size(t.nodes[n]);
@@ -647,38 +637,44 @@ JoinReport join_and_store(ImportContext& ctx, Trace& t, const HostOps& host) {
     const int sz = dtype_size(dtype);
     const int64_t bytes = sz > 0 ? std::max(in, out) * sz : -1;
     const StrId dt = dtype.empty() ? 0 : w.intern(dtype);
-    w.submit(
-        [run = ctx.run, rank, start = o.start, name = o.name, in, out, bytes, dt](sqlite3* db) {
-          rows::fill_collective_size(db, run, rank, start, name, in, out, bytes, dt);
-        });
+    w.submit([run = ctx.run, rank = host.rank, start = o.start, name = o.name, in, out, bytes,
+              dt](sqlite3* db) {
+      rows::fill_collective_size(db, run, rank, start, name, in, out, bytes, dt);
+    });
   }
+}
+
+void diagnose(ImportContext& ctx, const Trace& t, const HostOps& host, const Joiner& j,
+              const JoinSummary& sum, const JoinReport& rep, int64_t assumed, int64_t bounded) {
   int64_t trace_unjoined = 0;
   for (size_t k = 0; k < host.ops.size(); ++k) {
     const HostOp& o = host.ops[k];
-    if (!j.host_used[k] && tids.count(o.tid) && o.start >= lo && o.end <= hi) ++trace_unjoined;
+    if (!j.host_used[k] && sum.tids.count(o.tid) && o.start >= sum.lo && o.end <= sum.hi)
+      ++trace_unjoined;
   }
-  std::string where = t.path + " with " + host.path;
-  std::string step_text;
+  const std::string where = t.path + " with " + host.path;
+  std::string steps;
   for (size_t i = 0; i < rep.steps.size(); ++i)
-    step_text += (i ? ", " : "") + std::to_string(rep.steps[i]);
-  ctx.diagnose(diag::Code::et_joined, rep.joined,
-               where + ": " + std::to_string(rep.joined) + " of " + std::to_string(rep.nodes) +
-                   " ops joined by " + std::string(to_string(rep.how)) +
-                   (step_text.empty()
-                        ? std::string(", in no step")
-                        : ", step" + std::string(rep.steps.size() > 1 ? "s " : " ") + step_text) +
-                   (j.ambiguous_offsets
-                        ? "; " + std::to_string(j.ambiguous_offsets) +
-                              " other iterations of the trace match the op order nearly as well"
-                              " (the one closest to the execution trace's own duration was "
-                              "taken)"
-                        : std::string()),
-               rank);
-  ctx.diagnose(diag::Code::et_not_joined, static_cast<int64_t>(rep.nodes - rep.joined),
+    steps += (i ? ", " : "") + std::to_string(rep.steps[i]);
+  const int32_t rank = host.rank;
+  ctx.diagnose(
+      diag::Code::et_joined, rep.joined,
+      where + ": " + std::to_string(rep.joined) + " of " + std::to_string(rep.nodes) +
+          " ops joined by " + std::string(to_string(rep.how)) +
+          (steps.empty() ? std::string(", in no step")
+                         : ", step" + std::string(rep.steps.size() > 1 ? "s " : " ") + steps) +
+          (j.ambiguous_offsets
+               ? "; " + std::to_string(j.ambiguous_offsets) +
+                     " other iterations of the trace match the op order nearly as well"
+                     " (the one closest to the execution trace's own duration was "
+                     "taken)"
+               : std::string()),
+      rank);
+  ctx.diagnose(diag::Code::et_not_joined, rep.nodes - rep.joined,
                where +
                    ": no CPU op of the same name in order on the op's thread or between "
                    "its joined neighbours: " +
-                   top_names(unjoined, 5),
+                   top_names(sum.unjoined, 5),
                rank);
   ctx.diagnose(diag::Code::et_trace_ops_not_joined, trace_unjoined,
                where +
@@ -693,6 +689,47 @@ JoinReport join_and_store(ImportContext& ctx, Trace& t, const HostOps& host) {
   ctx.diagnose(diag::Code::et_extent_bounded, bounded,
                where + ": views whose strides are not known, bounded by the tensor they view",
                rank);
+}
+
+}  // namespace
+
+JoinReport join_and_store(ImportContext& ctx, Trace& t, const HostOps& host) {
+  check_pair(t, host);
+  JoinReport rep;
+  rep.et_path = t.path;
+  rep.trace_path = host.path;
+  rep.rank = host.rank;
+  int64_t assumed = 0, bounded = 0;
+  resolve_layouts(t, assumed, bounded);
+  Joiner j{t, host, {}, {}, {}, {}, {}, 0};
+  j.names.resize(t.nodes.size());
+  j.joined.assign(t.nodes.size(), -1);
+  j.how.assign(t.nodes.size(), EtJoin::None);
+  j.host_used.assign(host.ops.size(), false);
+  for (size_t n = 0; n < t.nodes.size(); ++n) {
+    j.names[n] = ctx.writer.intern(t.nodes[n].name);
+    if (!t.nodes[n].root) j.ops.push_back(n);
+  }
+  std::stable_sort(j.ops.begin(), j.ops.end(),
+                   [&](size_t x, size_t y) { return t.nodes[x].id < t.nodes[y].id; });
+  const bool has_rf =
+      std::any_of(host.ops.begin(), host.ops.end(), [](const HostOp& o) { return o.rf_id >= 0; });
+  if (has_rf)
+    j.by_record_id();
+  else
+    j.by_order();
+  j.leftovers();
+  rep.how = has_rf ? EtJoin::RecordId : EtJoin::Order;
+  const JoinSummary sum = summarize(t, host, j, rep);
+  if (rep.joined < kMinJoined * static_cast<double>(rep.nodes))
+    throw Error(ErrorCode::BadFormat,
+                t.path + ": not an execution trace of " + host.path + "'s run: only " +
+                    std::to_string(rep.joined) + " of " + std::to_string(rep.nodes) +
+                    " ops match the trace's CPU ops (no op sequence matches; pair each ET with "
+                    "the trace recorded with it)");
+  rep.tensors = write_rows(ctx, t, host, j, sum);
+  fill_sizes(ctx, t, host, j);
+  diagnose(ctx, t, host, j, sum, rep, assumed, bounded);
   return rep;
 }
 
