@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "trace/error.h"
+
 namespace braid::fusion {
 
 std::string_view to_string(OpKind k) {
@@ -195,8 +197,12 @@ int64_t collective_elements(const Collective& c, int64_t comm_size) {
 }
 
 int64_t dtype_bytes_of(const std::string& dtype) {
-  int b = dtype_size(normalize_dtype(dtype));
-  return b > 0 ? b : 1;
+  const int b = dtype_size(dtype);
+  if (b <= 0)
+    throw Error(ErrorCode::Internal, "dtype '" + dtype +
+                                         "' is not one braid knows; validate() refuses a "
+                                         "schedule that names it");
+  return b;
 }
 
 int64_t collective_bytes(const Schedule& s, const Collective& c) {

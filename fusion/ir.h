@@ -233,11 +233,14 @@ std::vector<OpRef> producers_of(const Schedule& s, int32_t rank, const Slice& sl
 // Sizes of a collective on one rank, nccl-tests' "size" (the larger of its input and output):
 // in elements on a communicator of `comm_size` ranks (n × count for all-gather, reduce-scatter
 // and all-to-all; a manytomany's sends in total; else count), and in bytes with the dtype's size
-// (1 byte per element for a dtype braid does not know) on the communicator the schedule gives it
-// (1 rank when it names none). Every layer sizes messages with these.
+// (dtype_bytes_of) on the communicator the schedule gives it (1 rank when it names none). Every
+// layer sizes messages with these.
 int64_t collective_elements(const Collective& c, int64_t comm_size);
 int64_t collective_bytes(const Schedule& s, const Collective& c);
-// Bytes per element of a dtype, 1 when unknown.
+// Bytes per element of a schedule's dtype. The one rule for an unknown dtype: a schedule may name
+// only dtypes braid knows (trace/model.h dtype_size; validate() refuses others, naming them), so
+// this throws braid::Error(Internal) for an unknown one. Trace data, where a size may simply be
+// unknown, use dtype_size's 0.
 int64_t dtype_bytes_of(const std::string& dtype);
 
 // "rank 1 stream 'comm' op 3 (id 12: allreduce 'grad' on 'dp')", for messages.

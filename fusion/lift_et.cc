@@ -270,7 +270,12 @@ void EtRankPlan::finish() {
     }
   for (auto& [pos, t] : ops_)
     for (const auto* list : {&t.reads, &t.writes})
-      for (const EtAccess& a : *list) note(a, a.dtype.empty() ? "uint8" : a.dtype, a.itemsize);
+      for (const EtAccess& a : *list)
+        // A dtype braid does not know (complex, quantized) is a buffer of bytes.
+        if (dtype_size(a.dtype) > 0)
+          note(a, a.dtype, a.itemsize);
+        else
+          note(a, "uint8", 1);
   // A collective whose tensor landed in a buffer of another dtype is staged instead.
   for (auto& [pos, t] : ops_) {
     if (!t.coll) continue;

@@ -21,6 +21,11 @@ bool is_p2p(CollOp op) { return op == CollOp::Send || op == CollOp::Recv; }
 // ---------------------------------------------------------------------------------------------
 // Structure, slices, per-op shapes
 
+// What a schedule's dtypes may be (trace/model.h dtype_size knows them; normalized names).
+constexpr std::string_view kKnownDtypes =
+    "float64, float32, float16, bfloat16, float8_e4m3, float8_e5m2, int64, int32, int16, int8, "
+    "uint64, uint32, uint8, bool";
+
 // A rank's buffers by name (the first of a name, as RankSchedule::find_buffer).
 using BufferIndex = std::unordered_map<std::string_view, const Buffer*>;
 
@@ -73,6 +78,9 @@ void check_collective(const Schedule& s, const RankSchedule& r, const BufferInde
     return;
   }
   if (c.dtype.empty()) out.push_back(where() + "empty dtype");
+  else if (dtype_size(c.dtype) <= 0)
+    out.push_back(where() + "dtype " + q(c.dtype) + " is not one braid knows (" +
+                  std::string(kKnownDtypes) + ")");
   if (c.count < 0) out.push_back(where() + "negative count");
   if (!c.in.empty()) check_slice(s, r, bufs, ref, c.in, "'in'", c.dtype, out);
   if (!c.out.empty()) check_slice(s, r, bufs, ref, c.out, "'out'", c.dtype, out);
@@ -271,6 +279,9 @@ void check_structure(const Schedule& s, Problems& out) {
       if (!names.insert(b.name).second)
         out.push_back(rn + ": buffer " + q(b.name) + " is declared twice");
       if (b.size < 0) out.push_back(rn + ": buffer " + q(b.name) + " has a negative size");
+      if (dtype_size(b.dtype) <= 0)
+        out.push_back(rn + ": buffer " + q(b.name) + " has dtype " + q(b.dtype) +
+                      ", not one braid knows (" + std::string(kKnownDtypes) + ")");
       if (std::string why = replicated_problem(s, ri, b.replicated); !why.empty())
         out.push_back(rn + ": buffer " + q(b.name) + " is " + why);
     }

@@ -10,8 +10,7 @@
 namespace braid::replay {
 
 int element_size(std::string_view dtype) {
-  int n = dtype_size(normalize_dtype(dtype));
-  return n > 0 ? n : 4;
+  return static_cast<int>(fusion::dtype_bytes_of(std::string(dtype)));
 }
 
 CollOp cost_op(CollOp op) { return op == CollOp::Recv ? CollOp::Send : op; }

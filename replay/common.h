@@ -12,8 +12,8 @@
 
 namespace braid::replay {
 
-// Bytes per element of a schedule dtype as the executors allocate it; 4 when the dtype is
-// unknown.
+// Bytes per element of a schedule dtype as the executors allocate it (fusion::dtype_bytes_of:
+// a validated schedule names only dtypes braid knows).
 int element_size(std::string_view dtype);
 
 // nccl-tests "size" of one rank's part of a collective in bytes at `esize` bytes per element
