@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <set>
 
+#include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/json.h"
 #include "trace/summary.h"
@@ -27,6 +28,42 @@ std::string fmt(const char* f, double v) {
 
 std::string pct(Ns part, Ns whole) {
   return whole > 0 ? fmt("%.1f%%", 100.0 * static_cast<double>(part) / whole) : "-";
+}
+
+// Per step, the collective waited for longest and the rank it waited for.
+std::string late_by_step(const Metrics& m) {
+  std::map<int64_t, const CollectiveMetrics*> worst;
+  for (const CollectiveMetrics& c : m.collectives) {
+    if (!c.complete || c.late_rank < 0 || c.step < 0) continue;
+    const CollectiveMetrics*& w = worst[c.step];
+    if (!w || c.wait_ns > w->wait_ns) w = &c;
+  }
+  if (worst.empty()) return "";
+  std::string o = "\nlate rank per step (the collective waited for longest)\n";
+  for (const auto& [step, c] : worst)
+    o += "  step " + std::to_string(step) + "  rank " + std::to_string(c->late_rank) + "  " +
+         std::string(to_string(c->op)) + " #" + std::to_string(c->seq) + "  others waited up to " +
+         format_ns(c->wait_ns) + "\n";
+  return o;
+}
+
+std::vector<Diagnostic> path_diagnostics(const std::vector<CriticalPath>& paths) {
+  int64_t refused = 0;
+  std::string steps;
+  for (const CriticalPath& p : paths)
+    if (!p.refused.empty()) {
+      ++refused;
+      if (refused <= 5) steps += (steps.empty() ? "" : ", ") + std::to_string(p.step);
+    }
+  if (refused == 0) return {};
+  Diagnostic d;
+  diag::set_code(d, diag::Code::analysis_critical_path_refused);
+  d.count = refused;
+  d.detail =
+      "steps whose span on the aligned clocks is more than twice the longest the step lasts "
+      "on one rank: their ranks' clocks are not aligned, no critical path reported (steps " +
+      steps + (refused > 5 ? ", ..." : "") + ")";
+  return {d};
 }
 
 }  // namespace
@@ -82,6 +119,7 @@ Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt) {
     co.step = s;
     a.paths.push_back(critical_path(run, a.match, a.clocks, timelines, co));
   }
+  for (const Diagnostic& d : path_diagnostics(a.paths)) a.diagnostics.push_back(d);
 
   CostModel model(a.profile);
   a.costs = calibrate(run, a.match, a.clocks, model);
@@ -113,14 +151,21 @@ std::string report_text(const Analysis& a) {
   o += a.path + ": run " + std::to_string(a.run_id) + ", " + std::to_string(a.ranks.size()) +
        " ranks" + (a.step >= 0 ? ", step " + std::to_string(a.step) : "") + "\n\n";
 
-  o += "clocks (reference rank " + std::to_string(a.clocks.reference) + ", " +
-       std::to_string(a.clocks.anchors_used) + " anchors, residual " +
-       fmt("%.2f", a.clocks.residual_rms_ns / 1000) + " µs RMS)\n";
-  for (const RankClock& c : a.clocks.ranks)
+  if (a.clocks.reference < 0)
+    o += "clocks: the ranks cannot be aligned: no two of them share a matched collective (each "
+         "keeps its own clock; no offsets stored)\n";
+  else
+    o += "clocks (reference rank " + std::to_string(a.clocks.reference) + ", " +
+         std::to_string(a.clocks.anchors_used) + " anchors, residual " +
+         fmt("%.2f", a.clocks.residual_rms_ns / 1000) + " µs RMS over the ends kept, " +
+         std::to_string(a.clocks.ends_rejected) + " rejected)\n";
+  for (const RankClock& c : a.clocks.ranks) {
+    if (a.clocks.reference < 0) break;
     o += "  rank " + std::to_string(c.rank) + "  offset " + fmt("%+.3f", c.offset / 1000.0) +
          " µs" + (c.error >= 0 ? "  ± " + fmt("%.3f", c.error / 1000.0) + " µs" : "") +
          (c.aligned ? "" : "  (not aligned: no shared collective)") +
          (c.flagged ? "  FLAGGED: residual " + fmt("%.1f", c.residual_rms_ns / 1000) + " µs" : "") + "\n";
+  }
 
   o += "\ntime per rank (HTA temporal breakdown; overlap = HTA comm/comp overlap)\n";
   if (a.hta_compat)
@@ -161,9 +206,19 @@ std::string report_text(const Analysis& a) {
     o += "\n";
   }
 
+  o += late_by_step(a.metrics);
+
   for (const CriticalPath& p : a.paths) {
-    o += "\ncritical path" + (p.step >= 0 ? " of step " + std::to_string(p.step) : std::string(" of the run")) +
-         ": " + format_ns(p.length()) + ", " + std::to_string(p.chain.size()) + " segments\n";
+    const std::string title =
+        "\ncritical path" +
+        (p.step >= 0 ? " of step " + std::to_string(p.step) : std::string(" of the run"));
+    if (!p.refused.empty()) {
+      o += title + ": not reported: " + p.refused + "\n";
+      continue;
+    }
+    o += title + ": " + format_ns(p.length()) + " of the step's " + format_ns(p.step_ns) +
+         " (first rank's start to last rank's end), " + std::to_string(p.chain.size()) +
+         " segments\n";
     std::vector<std::pair<Ns, std::string>> shares;
     for (auto& [c, ns] : p.by_category) shares.push_back({ns, c});
     std::sort(shares.rbegin(), shares.rend());
@@ -301,6 +356,9 @@ std::string report_json(const Analysis& a) {
         .field("step", p.step)
         .field("start_ns", p.start)
         .field("end_ns", p.end)
+        .field("step_ns", p.step_ns)
+        .field("longest_rank_ns", p.longest_rank_ns)
+        .field("refused", p.refused)
         .key("by_category")
         .begin_object();
     for (auto& [c, ns] : p.by_category) w.field(c, ns);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "trace/summary.h"
+
 namespace braid::analysis {
 
 std::string_view to_string(SegmentKind k) {
@@ -15,42 +17,145 @@ std::string_view to_string(SegmentKind k) {
   return "kernel";
 }
 
+namespace {
+
+// A rank's share of the step on its own clock: the ops the step launched (`ops_*`), widened to the
+// host's step range where its share is host work (host collectives, or nothing launched).
+struct Share {
+  Ns ops_lo = INT64_MAX, ops_hi = INT64_MIN;
+  Ns lo = INT64_MAX, hi = INT64_MIN;
+};
+
+template <typename Inside>
+std::map<int32_t, Share> step_shares(const RunData& run,
+                                     const std::map<int32_t, RankTimeline>& timelines, int64_t step,
+                                     const Inside& inside) {
+  std::map<int32_t, Share> out;
+  for (const auto& [r, tl] : timelines) {
+    if (!run.ranks.count(r)) continue;
+    Share sh;
+    bool host = false;
+    for (const StreamOps& so : tl.streams)
+      for (const GpuOp& op : so.ops) {
+        if (!inside(r, op)) continue;
+        sh.ops_lo = std::min(sh.ops_lo, op.start);
+        sh.ops_hi = std::max(sh.ops_hi, op.end);
+        host = host || op.type == OpType::HostCollective;
+      }
+    sh.lo = sh.ops_lo, sh.hi = sh.ops_hi;
+    if (step >= 0 && (host || sh.ops_lo > sh.ops_hi))
+      for (const Step& s : run.ranks.at(r).steps)
+        if (s.step == step) sh.lo = std::min(sh.lo, s.start), sh.hi = std::max(sh.hi, s.end);
+    if (sh.lo <= sh.hi) out[r] = sh;
+  }
+  return out;
+}
+
+// The step's span on the job axis against its longest share on one rank; a span beyond twice
+// that is refused (critical_path.h).
+void check_against_step(CriticalPath& cp, const std::map<int32_t, Share>& shares,
+                        const ClockFit& clocks) {
+  Ns lo = INT64_MAX, hi = INT64_MIN;
+  for (const auto& [r, sh] : shares) {
+    lo = std::min(lo, sh.lo + clocks.offset(r));
+    hi = std::max(hi, sh.hi + clocks.offset(r));
+    cp.longest_rank_ns = std::max(cp.longest_rank_ns, sh.hi - sh.lo);
+  }
+  if (lo > hi) return;
+  cp.step_ns = hi - lo;
+  if (cp.step_ns <= 2 * cp.longest_rank_ns) return;
+  cp.refused = "the ranks' clocks are not aligned for it: on them the step spans " +
+               format_ns(cp.step_ns) + ", more than twice the longest it lasts on one rank (" +
+               format_ns(cp.longest_rank_ns) + ")";
+  cp.chain.clear();
+  cp.by_category.clear();
+  cp.by_comm.clear();
+  cp.start = cp.end = 0;
+}
+
+// The op that ends last on the job axis (lowest rank, then stream, on ties) among those `take`s.
+struct LastOp {
+  int32_t rank = -1;
+  OpPos pos;
+  Ns end = INT64_MIN;
+};
+
+template <typename Take>
+LastOp last_op(const std::map<int32_t, RankTimeline>& timelines, const ClockFit& clocks,
+               const Take& take) {
+  LastOp out;
+  for (const auto& [r, tl] : timelines) {
+    const Ns off = clocks.offset(r);
+    for (int32_t s = 0; s < static_cast<int32_t>(tl.streams.size()); ++s)
+      for (int32_t i = 0; i < static_cast<int32_t>(tl.streams[s].ops.size()); ++i) {
+        const GpuOp& op = tl.streams[s].ops[i];
+        if (take(r, op) && op.end + off > out.end) out = {r, {s, i}, op.end + off};
+      }
+  }
+  return out;
+}
+
+// What an op on the path is: kind, name, category (and for a collective its communicator and
+// matched group); times are set by the walk.
+PathSegment describe(const RunData& run, const RankTimeline& tl, int32_t rank, OpPos pos,
+                     int group) {
+  const RankTrace& t = run.ranks.at(rank);
+  const GpuOp& op = tl.op(pos);
+  PathSegment seg;
+  seg.rank = rank;
+  seg.stream = tl.streams[pos.stream].stream;
+  if (op.coll >= 0) {
+    const Collective& c = t.collectives[op.coll];
+    seg.kind = SegmentKind::Collective;
+    seg.name = std::string(to_string(c.op));
+    seg.category = std::string(to_string(comm_category(c.op)));
+    seg.comm = run.str(c.comm);
+    seg.group = group;
+  } else if (op.type == OpType::Memcpy) {
+    seg.kind = SegmentKind::Memcpy;
+    seg.name = std::string(to_string(t.memcpys[op.index].kind));
+    seg.category = std::string(to_string(Category::Memory));
+  } else {
+    seg.kind = SegmentKind::Kernel;
+    seg.name = run.str(t.kernels[op.index].name);
+    seg.category = std::string(to_string(op.category));
+  }
+  return seg;
+}
+
+}  // namespace
+
 CriticalPath critical_path(const RunData& run, const MatchResult& match, const ClockFit& clocks,
                            const std::map<int32_t, RankTimeline>& timelines,
                            const CriticalPathOptions& opt) {
   CriticalPath cp;
   cp.step = opt.step;
   // The ops of the step (those it launched: RankTrace::kernel_step), and where each rank's
-  // share of them starts on its own clock.
+  // share of them lies on its own clock.
   auto inside = [&](int32_t r, const GpuOp& op) {
     return opt.step < 0 || op_step(run.ranks.at(r), op) == opt.step;
   };
-  std::map<int32_t, std::pair<Ns, Ns>> win;
-  for (const auto& [r, tl] : timelines) {
-    if (!run.ranks.count(r)) continue;
-    for (const StreamOps& so : tl.streams)
-      for (const GpuOp& op : so.ops) {
-        if (!inside(r, op)) continue;
-        auto [it, fresh] = win.try_emplace(r, op.start, op.end);
-        if (!fresh)
-          it->second = {std::min(it->second.first, op.start), std::max(it->second.second, op.end)};
-      }
-  }
+  auto aligned = [&](int32_t r) {
+    const RankClock* c = clocks.rank(r);
+    return c && c->aligned;
+  };
+  bool any_aligned = false;
+  for (const auto& [r, _] : timelines) any_aligned = any_aligned || aligned(r);
 
-  // The op that ends last (lowest rank, then stream, on ties).
-  int32_t cur_rank = -1;
-  OpPos cur;
-  Ns best_end = INT64_MIN;
-  for (const auto& [r, tl] : timelines) {
-    const Ns off = clocks.offset(r);
-    for (int32_t s = 0; s < static_cast<int32_t>(tl.streams.size()); ++s)
-      for (int32_t i = 0; i < static_cast<int32_t>(tl.streams[s].ops.size()); ++i) {
-        const GpuOp& op = tl.streams[s].ops[i];
-        if (!inside(r, op)) continue;
-        if (op.end + off > best_end) best_end = op.end + off, cur_rank = r, cur = {s, i};
-      }
-  }
+  // The op that ends last, among the ranks whose clocks are aligned when there are any.
+  auto [cur_rank, cur, best_end] = last_op(timelines, clocks, [&](int32_t r, const GpuOp& op) {
+    return inside(r, op) && (!any_aligned || aligned(r));
+  });
   if (cur_rank < 0) return cp;
+  // The ranks on the same axis as that op: its own, and the aligned ones if it is aligned.
+  const bool end_aligned = aligned(cur_rank);
+  std::map<int32_t, Share> shares = step_shares(run, timelines, opt.step, inside);
+  std::erase_if(shares, [&](const auto& kv) {
+    return kv.first != cur_rank && !(end_aligned && aligned(kv.first));
+  });
+  std::map<int32_t, std::pair<Ns, Ns>> win;
+  for (const auto& [r, sh] : shares)
+    if (sh.ops_lo <= sh.ops_hi) win[r] = {sh.ops_lo, sh.ops_hi};
   cp.end = best_end;
   cp.start = best_end;
   for (const auto& [r, w] : win)
@@ -61,7 +166,6 @@ CriticalPath critical_path(const RunData& run, const MatchResult& match, const C
   Ns explain_until = INT64_MIN;  // the job time the current op's segment starts at
   while (cur_rank >= 0 && visited.insert({cur_rank, cur}).second) {
     const RankTimeline& tl = timelines.at(cur_rank);
-    const RankTrace& t = run.ranks.at(cur_rank);
     const GpuOp& op = tl.op(cur);
     const Ns off = clocks.offset(cur_rank);
     Ns seg_end = explain_until == INT64_MIN ? op.end + off : std::min(op.end + off, explain_until);
@@ -69,25 +173,7 @@ CriticalPath critical_path(const RunData& run, const MatchResult& match, const C
 
     // A matched collective: its transfer from the last arrival, then the late rank.
     int g = op.coll >= 0 ? match.group({cur_rank, op.coll}) : -1;
-    PathSegment seg;
-    seg.rank = cur_rank;
-    seg.stream = tl.streams[cur.stream].stream;
-    if (op.coll >= 0) {
-      const Collective& c = t.collectives[op.coll];
-      seg.kind = SegmentKind::Collective;
-      seg.name = std::string(to_string(c.op));
-      seg.category = std::string(to_string(comm_category(c.op)));
-      seg.comm = run.str(c.comm);
-      seg.group = g;
-    } else if (op.type == OpType::Memcpy) {
-      seg.kind = SegmentKind::Memcpy;
-      seg.name = std::string(to_string(t.memcpys[op.index].kind));
-      seg.category = std::string(to_string(Category::Memory));
-    } else {
-      seg.kind = SegmentKind::Kernel;
-      seg.name = run.str(t.kernels[op.index].name);
-      seg.category = std::string(to_string(op.category));
-    }
+    PathSegment seg = describe(run, tl, cur_rank, cur, g);
     int32_t next_rank = cur_rank;
     OpPos from = cur;
     if (g >= 0 && match.groups[g].members.size() >= 2 && !match.groups[g].mismatched) {
@@ -167,6 +253,7 @@ CriticalPath critical_path(const RunData& run, const MatchResult& match, const C
     cp.by_category[s.category] += s.duration();
     if (s.kind == SegmentKind::Collective) cp.by_comm[s.comm] += s.duration();
   }
+  check_against_step(cp, shares, clocks);
   return cp;
 }
 

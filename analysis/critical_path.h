@@ -11,6 +11,14 @@
 // waiting for the host (launch latency, data loading, a CPU-bound framework): the path records
 // a `gap` segment on that rank and continues with the predecessor. The chain is reported in
 // time order with the share of each kernel category and each communicator on it.
+//
+// A step's path lies within the step: its span on the job axis, from the first rank's start of it
+// to the last rank's end (`step_ns`). Clocks that are not aligned make that span impossible: on
+// aligned clocks the ranks' shares of a step overlap (they wait for one another in its
+// collectives), so the span is at most twice the longest share on any one rank's own clock
+// (`longest_rank_ns`, which no clock offset enters). A step whose span is longer than that is
+// refused: no chain, `refused` says why. Ranks whose clocks are not aligned with the rank the
+// path ends on are left out of the step (their times are on another axis).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +51,9 @@ struct PathSegment {
 struct CriticalPath {
   int64_t step = -1;  // -1: the whole run
   Ns start = 0, end = 0;
+  Ns step_ns = 0;                  // the step's span on the job axis over the ranks it covers
+  Ns longest_rank_ns = 0;          // the longest the step lasts on one rank (its own clock)
+  std::string refused;             // non-empty: no path reported for the step, and why
   std::vector<PathSegment> chain;  // in time order
   std::map<std::string, Ns> by_category;  // category (or "gap") -> time on the path
   std::map<std::string, Ns> by_comm;      // communicator -> collective time on the path

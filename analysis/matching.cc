@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <compare>
 #include <set>
 #include <tuple>
 
@@ -16,6 +17,8 @@ std::string_view to_string(MatchMethod m) {
     case MatchMethod::Order: return "order";
     case MatchMethod::Aligned: return "aligned";
     case MatchMethod::PointToPoint: return "p2p";
+    case MatchMethod::CallOrder:
+      return "call_order";
   }
   return "order";
 }
@@ -168,6 +171,113 @@ bool order_consistent(const RunData& run, const Seqs& seqs) {
   return true;
 }
 
+// Every collective of the communicator ran on the host only (gloo, a legacy profiler trace): no
+// GPU kernel, host times from each rank's own profiler origin.
+bool host_only(const RunData& run, const Seqs& seqs) {
+  for (const auto& [r, idx] : seqs)
+    for (int32_t i : idx)
+      if (coll(run, r, i).stream >= 0) return false;
+  return true;
+}
+
+// Host collectives matched by call order within each step (the whole trace when a rank has no
+// steps): the ranks of a process group call its collectives in the same order, so the i-th call of
+// a step on one rank is the i-th call of that step on every other. The reference order of a step
+// is the one most ranks show (ties: the longest, then the lowest rank's); a rank whose calls are
+// the start or the end of it (a trace that stops or begins inside the step) is placed
+// accordingly; a rank whose calls in the step are in another order or number (another program,
+// another job) is left unmatched there. No times are compared.
+struct CallOrder {
+  std::vector<CollGroup> groups;  // in call order
+  int64_t differ = 0;             // calls of steps whose order differs on their rank
+  std::string example;            // the first such step
+};
+
+std::string op_list(const std::vector<CollOp>& ops) {
+  std::string s;
+  for (size_t i = 0; i < ops.size() && i < 6; ++i)
+    s += (i ? ", " : "") + std::string(to_string(ops[i]));
+  return s + (ops.size() > 6 ? ", ..." : "");
+}
+
+// Where `ops` starts within `ref`: 0 for the same calls or a start of them, the difference of
+// lengths for an end of them; -1 when neither, or both and it is not the same (ambiguous).
+int64_t place_in(const std::vector<CollOp>& ops, const std::vector<CollOp>& ref) {
+  if (ops.size() > ref.size()) return -1;
+  const bool prefix = std::equal(ops.begin(), ops.end(), ref.begin());
+  const bool suffix = std::equal(ops.begin(), ops.end(), ref.end() - ops.size());
+  if (ops.size() == ref.size()) return prefix ? 0 : -1;
+  if (prefix == suffix) return -1;
+  return prefix ? 0 : static_cast<int64_t>(ref.size() - ops.size());
+}
+
+void match_step_calls(const RunData& run, int64_t step,
+                      const std::map<int32_t, std::vector<int32_t>>& calls, CallOrder& out,
+                      std::vector<CollGroup>& slots) {
+  std::map<int32_t, std::vector<CollOp>> ops;
+  std::map<std::vector<CollOp>, int> votes;
+  for (const auto& [r, idx] : calls) {
+    for (int32_t i : idx) ops[r].push_back(coll(run, r, i).op);
+    ++votes[ops[r]];
+  }
+  const std::vector<CollOp>* ref = nullptr;
+  for (const auto& [r, o] : ops)  // ranks in increasing order: ties keep the lowest rank
+    if (!ref || votes[o] > votes[*ref] || (votes[o] == votes[*ref] && o.size() > ref->size()))
+      ref = &o;
+  slots.assign(ref->size(), CollGroup{});
+  for (const auto& [r, idx] : calls) {
+    const int64_t at = place_in(ops[r], *ref);
+    if (at < 0) {
+      out.differ += static_cast<int64_t>(idx.size());
+      if (out.example.empty())
+        out.example = (step >= 0 ? "step " + std::to_string(step) : std::string("outside steps")) +
+                      ": rank " + std::to_string(r) + " calls " + op_list(ops[r]) +
+                      "; the others " + op_list(*ref);
+      for (int32_t i : idx) {
+        CollGroup g;
+        g.seq = -1;
+        g.members.push_back({r, i});
+        out.groups.push_back(std::move(g));
+      }
+      continue;
+    }
+    for (size_t k = 0; k < idx.size(); ++k) slots[at + k].members.push_back({r, idx[k]});
+  }
+}
+
+CallOrder match_by_call_order(const RunData& run, const std::string& comm, const Seqs& seqs,
+                              int32_t expected) {
+  bool by_step = true;
+  for (const auto& [r, _] : seqs) by_step = by_step && !run.ranks.at(r).steps.empty();
+  std::map<int64_t, std::map<int32_t, std::vector<int32_t>>> steps;  // step -> rank -> calls
+  for (const auto& [r, idx] : seqs) {
+    const RankTrace& t = run.ranks.at(r);
+    for (int32_t i : idx) steps[by_step ? t.collective_step(t.collectives[i]) : -1][r].push_back(i);
+  }
+  CallOrder out;
+  std::vector<CollGroup> slots;
+  for (const auto& [step, calls] : steps) {
+    match_step_calls(run, step, calls, out, slots);
+    for (CollGroup& g : slots)
+      if (!g.members.empty()) out.groups.push_back(std::move(g));
+  }
+  // In call order: by the first member's position on its rank (groups of one step are
+  // consecutive in every rank's order).
+  std::stable_sort(out.groups.begin(), out.groups.end(),
+                   [](const CollGroup& a, const CollGroup& b) {
+                     return std::pair(a.members[0].rank, a.members[0].index) <
+                            std::pair(b.members[0].rank, b.members[0].index);
+                   });
+  int64_t seq = 0;
+  for (CollGroup& g : out.groups) {
+    g.comm = comm;
+    g.method = MatchMethod::CallOrder;
+    g.expected = expected;
+    if (g.seq >= 0 || g.members.size() > 1) g.seq = seq++;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<int32_t> comm_members(const RunData& run, const std::string& comm) {
@@ -192,6 +302,240 @@ std::vector<int32_t> comm_members(const RunData& run, const std::string& comm) {
   }
   return {present.begin(), present.end()};
 }
+
+namespace {
+
+// Builds a MatchResult: each way of matching adds its groups here.
+struct Matcher {
+  const RunData& run;
+  MatchResult& res;
+  std::map<std::string, int64_t> unmatched_by_comm, aligned_by_comm;
+
+  void add(CollGroup g);
+  void by_seq(const std::string& comm, const Seqs& seqs, int32_t expected);
+  void by_call_order(const std::string& comm, const Seqs& seqs, int32_t expected);
+  void by_order(const std::string& comm, const Seqs& seqs, int32_t expected);
+  void by_alignment(const std::string& comm, const Seqs& seqs, int32_t expected);
+  void channel(const std::string& comm, int32_t src, int32_t dst, const std::vector<int32_t>& sends,
+               const std::vector<int32_t>& recvs);
+  void finish(int64_t p2p_no_peer);
+};
+
+// A group's op, size and whether its members agree; counted, indexed and stored.
+void Matcher::add(CollGroup g) {
+  std::sort(g.members.begin(), g.members.end(),
+            [](const CollRef& a, const CollRef& b) { return a.rank < b.rank; });
+  const Collective& first = coll(run, g.members[0].rank, g.members[0].index);
+  g.op = first.op;
+  const int64_t n = first.group_size > 0 ? first.group_size
+                                         : static_cast<int64_t>(comm_members(run, g.comm).size());
+  auto size_of = [&](const Collective& c) { return collective_size(run, c, n).bytes; };
+  g.bytes = size_of(first);
+  for (const CollRef& m : g.members) {
+    const Collective& c = coll(run, m.rank, m.index);
+    const int64_t c_bytes = size_of(c);
+    bool send_recv = g.method == MatchMethod::PointToPoint;
+    if (c.op != g.op && !send_recv) {
+      g.mismatched = true;
+      g.problem = "rank " + std::to_string(m.rank) + " runs " + std::string(to_string(c.op)) +
+                  ", rank " + std::to_string(g.members[0].rank) + " " +
+                  std::string(to_string(g.op));
+    } else if (c_bytes >= 0 && g.bytes >= 0 && c_bytes != g.bytes &&
+               g.op != CollOp::AllToAll) {  // all-to-all splits may differ per rank
+      g.mismatched = true;
+      g.problem = "rank " + std::to_string(m.rank) + " moves " + std::to_string(c_bytes) +
+                  " bytes, rank " + std::to_string(g.members[0].rank) + " " +
+                  std::to_string(g.bytes);
+    }
+    if (g.bytes < 0) g.bytes = c_bytes;
+  }
+  if (g.mismatched) {
+    g.bytes = -1;
+    ++res.mismatched;
+    Diagnostic d;
+    diag::set_code(d, diag::Code::analysis_mismatched_collective);
+    d.detail = "communicator '" + g.comm + "' #" + std::to_string(g.seq) + ": " + g.problem;
+    res.diagnostics.push_back(d);
+  }
+  if (!g.complete()) {
+    unmatched_by_comm[g.comm] += static_cast<int64_t>(g.members.size());
+    res.unmatched += static_cast<int64_t>(g.members.size());
+  }
+  int id = static_cast<int>(res.groups.size());
+  for (const CollRef& m : g.members) res.group_of[m.rank][m.index] = id;
+  res.groups.push_back(std::move(g));
+}
+
+void Matcher::by_seq(const std::string& comm, const Seqs& seqs, int32_t expected) {
+  std::map<int64_t, CollGroup> groups;
+  for (const auto& [r, idx] : seqs)
+    for (int32_t i : idx) {
+      int64_t s = coll(run, r, i).seq;
+      CollGroup& g = groups[s];
+      g.comm = comm;
+      g.seq = s;
+      g.method = MatchMethod::Seq;
+      g.expected = expected;
+      bool dup = std::any_of(g.members.begin(), g.members.end(),
+                             [&](const CollRef& m) { return m.rank == r; });
+      if (dup) {
+        Diagnostic d;
+        d.rank = r;
+        diag::set_code(d, diag::Code::analysis_duplicate_seq);
+        d.detail = "communicator '" + comm + "' sequence number " + std::to_string(s) +
+                   " appears twice on the rank; the later one is left unmatched";
+        res.diagnostics.push_back(d);
+        ++res.unmatched;
+        continue;
+      }
+      g.members.push_back({r, i});
+    }
+  for (auto& [_, g] : groups) add(std::move(g));
+}
+
+void Matcher::by_call_order(const std::string& comm, const Seqs& seqs, int32_t expected) {
+  CallOrder co = match_by_call_order(run, comm, seqs, expected);
+  for (CollGroup& g : co.groups) add(std::move(g));
+  if (co.differ == 0) return;
+  Diagnostic d;
+  diag::set_code(d, diag::Code::analysis_call_order_differs);
+  d.count = co.differ;
+  d.detail = "communicator '" + comm +
+             "': host collectives of steps whose calls differ on "
+             "their rank from the other ranks' (another order or number), left unmatched; " +
+             co.example;
+  res.diagnostics.push_back(d);
+}
+
+void Matcher::by_order(const std::string& comm, const Seqs& seqs, int32_t expected) {
+  size_t longest = 0;
+  for (const auto& [_, idx] : seqs) longest = std::max(longest, idx.size());
+  for (size_t k = 0; k < longest; ++k) {
+    CollGroup g;
+    g.comm = comm;
+    g.seq = static_cast<int64_t>(k);
+    g.method = MatchMethod::Order;
+    g.expected = expected;
+    for (const auto& [r, idx] : seqs)
+      if (k < idx.size()) g.members.push_back({r, idx[k]});
+    add(std::move(g));
+  }
+}
+
+// Order disagrees between ranks: align every rank with the reference rank.
+void Matcher::by_alignment(const std::string& comm, const Seqs& seqs, int32_t expected) {
+  int32_t ref = seqs.begin()->first;
+  for (const auto& [r, idx] : seqs)
+    if (idx.size() > seqs.at(ref).size()) ref = r;
+  const std::vector<int32_t>& a = seqs.at(ref);
+  std::vector<CollGroup> groups(a.size());
+  for (size_t k = 0; k < a.size(); ++k) {
+    groups[k].comm = comm;
+    groups[k].seq = static_cast<int64_t>(k);
+    groups[k].method = MatchMethod::Aligned;
+    groups[k].expected = expected;
+    groups[k].members.push_back({ref, a[k]});
+  }
+  std::vector<CollGroup> leftovers;
+  for (const auto& [r, b] : seqs) {
+    if (r == ref) continue;
+    Ns delta = estimate_delta(run, ref, a, r, b);
+    std::vector<bool> used(b.size(), false);
+    if (a.size() * b.size() <= 25'000'000)
+      for (auto [i, j] : align(run, ref, a, r, b, delta)) {
+        groups[i].members.push_back({r, b[j]});
+        used[j] = true;
+      }
+    for (size_t j = 0; j < b.size(); ++j)
+      if (!used[j]) {
+        CollGroup g;
+        g.comm = comm;
+        g.seq = -1;
+        g.method = MatchMethod::Aligned;
+        g.expected = expected;
+        g.members.push_back({r, b[j]});
+        leftovers.push_back(std::move(g));
+      }
+  }
+  aligned_by_comm[comm] = static_cast<int64_t>(a.size());
+  for (auto& g : groups) add(std::move(g));
+  for (auto& g : leftovers) add(std::move(g));
+}
+
+void Matcher::channel(const std::string& comm, int32_t src, int32_t dst,
+                      const std::vector<int32_t>& sends, const std::vector<int32_t>& recvs) {
+  // Both ends must be in the run for the pair to be complete.
+  const int32_t expected = (run.ranks.count(src) ? 1 : 0) + (run.ranks.count(dst) ? 1 : 0);
+  // Sequence numbers counted per channel (braid's capture numbers a communicator's point-to-point
+  // calls per peer and direction) pair the n-th send with the n-th receive even where the two
+  // ranks' traces start at different points; numbers counted otherwise (per communicator, by
+  // another tool) rarely agree between the ends, and then the order within the channel pairs.
+  std::map<int64_t, CollGroup> by_seq;
+  std::set<int64_t> send_seqs, recv_seqs;
+  bool all_seq = true;
+  for (int32_t i : sends) send_seqs.insert(coll(run, src, i).seq);
+  for (int32_t i : recvs) recv_seqs.insert(coll(run, dst, i).seq);
+  for (int64_t s : send_seqs) all_seq = all_seq && s >= 0;
+  for (int64_t s : recv_seqs) all_seq = all_seq && s >= 0;
+  size_t common = 0;
+  for (int64_t s : send_seqs) common += recv_seqs.count(s);
+  bool distinct = send_seqs.size() == sends.size() && recv_seqs.size() == recvs.size();
+  if (all_seq && distinct && common > 0 && 2 * common >= std::min(sends.size(), recvs.size())) {
+    for (int32_t i : sends) by_seq[coll(run, src, i).seq].members.push_back({src, i});
+    for (int32_t i : recvs) by_seq[coll(run, dst, i).seq].members.push_back({dst, i});
+    for (auto& [s, g] : by_seq) {
+      g.comm = comm;
+      g.seq = s;
+      g.method = MatchMethod::PointToPoint;
+      g.expected = expected;
+      add(std::move(g));
+    }
+    return;
+  }
+  size_t n = std::max(sends.size(), recvs.size());
+  for (size_t k = 0; k < n; ++k) {
+    CollGroup g;
+    g.comm = comm;
+    g.seq = static_cast<int64_t>(k);
+    g.method = MatchMethod::PointToPoint;
+    g.expected = expected;
+    if (k < sends.size()) g.members.push_back({src, sends[k]});
+    if (k < recvs.size()) g.members.push_back({dst, recvs[k]});
+    add(std::move(g));
+  }
+}
+
+void Matcher::finish(int64_t p2p_no_peer) {
+  for (auto& [comm, n] : unmatched_by_comm) {
+    Diagnostic d;
+    diag::set_code(d, diag::Code::analysis_unmatched_collective);
+    d.count = n;
+    d.detail = "collectives on communicator '" + comm +
+               "' without their partner on every member rank of the run (dropped or sampled "
+               "trace, or a rank missing)";
+    res.diagnostics.push_back(d);
+  }
+  for (auto& [comm, n] : aligned_by_comm) {
+    Diagnostic d;
+    diag::set_code(d, diag::Code::analysis_order_aligned);
+    d.count = n;
+    d.detail = "communicator '" + comm +
+               "': ranks disagree on the order of its collectives and the trace has no sequence "
+               "numbers; matched by aligning each rank's order with the rank that has the most "
+               "(same operation, overlapping in time)";
+    res.diagnostics.push_back(d);
+  }
+  if (p2p_no_peer > 0) {
+    Diagnostic d;
+    diag::set_code(d, diag::Code::analysis_p2p_without_peer);
+    d.count = p2p_no_peer;
+    d.detail = "send/recv operations whose peer the trace does not give; not matched";
+    res.diagnostics.push_back(d);
+    res.unmatched += p2p_no_peer;
+  }
+}
+
+}  // namespace
 
 MatchResult match_trace_collectives(const RunData& run) {
   MatchResult res;
@@ -221,212 +565,24 @@ MatchResult match_trace_collectives(const RunData& run) {
       by_comm[comm][r].push_back(i);
     }
 
-  std::map<std::string, int64_t> unmatched_by_comm, aligned_by_comm;
-  auto add_group = [&](CollGroup g) {
-    std::sort(g.members.begin(), g.members.end(),
-              [](const CollRef& a, const CollRef& b) { return a.rank < b.rank; });
-    const Collective& first = coll(run, g.members[0].rank, g.members[0].index);
-    g.op = first.op;
-    const int64_t n = first.group_size > 0 ? first.group_size
-                                           : static_cast<int64_t>(comm_members(run, g.comm).size());
-    auto size_of = [&](const Collective& c) { return collective_size(run, c, n).bytes; };
-    g.bytes = size_of(first);
-    for (const CollRef& m : g.members) {
-      const Collective& c = coll(run, m.rank, m.index);
-      const int64_t c_bytes = size_of(c);
-      bool send_recv = g.method == MatchMethod::PointToPoint;
-      if (c.op != g.op && !send_recv) {
-        g.mismatched = true;
-        g.problem = "rank " + std::to_string(m.rank) + " runs " + std::string(to_string(c.op)) +
-                    ", rank " + std::to_string(g.members[0].rank) + " " +
-                    std::string(to_string(g.op));
-      } else if (c_bytes >= 0 && g.bytes >= 0 && c_bytes != g.bytes &&
-                 g.op != CollOp::AllToAll) {  // all-to-all splits may differ per rank
-        g.mismatched = true;
-        g.problem = "rank " + std::to_string(m.rank) + " moves " + std::to_string(c_bytes) +
-                    " bytes, rank " + std::to_string(g.members[0].rank) + " " +
-                    std::to_string(g.bytes);
-      }
-      if (g.bytes < 0) g.bytes = c_bytes;
-    }
-    if (g.mismatched) {
-      g.bytes = -1;
-      ++res.mismatched;
-      Diagnostic d;
-      diag::set_code(d, diag::Code::analysis_mismatched_collective);
-      d.detail = "communicator '" + g.comm + "' #" + std::to_string(g.seq) + ": " + g.problem;
-      res.diagnostics.push_back(d);
-    }
-    if (!g.complete()) {
-      unmatched_by_comm[g.comm] += static_cast<int64_t>(g.members.size());
-      res.unmatched += static_cast<int64_t>(g.members.size());
-    }
-    int id = static_cast<int>(res.groups.size());
-    for (const CollRef& m : g.members) res.group_of[m.rank][m.index] = id;
-    res.groups.push_back(std::move(g));
-  };
-
+  Matcher m{run, res, {}, {}};
   for (auto& [comm, seqs] : by_comm) {
-    const std::vector<int32_t> members = comm_members(run, comm);
-    const int32_t expected = static_cast<int32_t>(members.size());
+    const int32_t expected = static_cast<int32_t>(comm_members(run, comm).size());
     bool all_seq = true;
     for (const auto& [r, idx] : seqs)
       for (int32_t i : idx) all_seq = all_seq && coll(run, r, i).seq >= 0;
-
-    if (all_seq) {
-      std::map<int64_t, CollGroup> groups;
-      for (const auto& [r, idx] : seqs)
-        for (int32_t i : idx) {
-          int64_t s = coll(run, r, i).seq;
-          CollGroup& g = groups[s];
-          g.comm = comm;
-          g.seq = s;
-          g.method = MatchMethod::Seq;
-          g.expected = expected;
-          bool dup = std::any_of(g.members.begin(), g.members.end(),
-                                 [&](const CollRef& m) { return m.rank == r; });
-          if (dup) {
-            Diagnostic d;
-            d.rank = r;
-            diag::set_code(d, diag::Code::analysis_duplicate_seq);
-            d.detail = "communicator '" + comm + "' sequence number " + std::to_string(s) +
-                       " appears twice on the rank; the later one is left unmatched";
-            res.diagnostics.push_back(d);
-            ++res.unmatched;
-            continue;
-          }
-          g.members.push_back({r, i});
-        }
-      for (auto& [_, g] : groups) add_group(std::move(g));
-      continue;
-    }
-
-    if (seqs.size() <= 1 || order_consistent(run, seqs)) {
-      size_t longest = 0;
-      for (const auto& [_, idx] : seqs) longest = std::max(longest, idx.size());
-      for (size_t k = 0; k < longest; ++k) {
-        CollGroup g;
-        g.comm = comm;
-        g.seq = static_cast<int64_t>(k);
-        g.method = MatchMethod::Order;
-        g.expected = expected;
-        for (const auto& [r, idx] : seqs)
-          if (k < idx.size()) g.members.push_back({r, idx[k]});
-        add_group(std::move(g));
-      }
-      continue;
-    }
-
-    // Order disagrees between ranks: align every rank with the reference rank.
-    int32_t ref = seqs.begin()->first;
-    for (const auto& [r, idx] : seqs)
-      if (idx.size() > seqs[ref].size()) ref = r;
-    const std::vector<int32_t>& a = seqs[ref];
-    std::vector<CollGroup> groups(a.size());
-    for (size_t k = 0; k < a.size(); ++k) {
-      groups[k].comm = comm;
-      groups[k].seq = static_cast<int64_t>(k);
-      groups[k].method = MatchMethod::Aligned;
-      groups[k].expected = expected;
-      groups[k].members.push_back({ref, a[k]});
-    }
-    std::vector<CollGroup> leftovers;
-    for (const auto& [r, b] : seqs) {
-      if (r == ref) continue;
-      Ns delta = estimate_delta(run, ref, a, r, b);
-      std::vector<bool> used(b.size(), false);
-      if (a.size() * b.size() <= 25'000'000)
-        for (auto [i, j] : align(run, ref, a, r, b, delta)) {
-          groups[i].members.push_back({r, b[j]});
-          used[j] = true;
-        }
-      for (size_t j = 0; j < b.size(); ++j)
-        if (!used[j]) {
-          CollGroup g;
-          g.comm = comm;
-          g.seq = -1;
-          g.method = MatchMethod::Aligned;
-          g.expected = expected;
-          g.members.push_back({r, b[j]});
-          leftovers.push_back(std::move(g));
-        }
-    }
-    aligned_by_comm[comm] = static_cast<int64_t>(a.size());
-    for (auto& g : groups) add_group(std::move(g));
-    for (auto& g : leftovers) add_group(std::move(g));
+    if (all_seq)
+      m.by_seq(comm, seqs, expected);
+    else if (seqs.size() > 1 && host_only(run, seqs))
+      m.by_call_order(comm, seqs, expected);
+    else if (seqs.size() <= 1 || order_consistent(run, seqs))
+      m.by_order(comm, seqs, expected);
+    else
+      m.by_alignment(comm, seqs, expected);
   }
-
-  for (auto& [key, lists] : channels) {
-    auto& [comm, src, dst] = key;
-    auto& [sends, recvs] = lists;
-    // Both ends must be in the run for the pair to be complete.
-    const int32_t expected = (run.ranks.count(src) ? 1 : 0) + (run.ranks.count(dst) ? 1 : 0);
-    // Sequence numbers counted per channel (braid's capture numbers a communicator's point-to-point
-    // calls per peer and direction) pair the n-th send with the n-th receive even where the two
-    // ranks' traces start at different points; numbers counted otherwise (per communicator, by
-    // another tool) rarely agree between the ends, and then the order within the channel pairs.
-    std::map<int64_t, CollGroup> by_seq;
-    std::set<int64_t> send_seqs, recv_seqs;
-    bool all_seq = true;
-    for (int32_t i : sends) send_seqs.insert(coll(run, src, i).seq);
-    for (int32_t i : recvs) recv_seqs.insert(coll(run, dst, i).seq);
-    for (int64_t s : send_seqs) all_seq = all_seq && s >= 0;
-    for (int64_t s : recv_seqs) all_seq = all_seq && s >= 0;
-    size_t common = 0;
-    for (int64_t s : send_seqs) common += recv_seqs.count(s);
-    bool distinct = send_seqs.size() == sends.size() && recv_seqs.size() == recvs.size();
-    if (all_seq && distinct && common > 0 && 2 * common >= std::min(sends.size(), recvs.size())) {
-      for (int32_t i : sends) by_seq[coll(run, src, i).seq].members.push_back({src, i});
-      for (int32_t i : recvs) by_seq[coll(run, dst, i).seq].members.push_back({dst, i});
-      for (auto& [s, g] : by_seq) {
-        g.comm = comm;
-        g.seq = s;
-        g.method = MatchMethod::PointToPoint;
-        g.expected = expected;
-        add_group(std::move(g));
-      }
-      continue;
-    }
-    size_t n = std::max(sends.size(), recvs.size());
-    for (size_t k = 0; k < n; ++k) {
-      CollGroup g;
-      g.comm = comm;
-      g.seq = static_cast<int64_t>(k);
-      g.method = MatchMethod::PointToPoint;
-      g.expected = expected;
-      if (k < sends.size()) g.members.push_back({src, sends[k]});
-      if (k < recvs.size()) g.members.push_back({dst, recvs[k]});
-      add_group(std::move(g));
-    }
-  }
-
-  for (auto& [comm, n] : unmatched_by_comm) {
-    Diagnostic d;
-    diag::set_code(d, diag::Code::analysis_unmatched_collective);
-    d.count = n;
-    d.detail = "collectives on communicator '" + comm +
-               "' without their partner on every member rank of the run (dropped or sampled "
-               "trace, or a rank missing)";
-    res.diagnostics.push_back(d);
-  }
-  for (auto& [comm, n] : aligned_by_comm) {
-    Diagnostic d;
-    diag::set_code(d, diag::Code::analysis_order_aligned);
-    d.count = n;
-    d.detail = "communicator '" + comm +
-               "': ranks disagree on the order of its collectives and the trace has no sequence "
-               "numbers; matched by aligning each rank's order with the rank that has the most "
-               "(same operation, overlapping in time)";
-    res.diagnostics.push_back(d);
-  }
-  if (p2p_no_peer > 0) {
-    Diagnostic d;
-    diag::set_code(d, diag::Code::analysis_p2p_without_peer);
-    d.count = p2p_no_peer;
-    d.detail = "send/recv operations whose peer the trace does not give; not matched";
-    res.diagnostics.push_back(d);
-    res.unmatched += p2p_no_peer;
-  }
+  for (auto& [key, lists] : channels)
+    m.channel(std::get<0>(key), std::get<1>(key), std::get<2>(key), lists.first, lists.second);
+  m.finish(p2p_no_peer);
   return res;
 }
 

@@ -4,6 +4,13 @@
 // one, otherwise by their order within the communicator on each rank. Point-to-point sends and
 // receives pair per channel: rank a's k-th send to b with b's k-th receive from a.
 //
+// Host collectives (no GPU kernel: gloo, legacy profiler traces) without sequence numbers are
+// matched by each rank's call order per operation, within each step when every rank has steps:
+// the k-th all-reduce a rank calls in step 7 with the k-th all-reduce every other rank calls in
+// step 7 (MatchMethod::CallOrder). No time comparison is made: such traces have a time origin
+// per rank (each profiler's own start), which the clock alignment solves afterwards from these
+// groups. Sizes, where the trace gives them, verify each group (a disagreement is mismatched).
+//
 // When the order differs between ranks (a sampled or truncated trace drops collectives on one
 // rank and not the other), plain order would pair the wrong instances. Such communicators are
 // matched by aligning each rank's sequence with a reference rank's (the one with the most
@@ -28,7 +35,7 @@ struct CollRef {
   bool operator==(const CollRef&) const = default;
 };
 
-enum class MatchMethod : uint8_t { Seq, Order, Aligned, PointToPoint };
+enum class MatchMethod : uint8_t { Seq, Order, Aligned, PointToPoint, CallOrder };
 std::string_view to_string(MatchMethod m);
 
 // One collective instance across ranks.

@@ -239,8 +239,11 @@ MergeResult merge_files(const std::vector<std::string>& inputs, const std::strin
       for (const RankClock& c : res.clocks.ranks) unaligned += c.aligned ? 0 : 1;
       if (solve_clocks && unaligned > 0)
         add(diag::make(diag::Code::merge_clock_unanchored, unaligned,
-                       "ranks with no matched collective shared with rank " +
-                           std::to_string(res.clocks.reference) +
+                       (res.clocks.reference < 0
+                            ? std::string("no two ranks share a matched collective: the ranks "
+                                          "cannot be aligned")
+                            : "ranks with no matched collective shared with rank " +
+                                  std::to_string(res.clocks.reference)) +
                            ": their own clocks are kept (offset 0), so their times may "
                            "not line up"));
       for (const Diagnostic& d : res.clocks.diagnostics)

@@ -100,6 +100,8 @@ namespace braid::diag {
     "collectives without their partner on every member rank")                                     \
   X(analysis_order_aligned, "analysis.order_aligned", Info, "analysis",                           \
     "collectives matched by aligning the ranks' orders (no sequence numbers, orders disagree)")   \
+  X(analysis_call_order_differs, "analysis.call_order_differs", Warning, "analysis",              \
+    "host collectives of a step a rank calls in another order or number than the others")         \
   X(analysis_p2p_without_peer, "analysis.p2p_without_peer", Warning, "analysis",                  \
     "send/recv operations whose peer the trace does not give; not matched")                       \
   X(analysis_clock_residual, "analysis.clock_residual", Warning, "analysis",                      \
@@ -107,7 +109,9 @@ namespace braid::diag {
   X(analysis_clock_unanchored, "analysis.clock_unanchored", Warning, "analysis",                  \
     "ranks sharing no matched collective with the reference rank; their clocks are kept")         \
   X(analysis_clock_outlier_anchor, "analysis.clock_outlier_anchor", Info, "analysis",             \
-    "matched collectives left out of the clock fit as outliers")                                  \
+    "collective ends left out of the clock fit as outliers")                                      \
+  X(analysis_critical_path_refused, "analysis.critical_path_refused", Warning, "analysis",        \
+    "steps whose ranks' clocks are not aligned for them; no critical path reported")              \
   X(merge_not_carried, "merge.not_carried", Warning, "analysis",                                  \
     "an input's other runs or derived tables, not copied by braid merge")                         \
   X(merge_clock_unanchored, "merge.clock_unanchored", Warning, "analysis",                        \
