@@ -7,9 +7,11 @@
 #  - the whole run of capture_cuda_streams_nccl without capture, under `braid record`, and with
 #    a window that never opens (an idle agent);
 # each configuration RUNS times, interleaved (none, braid, torch, none, ...), so drifts of the
-# machine hit all alike. Then the no-crash check: 10 million launches under `braid record` exit 0
-# with every kernel stored. Prints the table of medians (braid-bench-capture-summary) and leaves
-# the raw measurements in OUT_DIR/measurements.
+# machine hit all alike. Then the no-crash check (bench/capture_launches.sh): 10 million launches
+# under `braid record` exit 0 with every kernel stored; BRAID_BENCH_SKIP_LAUNCHES=1 leaves it out
+# (scripts/gpu_check.sh runs it on its own). Prints the table of medians
+# (braid-bench-capture-summary) and leaves the raw measurements in OUT_DIR/measurements.
+# Runs on the lent GPU machine: only sh, awk and python3 beyond the built tree (no bc).
 # Usage: [BRAID_RECORD_ARGS="--trace cuda"] bench/capture_overhead.sh BUILD_DIR [RUNS] [OUT_DIR]
 set -eu
 build=${1:?usage: bench/capture_overhead.sh BUILD_DIR [RUNS] [OUT_DIR]}
@@ -23,6 +25,9 @@ braid=$build/app/braid
 here=$(cd "$(dirname "$0")" && pwd)
 m=$out/measurements
 : >"$m"
+for f in "$ops" "$summary" "$prog" "$braid"; do
+  [ -x "$f" ] || { echo "capture_overhead: $f: not built" >&2; exit 1; }
+done
 
 "$braid" record -q -f -o "$out/probe.braid" -- true 2>"$out/why" || true
 if grep -q "nothing captured" "$out/why"; then cat "$out/why"; exit 1; fi
@@ -31,7 +36,21 @@ python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null && have_
 
 # BRAID_RECORD_ARGS: more `braid record` options for the braid rows, e.g. "--trace cuda,api".
 rec() { "$braid" record -q -f ${BRAID_RECORD_ARGS:-} -o "$out/rec.braid" -- "$@"; }
-seconds() { s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); echo "$e - $s" | bc -l; }
+# Wall seconds of a command (awk's doubles: microseconds are kept at today's epoch).
+seconds() {
+  s=$(date +%s.%N)
+  "$@" >/dev/null 2>&1 || return $?
+  e=$(date +%s.%N)
+  awk -v s="$s" -v e="$e" 'BEGIN { printf "%.6f\n", e - s }'
+}
+# measure CONFIG WORKLOAD CMD...: one whole-run measurement; a command that fails stops the run
+# (an empty value would only be refused later by the summary).
+measure() {
+  config=$1 workload=$2
+  shift 2
+  v=$(seconds "$@") || { echo "capture_overhead: $config $workload: '$*' failed (exit $?)" >&2; exit 1; }
+  echo "$config $workload $v" >>"$m"
+}
 
 i=0
 while [ "$i" -lt "$runs" ]; do
@@ -46,17 +65,12 @@ while [ "$i" -lt "$runs" ]; do
       python3 "$here/capture_torch_step.py" "$kind" 50 --torch-profiler | sed 's/^/torch /' >>"$m"
     done
   fi
-  echo "none whole_run_s $(seconds "$prog" 200)" >>"$m"
-  echo "braid whole_run_s $(seconds rec "$prog" 200)" >>"$m"
-  echo "braid idle_window_s $(seconds "$braid" record -q -f --nvtx never-opened -o "$out/idle.braid" -- "$prog" 200)" >>"$m"
+  measure none whole_run_s "$prog" 200
+  measure braid whole_run_s rec "$prog" 200
+  measure braid idle_window_s "$braid" record -q -f --nvtx never-opened -o "$out/idle.braid" -- "$prog" 200
   i=$((i + 1))
 done
 "$summary" "$m"
 
 # No crash and no lost record at 10 million launches.
-n=10000000
-rm -f "$out"/launches.*
-"$braid" record -q -o "$out/launches.braid" -- "$ops" launches "$n" >"$out/launches.out"
-stored=$(python3 -c "import glob, sqlite3, sys; f = glob.glob(sys.argv[1] + '/launches.rank*.braid') + glob.glob(sys.argv[1] + '/launches.pid*.braid'); print(sqlite3.connect(f[0]).execute(\"SELECT COUNT(*) FROM kernels k JOIN strings s ON s.id = k.name_id WHERE s.text LIKE '%braid_empty%'\").fetchone()[0])" "$out")
-echo "10M launches: exit 0, $(cat "$out/launches.out"), kernels stored: $stored"
-[ "$stored" = "$n" ]
+[ "${BRAID_BENCH_SKIP_LAUNCHES:-0}" = 1 ] || sh "$here/capture_launches.sh" "$build" 10000000 "$out"

@@ -67,17 +67,45 @@ void Collector::window_edge(bool open, int64_t device_ts, const std::string& ope
   windowed_ = true;
   if (open) {
     if (windows_.empty() || windows_.back().close != INT64_MAX) {
-      windows_.push_back({device_ts, INT64_MAX, opener, store, host(device_ts)});
+      Window w;
+      w.open = device_ts;
+      w.close = INT64_MAX;
+      w.opener = opener;
+      w.stored = store;
+      w.host_open = w.row_start = host(device_ts);
+      windows_.push_back(w);
       // Stored at once (ending where it starts), extended every cycle while it is open.
-      const Ns start = windows_.back().host_open;
-      if (store) sink_.add(CaptureWindow{rank_, start, start});
+      if (store) sink_.add(CaptureWindow{rank_, w.host_open, w.host_open});
     }
   } else if (!windows_.empty() && windows_.back().close == INT64_MAX) {
     Window& w = windows_.back();
     w.close = device_ts;
-    if (w.stored)
-      sink_.add(CaptureWindow{rank_, w.host_open, std::max(w.host_open, host(device_ts))});
+    w.host_close = std::max(w.host_open, host(device_ts));
+    if (w.stored) store_window(w);
   }
+}
+
+void Collector::kept(int64_t device_ts, Ns start, Ns end) {
+  if (windows_.empty()) return;
+  auto it = std::find_if(windows_.rbegin(), windows_.rend(),
+                         [&](const Window& w) { return w.open <= device_ts; });
+  const Window* owner = it == windows_.rend() ? &windows_.front() : &*it;
+  Window& w = windows_.back();
+  if (owner != &w || !w.stored) return;
+  if (start < w.first) w.first = start, w.dirty = true;
+  if (end > w.last) w.last = end, w.dirty = true;
+}
+
+void Collector::store_window(Window& w) {
+  CaptureWindow row{rank_, std::min(w.host_open, w.first), 0};
+  const Ns closed = w.close == INT64_MAX ? host_now_ns() : w.host_close;
+  row.end = std::max({row.start, closed, w.last});
+  if (row.start != w.row_start)
+    sink_.replace_window(w.row_start, row);
+  else
+    sink_.add(row);
+  w.row_start = row.start;
+  w.dirty = false;
 }
 
 bool Collector::in_window(int64_t ts) const {
@@ -123,6 +151,7 @@ void Collector::on_kernel(const KernelActivity& a) {
     unlinked_[a.correlation] = k;
   }
   note_stream(a.stream);
+  kept(a.start, k.start, k.end);
   if (info_.device < 0) {  // the process's GPU is the one its kernels run on
     info_.device = static_cast<int32_t>(a.device);
     if (auto n = device_names_.find(a.device); n != device_names_.end()) info_.device_name = n->second;
@@ -207,6 +236,7 @@ void Collector::on_mem(const MemActivity& a) {
     graph_record(a.correlation, a.graph_node, span);
   else if (auto it = corr_to_ext_.find(a.correlation); it != corr_to_ext_.end())
     link_kernel(it->second, span);
+  kept(a.start, m.start, m.end);
   sink_.add(m);
 }
 
@@ -226,6 +256,7 @@ void Collector::on_api(const ApiActivity& a) {
   bound(api_tid_);
   api_tid_[a.correlation] = a.tid;
   note_thread(c.tid);
+  kept(a.start, c.start, c.end);
   sink_.add(c);
 }
 
@@ -240,6 +271,7 @@ void Collector::on_sync(const SyncActivity& s) {
   c.name = sink_.intern(std::string("sync:") + s.what);
   c.kind = ApiKind::Other;
   c.correlation = s.correlation;
+  kept(s.start, c.start, c.end);
   sink_.add(c);
 }
 
@@ -258,6 +290,7 @@ void Collector::on_marker(const MarkerActivity& m) {
     o.domain = sink_.intern(o.domain_text);
     note_thread(static_cast<int64_t>(o.tid));
     if (m.phase == MarkerActivity::Instant) {
+      kept(m.timestamp, o.start, o.start);
       sink_.add(Range{rank_, static_cast<int64_t>(o.tid), false, o.start, o.start, o.name,
                       o.domain, 0});
       return;
@@ -273,11 +306,12 @@ void Collector::on_marker(const MarkerActivity& m) {
       // The range whose start opened a window spans its opening; any other began outside.
       OpenMarker o = std::move(out->second);
       outside_markers_.erase(out);
-      bool opener = std::any_of(windows_.begin(), windows_.end(), [&](const Window& w) {
+      auto opened = std::find_if(windows_.begin(), windows_.end(), [&](const Window& w) {
         return !w.opener.empty() && w.opener == o.text && o.device_start <= w.open &&
                m.timestamp >= w.open;
       });
-      if (!opener) return;
+      if (opened == windows_.end()) return;
+      o.device_start = opened->open;  // kept by the window it opened
       o.name = sink_.intern(o.text);
       o.domain = sink_.intern(o.domain_text);
       note_thread(static_cast<int64_t>(o.tid));
@@ -290,6 +324,7 @@ void Collector::on_marker(const MarkerActivity& m) {
   }
   const OpenMarker& o = it->second;
   Ns end = host(m.timestamp);
+  kept(o.device_start, o.start, end);
   sink_.add(Range{rank_, static_cast<int64_t>(o.tid), false, o.start, end, o.name, o.domain, 0});
   if (auto step = step_from_range_name(o.text)) sink_.add(Step{rank_, *step, o.start, end});
   markers_.erase(it);
@@ -461,6 +496,7 @@ void Collector::emit(const Pending& p, const KernelSpan* k) {
     row.start = c.enqueue;
     row.end = c.ret;
     row.name = sink_.intern(std::string("nccl") + std::string(to_string(c.op)));
+    kept(c.enqueue, row.start, row.end);  // the window edges' clock: the host's
   }
   if (auto it = details_.find(c.call_id); it != details_.end()) {
     row.algo = sink_.intern(it->second.algo);
@@ -482,12 +518,6 @@ bool no_gpu_work(const NcclCall& c) {
 }  // namespace
 
 void Collector::end_cycle(bool final) {
-  // A window still open ends now, for as long as it stays open (a capture killed inside its
-  // window keeps the part written).
-  if (!windows_.empty() && windows_.back().close == INT64_MAX && windows_.back().stored) {
-    const Ns start = windows_.back().host_open;
-    sink_.add(CaptureWindow{rank_, start, std::max(start, host_now_ns())});
-  }
   int64_t without_kernel = 0, without_work = 0;
   for (auto it = pending_.begin(); it != pending_.end();) {
     Pending& p = it->second;
@@ -518,6 +548,11 @@ void Collector::end_cycle(bool final) {
     count(diag::Code::capture_collective_without_kernel, without_kernel,
           "NCCL calls whose GPU kernel or copy was not seen (outside the window, CUPTI off, or "
           "dropped records): times are the host call's");
+  // A window still open ends now, for as long as it stays open (a capture killed inside its
+  // window keeps the part written); a closed one is rewritten when rows kept for it arrived late.
+  if (!windows_.empty() && windows_.back().stored &&
+      (windows_.back().close == INT64_MAX || windows_.back().dirty))
+    store_window(windows_.back());
   for (auto it = ext_kernels_.begin(); it != ext_kernels_.end();) {
     if (final || ++it->second.age > kMaxPendingCycles * 2) it = ext_kernels_.erase(it);
     else ++it;

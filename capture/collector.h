@@ -46,6 +46,9 @@ class Collector final : public ActivityHandler {
   // window: a range when its start is, or when it is the opener spanning the opening (its start
   // record precedes the opening callback). Before the first edge everything is kept.
   // `store`: the window is one the user asked for (not the whole run), stored as it goes.
+  // The stored row covers every row the window kept, not only its edges: the range that opened
+  // it starts before the opening, and a record mapped onto the host clock by a later fit than
+  // the opening's can land before it (the row's start then moves: Sink::replace_window).
   void window_edge(bool open, int64_t device_ts, const std::string& opener, bool store = true);
 
   void on_nccl_call(const NcclCall& c);
@@ -141,10 +144,23 @@ class Collector final : public ActivityHandler {
     int64_t open, close;  // device clock; close INT64_MAX while open
     std::string opener;
     bool stored = true;  // written to `capture_windows`
-    // `open` on the host clock, mapped once: the stored row's key (run, rank, start), rewritten
-    // every cycle while the window is open, must not move when the clock is refitted.
-    Ns host_open = 0;
+    // `open` and `close` on the host clock, each mapped once: a refit of the clock moves
+    // neither (the row's key must not move with it).
+    Ns host_open = 0, host_close = 0;
+    // The earliest start and latest end (host clock) of the rows the window kept.
+    Ns first = INT64_MAX, last = INT64_MIN;
+    Ns row_start = 0;    // the start of the row stored now: its key (run, rank, start)
+    bool dirty = false;  // its span grew since the row was last written
   };
+  // A row of `[start, end]` (host clock) was stored for the record at `device_ts` (for the range
+  // that opened a window, that opening): the latest window opened at or before it covers it (the
+  // first window, for a record from before any opening). Only the latest window grows: an earlier
+  // one's records arrived before the next opening (its closing flushed CUPTI), and in attach mode
+  // its capture is done.
+  void kept(int64_t device_ts, Ns start, Ns end);
+  // Writes the window's row: from the earlier of its opening and its first kept row to the later
+  // of its closing (now, while open) and its last kept row.
+  void store_window(Window& w);
   bool windowed_ = false;
   std::vector<Window> windows_;
   struct OpenMarker {

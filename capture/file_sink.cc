@@ -113,6 +113,15 @@ void FileSink::add(const CaptureWindow& w) {
   ++pending_;
 }
 
+void FileSink::replace_window(Ns old_start, const CaptureWindow& w) {
+  sql::Stmt del(db_, "DELETE FROM capture_windows WHERE run_id = ? AND rank = ? AND start_ns = ?");
+  del.bind(1, kRun);
+  del.bind(2, static_cast<int64_t>(w.rank));
+  del.bind(3, old_start);
+  del.step();
+  add(w);
+}
+
 void FileSink::set_rank_info(const RankInfo& r) {
   ranks_[r.rank] = r;
   small_dirty_ = true;

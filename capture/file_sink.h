@@ -41,6 +41,7 @@ class FileSink final : public Sink {
   void add(const NcclCallRow& c) override;
   void add(const ProxyOpRow& p) override;
   void add(const CaptureWindow& w) override;
+  void replace_window(Ns old_start, const CaptureWindow& w) override;
   void set_rank_info(const RankInfo& r) override;
   void add_stream(const StreamInfo& s) override;
   void add_communicator(const Communicator& c) override;

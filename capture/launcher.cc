@@ -19,13 +19,57 @@ namespace fs = std::filesystem;
 namespace braid::capture {
 namespace {
 
-std::string agent_path() {
-  if (const char* p = std::getenv("BRAID_CAPTURE_LIB"); p && *p) return p;
-#ifdef BRAID_CAPTURE_LIB
-  return BRAID_CAPTURE_LIB;
-#else
-  return "";
+// The agent this braid injects (docs/capture.md, "Installing"): BRAID_CAPTURE_LIB when it is set;
+// else the one installed with this braid, found from its own executable (BRAID_AGENT_FROM_EXE, the
+// install layout's path from bin/ to lib/braid/libbraid_capture.so), so a braid installed under
+// any prefix or moved with its tree finds its own; else the build tree's (BRAID_CAPTURE_LIB at
+// build time), for a braid run where it was built. `path` is the first of `looked` that exists.
+struct AgentLookup {
+  std::vector<std::string> looked;
+  std::string path;
+  bool from_env = false;
+};
+
+AgentLookup find_agent() {
+  AgentLookup a;
+  if (const char* p = std::getenv("BRAID_CAPTURE_LIB"); p && *p) {
+    a.from_env = true;
+    a.looked.push_back(p);
+  } else {
+#ifdef BRAID_AGENT_FROM_EXE
+    std::error_code ec;
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) a.looked.push_back((self.parent_path() / BRAID_AGENT_FROM_EXE).lexically_normal());
 #endif
+#ifdef BRAID_CAPTURE_LIB
+    a.looked.push_back(BRAID_CAPTURE_LIB);
+#endif
+  }
+  std::error_code ec;
+  for (const std::string& p : a.looked)
+    if (fs::is_regular_file(p, ec)) {
+      a.path = p;
+      break;
+    }
+  return a;
+}
+
+// The agent found, else where it was looked for first ("" when braid was built without one).
+std::string agent_path() {
+  AgentLookup a = find_agent();
+  return a.path.empty() && !a.looked.empty() ? a.looked.front() : a.path;
+}
+
+// Why no agent can be injected, or "" when one was found.
+std::string agent_missing(const AgentLookup& a) {
+  if (!a.path.empty()) return "";
+  if (a.looked.empty())
+    return "this braid was built without the capture agent (no CUDA toolkit with CUPTI at build "
+           "time)";
+  if (a.from_env) return "the capture agent " + a.looked[0] + " (BRAID_CAPTURE_LIB) is missing";
+  std::string where;
+  for (const std::string& p : a.looked) where += (where.empty() ? "" : ", then ") + p;
+  return "the capture agent is missing (looked for " + where + "; BRAID_CAPTURE_LIB names another)";
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -46,11 +90,7 @@ extern "C" void forward_signal(int sig) {
 }  // namespace
 
 std::string capture_unavailable_reason() {
-  std::string lib = agent_path();
-  if (lib.empty())
-    return "this braid was built without the capture agent (no CUDA toolkit with CUPTI at build "
-           "time)";
-  if (!fs::exists(lib)) return "the capture agent " + lib + " is missing";
+  if (std::string missing = agent_missing(find_agent()); !missing.empty()) return missing;
   // The driver, as the job would load it. Probing in this process is harmless: the command
   // runs in a fresh process image.
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -157,12 +197,7 @@ int record(const RecordOptions& o) {
   if (o.attach) {
     // Attach mode writes no file here and needs no GPU to be useful: NCCL calls are captured
     // without CUDA, and a process without a GPU still registers. Only the agent must exist.
-    std::string lib = agent_path();
-    if (lib.empty())
-      reason = "this braid was built without the capture agent (no CUDA toolkit with CUPTI at "
-               "build time)";
-    else if (!fs::exists(lib))
-      reason = "the capture agent " + lib + " is missing";
+    reason = agent_missing(find_agent());
     capture = reason.empty();
     if (!capture)
       std::fprintf(stderr, "braid record: attach mode unavailable: %s; the command runs without "

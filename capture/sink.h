@@ -27,6 +27,9 @@ class Sink {
   virtual void add(const ProxyOpRow& p) = 0;
   // A capture window (a later call for the same rank and start replaces the earlier one).
   virtual void add(const CaptureWindow& w) = 0;
+  // The window stored as (w.rank, old_start) now starts at w.start (its row grew to cover a
+  // record from before its opening): that row is replaced by `w`.
+  virtual void replace_window(Ns old_start, const CaptureWindow& w) = 0;
 
   // Small tables: a later call for the same key replaces the earlier one.
   virtual void set_rank_info(const RankInfo& r) = 0;

@@ -118,6 +118,14 @@ std::string assets_dir() {
   std::error_code ec;
   if (const char* env = std::getenv("BRAID_ASSETS_DIR"); env && fs::is_directory(env, ec))
     return env;
+#ifdef BRAID_ASSETS_FROM_EXE
+  // Installed: share/braid/assets under the prefix braid's own bin/ is in.
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = (self.parent_path() / BRAID_ASSETS_FROM_EXE).lexically_normal();
+    if (fs::is_directory(installed, ec)) return installed.string();
+  }
+#endif
 #ifdef BRAID_ASSETS_DIR
   if (fs::is_directory(BRAID_ASSETS_DIR, ec)) return BRAID_ASSETS_DIR;
 #endif

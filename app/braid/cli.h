@@ -48,7 +48,8 @@ inline constexpr size_t kMaxLine = 200;
 // indented as far as `prefix` is long (at most 40 columns). A newline in `text` starts a line.
 std::vector<std::string> wrap_lines(const std::string& prefix, const std::string& text);
 void print_wrapped(const std::string& prefix, const std::string& text);
-// Where the bundled samples are: BRAID_ASSETS_DIR, else next to the executable's source tree.
+// Where the bundled samples are: $BRAID_ASSETS_DIR, else share/braid/assets of the prefix this
+// braid is installed in (found from its own executable), else the source tree it was built from.
 std::string assets_dir();
 
 }  // namespace braid::cli

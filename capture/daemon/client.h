@@ -128,6 +128,9 @@ class DaemonSink final : public capture::Sink {
   void add(const capture::NcclCallRow& c) override { enc_.add(c), after_add(); }
   void add(const capture::ProxyOpRow& p) override { enc_.add(p), after_add(); }
   void add(const CaptureWindow& w) override { enc_.add(w), after_add(); }
+  void replace_window(Ns old_start, const CaptureWindow& w) override {
+    enc_.replace_window(old_start, w), after_add();
+  }
   void set_rank_info(const RankInfo& r) override { enc_.rank_info(r); }
   void add_stream(const StreamInfo& s) override { enc_.stream(s); }
   void add_communicator(const Communicator& c) override { enc_.communicator(c); }

@@ -18,9 +18,9 @@
 
 namespace braid::daemon {
 
-// 2: renumber is scoped to the sending process; the rank message; 3: the capture-window item
-// (docs/daemon-protocol.md).
-inline constexpr uint32_t kProtocolVersion = 3;
+// 2: renumber is scoped to the sending process; the rank message; 3: the capture-window item;
+// 4: the moved-capture-window item (docs/daemon-protocol.md).
+inline constexpr uint32_t kProtocolVersion = 4;
 inline constexpr uint32_t kMaxFrame = 16u << 20;  // 16 MiB
 
 enum class MsgType : uint8_t {
@@ -190,6 +190,7 @@ enum class ItemKind : uint8_t {
   Meta,
   Renumber,
   Window,
+  WindowMoved,  // version 4
 };
 
 }  // namespace braid::daemon

@@ -97,6 +97,15 @@ void RecordEncoder::add(const CaptureWindow& w) {
   ++items_;
 }
 
+void RecordEncoder::replace_window(Ns old_start, const CaptureWindow& w) {
+  e_.u8(uint8_t(K::WindowMoved));
+  e_.i32(w.rank);
+  e_.i64(old_start);
+  e_.i64(w.start);
+  e_.i64(w.end);
+  ++items_;
+}
+
 void RecordEncoder::add(const Step& s) {
   e_.u8(uint8_t(K::Step));
   e_.i32(s.rank);
@@ -457,6 +466,15 @@ int64_t apply_records(std::string_view payload, capture::Sink& sink,
         w.start = d.i64();
         w.end = d.i64();
         sink.add(w);
+        break;
+      }
+      case K::WindowMoved: {
+        CaptureWindow w;
+        w.rank = sender.own(d.i32());
+        const Ns old_start = d.i64();
+        w.start = d.i64();
+        w.end = d.i64();
+        sink.replace_window(old_start, w);
         break;
       }
       case K::Renumber: {

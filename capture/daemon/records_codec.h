@@ -27,6 +27,7 @@ class RecordEncoder {
   void add(const capture::NcclCallRow& c);
   void add(const capture::ProxyOpRow& p);
   void add(const CaptureWindow& w);
+  void replace_window(Ns old_start, const CaptureWindow& w);
   void rank_info(const RankInfo& r);
   void stream(const StreamInfo& s);
   void communicator(const Communicator& c);

@@ -84,6 +84,13 @@ void WindowSink::renumber_rank(int32_t from, int32_t to) {
   }
 }
 
+void WindowSink::replace_window(Ns old_start, const CaptureWindow& w) {
+  if (state_ == State::Closed) return;  // outside any window: not captured
+  enc_.replace_window(old_start, w);
+  ++rows_in_batch_;
+  if (enc_.bytes() >= batch_bytes_) flush();
+}
+
 void WindowSink::replay() {
   for (size_t i = 0; i < texts_.size(); ++i) enc_.string(static_cast<StrId>(i + 1), texts_[i]);
   for (auto& [k, m] : meta_) enc_.meta(k, m);

@@ -53,6 +53,7 @@ class WindowSink final : public capture::Sink {
   void add(const capture::NcclCallRow& c) override { row(c); }
   void add(const capture::ProxyOpRow& p) override { row(p); }
   void add(const CaptureWindow& w) override { row(w); }
+  void replace_window(Ns old_start, const CaptureWindow& w) override;
   void set_rank_info(const RankInfo& r) override;
   void add_stream(const StreamInfo& s) override;
   void add_communicator(const Communicator& c) override;

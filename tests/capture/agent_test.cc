@@ -164,6 +164,19 @@ TEST(AgentWindow, StepsWindowKeepsFirstStepAndApiRows) {
                               std::to_string(windows[0].start) +
                               " AND end_ns <= " + std::to_string(windows[0].end)),
             30);
+  // Issue 32: the row covers everything the window kept, step 10's range included (it starts
+  // before the callback that opened the window), and no more.
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const char* table : {"kernels", "memcpys", "api_calls", "nvtx_ranges", "steps"}) {
+    const std::string outside = std::string("SELECT COUNT(*) FROM ") + table +
+                                " WHERE start_ns < " + std::to_string(windows[0].start) +
+                                " OR end_ns > " + std::to_string(windows[0].end);
+    EXPECT_EQ(count(r.file, outside), 0) << table << " has rows outside the stored window";
+    first = std::min(first, count(r.file, std::string("SELECT MIN(start_ns) FROM ") + table));
+    last = std::max(last, count(r.file, std::string("SELECT MAX(end_ns) FROM ") + table));
+  }
+  EXPECT_EQ(windows[0].start, first);
+  EXPECT_LE(last, windows[0].end);
   auto view = view::load_run(r.file, 1);
   ASSERT_TRUE(view->has_window());
   EXPECT_EQ(view->open_start(), windows[0].start);
@@ -186,6 +199,43 @@ TEST(AgentWindow, StepsWindowKeepsFirstStepAndApiRows) {
     EXPECT_NE(arg, "UNDER_LOCK") << line;
   }
   EXPECT_TRUE(domain_on);
+}
+
+// Issue 32, item 2: the stored window covers what the window kept. A GPU runs behind the host:
+// the kernels of steps 10-19 end after the host has popped step 19's range, which closed the
+// window (on the default fake, whose kernels run 1 us from their launch, the last one ended past
+// the closing edge whenever the host took less than that to get there: 29 of 30 kernels inside
+// the row in 5 of 10 runs on a quick host). And step 10's range starts before its callback opened
+// the window. braid-view opens on the stored window, so it cut both off.
+TEST(AgentWindow, TheStoredWindowCoversGpuWorkThatRunsPastItsClosing) {
+  test::TempDir tmp;
+  // 200 us per kernel: the window's 30 kernels end some 6 ms after its steps.
+  JobRun r = run_job(tmp, {"steps", "30"},
+                     {{"BRAID_CAPTURE_WINDOW", "steps:10-19"}, {"FAKE_CUPTI_KERNEL_NS", "200000"}});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
+  ASSERT_FALSE(r.file.empty());
+  TraceReader tr(r.file);
+  auto steps = tr.steps(1);
+  ASSERT_EQ(steps.size(), 10u);
+  auto windows = tr.capture_windows(1);
+  ASSERT_EQ(windows.size(), 1u);
+  const auto& w = windows[0];
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM kernels"), 30);
+  const int64_t last_kernel_end = count(r.file, "SELECT MAX(end_ns) FROM kernels");
+  ASSERT_GT(last_kernel_end, steps.back().end + 1'000'000);  // the premise: the GPU is behind
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM kernels WHERE start_ns >= " +
+                              std::to_string(w.start) + " AND end_ns <= " + std::to_string(w.end)),
+            30);
+  EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM memcpys WHERE start_ns >= " +
+                              std::to_string(w.start) + " AND end_ns <= " + std::to_string(w.end)),
+            10);
+  EXPECT_LE(w.start, steps.front().start);
+  // It ends with the last row it kept: step 19's copy, queued behind the step's kernels.
+  EXPECT_EQ(w.end, std::max(last_kernel_end, count(r.file, "SELECT MAX(end_ns) FROM memcpys")));
+  auto view = view::load_run(r.file, 1);
+  ASSERT_TRUE(view->has_window());
+  EXPECT_EQ(view->open_start(), w.start);
+  EXPECT_EQ(view->open_end(), w.end);
 }
 
 // Issue 19, item 3: runtime API rows and NCCL rows of one thread carry the same thread id (CUPTI

@@ -278,5 +278,70 @@ TEST(Collector, MemcpysApisSyncsMarkersStepsAndRenumbering) {
   EXPECT_TRUE(unmatched);
 }
 
+// Issue 32, item 2: a window's stored row covers every row the window kept. A steps window keeps
+// the range that opened it (its start record precedes the callback that opens the window), and a
+// record made inside the window but mapped onto the host clock by a fit made after the opening
+// can land before the opening as the opening's fit mapped it (AgentWindow saw 29 of 30 kernels
+// inside the row, and braid-view opened on a window that cut off step 10's first kernel). The row
+// then starts at the earliest kept row, and stays one row.
+TEST(Collector, AWindowsRowCoversEveryRowTheWindowKept) {
+  test::TempDir tmp;
+  const std::string path = tmp.file("w.braid");
+  {
+    FileSink sink(path, {"unit", "cupti", "t"});
+    ClockFit clock(2);
+    clock.add({1000, 1'000'000'000});
+    clock.add({2000, 1'000'001'000});
+    ASSERT_TRUE(clock.refit());  // host = device + 999'999'000
+    Collector col(sink, clock, 0, kExt);
+    col.window_edge(false, 500, "", true);  // a steps window: closed until its first step
+    MarkerActivity m;
+    m.phase = MarkerActivity::Start;
+    m.id = 1;
+    m.timestamp = 2400;  // the range's start record, before the callback that opens the window
+    m.name = "step 10";
+    m.domain = "";
+    m.tid = 9;
+    col.on_marker(m);
+    col.window_edge(true, 2500, "step 10", true);  // stored from host 1'000'001'500
+    col.end_cycle(false);
+    // A later sample moves the line; it takes over from device time 2000, before the opening.
+    clock.add({3000, 1'000'001'300});
+    ASSERT_TRUE(clock.refit());
+    ASSERT_LT(clock.to_host(2600), 1'000'001'500);  // the premise: inside, yet mapped before
+    col.on_api({ApiKind::Runtime, 211, "cudaLaunchKernel", 2550, 2590, 1, 9, 801, 0});
+    col.on_kernel({0, 1, 7, 801, 2600, 2700, "gemm_kernel"});
+    col.end_cycle(false);
+    MarkerActivity e;
+    e.phase = MarkerActivity::End;
+    e.id = 1;
+    e.timestamp = 2900;
+    col.on_marker(e);
+    col.window_edge(false, 2950, "", true);
+    // A copy of the window that runs past its closing, and arrives after it.
+    col.on_mem({MemKind::DtoD, 1024, 0, 1, 7, 802, 2800, 4000});
+    col.end_cycle(true);
+    sink.close();
+  }
+  TraceReader r(path);
+  auto windows = r.capture_windows(1);
+  ASSERT_EQ(windows.size(), 1u);  // the moved row replaced the first, it was not added beside it
+  ASSERT_EQ(r.steps(1).size(), 1u);
+  const std::string span = "MIN(start_ns), MAX(end_ns)";
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const char* table : {"kernels", "memcpys", "api_calls", "nvtx_ranges", "steps"}) {
+    sql::Stmt q(r.db(), "SELECT COUNT(*), " + span + " FROM " + table);
+    ASSERT_TRUE(q.step());
+    ASSERT_EQ(q.i64(0), 1) << table;
+    first = std::min(first, q.i64(1));
+    last = std::max(last, q.i64(2));
+    EXPECT_GE(q.i64(1), windows[0].start) << table << " starts before the stored window";
+    EXPECT_LE(q.i64(2), windows[0].end) << table << " ends after the stored window";
+  }
+  EXPECT_EQ(windows[0].start, first);  // no wider than what it kept
+  EXPECT_LT(windows[0].start, 1'000'001'500);
+  EXPECT_EQ(windows[0].end, last);  // the copy, past the closing edge
+}
+
 }  // namespace
 }  // namespace braid::capture

@@ -28,7 +28,11 @@
 //  - NVTX reaches CUPTI only through NVTX's injection: the first fakenvtx_* call loads the library
 //    NVTX_INJECTION64_PATH names and calls its InitializeInjectionNvtx2, and markers and NVTX
 //    callbacks come from this CUPTI only when that call arrived here (another copy of libcupti,
-//    or no such library, leaves NVTX unheard, as a real mismatch does).
+//    or no such library, leaves NVTX unheard, as a real mismatch does);
+//  - a kernel runs 1 us and a copy 0.5 us from its launch; FAKE_CUPTI_KERNEL_NS=N models a GPU
+//    behind the host instead: each stream runs its kernels (N ns each) and copies one after the
+//    other, so the work of a step ends after the host has moved on (past the NVTX range that
+//    closed a capture window, say), as on a real GPU.
 // Every CUPTI call is logged, one line per call, to FAKE_CUPTI_LOG when set:
 //   "<gettid> <callback depth> <function> <argument>"
 // where the depth is how many CUPTI callbacks this thread is inside (the agent holds its window
@@ -44,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -92,6 +97,27 @@ int64_t now_ns() {
 }
 
 long gettid_() { return syscall(SYS_gettid); }
+
+// Where a kernel or copy of `ns` (the default run time) launched now on `stream` runs: from its
+// launch, or, with FAKE_CUPTI_KERNEL_NS, queued behind the stream's earlier work (kernels taking
+// that long).
+struct Span {
+  uint64_t start, end;
+};
+Span gpu_span(uint32_t stream, int64_t ns, bool kernel) {
+  static const int64_t kernel_ns = [] {
+    const char* v = std::getenv("FAKE_CUPTI_KERNEL_NS");
+    return v ? std::atoll(v) : 0;
+  }();
+  const int64_t now = now_ns();
+  if (kernel_ns <= 0) return {static_cast<uint64_t>(now), static_cast<uint64_t>(now + ns)};
+  static std::mutex mu;
+  static std::map<uint32_t, int64_t> tail;  // when each stream's queued work ends
+  std::lock_guard lk(mu);
+  const int64_t start = std::max(now, tail[stream]);
+  tail[stream] = start + (kernel ? kernel_ns : ns);
+  return {static_cast<uint64_t>(start), static_cast<uint64_t>(tail[stream])};
+}
 
 // As a library that is safe to fork under: the child never inherits g_mu locked.
 [[maybe_unused]] const int g_atfork =
@@ -609,11 +635,12 @@ FAKE void fakecuda_launch(uint32_t stream, const char* kernel) {
   runtime_call(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, "cudaLaunchKernel",
                [&](uint32_t corr) {
                  if (captured(stream, false, keep_name(kernel), 0)) return;
+                 const Span run = gpu_span(stream, 1000, true);  // recorded or not, it runs
                  if (!kind_on(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) return;
                  CUpti_ActivityKernel10 k{};
                  k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-                 k.start = static_cast<uint64_t>(now_ns());
-                 k.end = k.start + 1000;
+                 k.start = run.start;
+                 k.end = run.end;
                  k.deviceId = 0;
                  k.contextId = 1;
                  k.streamId = stream;
@@ -627,13 +654,14 @@ FAKE void fakecuda_memcpy(uint32_t stream, uint64_t bytes) {
   runtime_call(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, "cudaMemcpyAsync",
                [&](uint32_t corr) {
                  if (captured(stream, true, nullptr, bytes)) return;
+                 const Span run = gpu_span(stream, 500, false);
                  if (!kind_on(CUPTI_ACTIVITY_KIND_MEMCPY)) return;
                  CUpti_ActivityMemcpy6 m{};
                  m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
                  m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOD;
                  m.bytes = bytes;
-                 m.start = static_cast<uint64_t>(now_ns());
-                 m.end = m.start + 500;
+                 m.start = run.start;
+                 m.end = run.end;
                  m.contextId = 1;
                  m.streamId = stream;
                  m.correlationId = corr;

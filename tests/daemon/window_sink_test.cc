@@ -235,5 +235,47 @@ TEST(WindowSink, ARenumberInsideAWindowMovesOnlyThisProcesssRows) {
   serve.join();
 }
 
+// Issue 32: a window's row grows to cover what the window kept (the step range that opened it
+// starts before the opening): the agent's collector replaces the row it stored at the opening, and
+// the daemon's file holds the moved row only (protocol item 17), not the first beside it.
+TEST(WindowSink, AMovedWindowReplacesItsRowInTheCapture) {
+  test::TempDir tmp;
+  DaemonOptions o;
+  o.socket_path = tmp.file("d.sock");
+  o.out_dir = tmp.path();
+  Daemon d(o);
+  std::thread serve([&] { d.run(); });
+  {
+    std::atomic<uint64_t> opened{0};
+    AgentIdentity id;
+    id.pid = getpid();
+    id.rank = 3;
+    id.job_id = "train";
+    AgentClient client(o.socket_path, id,
+                       AgentClient::Callbacks{[&](const Open& op) { opened = op.capture_id; }, {}},
+                       50);
+    ASSERT_TRUE(client.wait_registered(5000));
+    WindowSink sink(client);
+    auto capture = trigger(o.socket_path, 10'000'000'000);
+    ASSERT_TRUE(wait_for([&] { return opened.load() != 0; }));
+    sink.open_window(opened);
+    sink.add(CaptureWindow{3, 5000, 5000});  // stored at the opening
+    sink.add(CaptureWindow{3, 5000, 6000});  // extended by a cycle
+    sink.checkpoint();
+    sink.replace_window(5000, CaptureWindow{3, 4000, 9000});
+    sink.close();
+    CaptureDone c = capture.get();
+    EXPECT_EQ(c.agents_lost, 0u);
+    TraceReader r(c.path);
+    auto windows = r.capture_windows(1);
+    ASSERT_EQ(windows.size(), 1u);
+    EXPECT_EQ(windows[0].rank, 3);
+    EXPECT_EQ(windows[0].start, 4000);
+    EXPECT_EQ(windows[0].end, 9000);
+  }
+  d.stop();
+  serve.join();
+}
+
 }  // namespace
 }  // namespace braid::daemon
