@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "trace/summary.h"
+#include "trace/format.h"
 
 namespace braid::analysis {
 

@@ -102,9 +102,9 @@ int64_t write_synthetic_job(const std::string& path, const SyntheticJob& job) {
         col.comm = comm;
         col.seq = job.record_seq ? s * 2 + index : -1;
         col.op = CollOp::AllReduce;
-        col.dtype = f32;
+        col.dtype = r == job.untyped_rank ? 0 : f32;
         col.in_count = col.out_count = job.count;
-        col.bytes = job.count * 4;
+        col.bytes = r == job.untyped_rank ? -1 : job.count * 4;
         col.stream = 13;
         col.start = start + skew;
         col.end = e + skew;

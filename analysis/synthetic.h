@@ -37,6 +37,7 @@ struct SyntheticJob {
   Ns end_jitter = 0;                  // collective ends move by a deterministic ±jitter
   bool record_seq = true;             // collectives carry sequence numbers
   int drop_rank = -1, drop_step = -1; // drop all-reduce A of that step on that rank
+  int untyped_rank = -1;              // that rank's collectives carry counts, no dtype or bytes
   std::string comm = "dp";
   std::vector<int> only_ranks;        // write only these ranks (a per-process file); empty: all
   int64_t count = 1 << 20;            // float32 elements per all-reduce

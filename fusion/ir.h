@@ -1,5 +1,5 @@
-// The schedule IR (DESIGN.md, "The schedule IR"): per rank, ordered lists of operations per
-// stream, events between streams, and collectives matched across ranks by (communicator, order
+// The schedule IR (../shared/DESIGN.md, "The schedule IR"): per rank, ordered lists of operations
+// per stream, events between streams, and collectives matched across ranks by (communicator, order
 // within the communicator). Buffers are named per rank and collectives reference (buffer, offset,
 // count) slices, so rewrite passes can follow data from one operation to the next.
 //

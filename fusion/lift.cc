@@ -12,8 +12,8 @@
 #include "fusion/schedule_store.h"
 #include "fusion/validate.h"
 #include "trace/error.h"
+#include "trace/format.h"
 #include "trace/json.h"
-#include "trace/summary.h"
 
 namespace braid::fusion {
 

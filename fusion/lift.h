@@ -1,4 +1,4 @@
-// Lifting a trace run into the schedule IR (DESIGN.md, "The schedule IR").
+// Lifting a trace run into the schedule IR (../shared/DESIGN.md, "The schedule IR").
 //
 // Per rank and stream, the GPU activities of the run become ops in start order:
 //   - kernels and memcpys -> opaque `compute` (duration from the trace; opaque, since a trace

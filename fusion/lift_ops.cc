@@ -182,7 +182,22 @@ class Lifter {
     spans_ = lifted_spans(run_, match_, opt_.step, et_);
   }
 
-  // Which groups become IR collectives; all members take the size of the group's first member.
+  // The size of a group: its first member's that the trace sizes (a rank whose trace lost the
+  // dtype of a call another rank recorded takes the other's: the members agree, matching
+  // checked what both know); the first member's reason when none is sized.
+  analysis::CollSize group_size(const CollGroup& grp, int64_t n) const {
+    analysis::CollSize first;
+    for (size_t k = 0; k < grp.members.size(); ++k) {
+      const CollRef& m = grp.members[k];
+      analysis::CollSize sz =
+          analysis::collective_size(run_, run_.ranks.at(m.rank).collectives[m.index], n);
+      if (sz.known()) return sz;
+      if (k == 0) first = sz;
+    }
+    return first;
+  }
+
+  // Which groups become IR collectives; all members take one member's size (group_size).
   void choose_groups() {
     liftable_.assign(match_.groups.size(), false);
     shape_.assign(match_.groups.size(), {});
@@ -200,7 +215,7 @@ class Lifter {
         why = "members disagree (" + grp.problem + ")";
       else if (!expressible(grp.op))
         why = std::string(to_string(grp.op)) + " has no IR form";
-      else if (shape_[g] = analysis::collective_size(run_, c0, n); !shape_[g].known())
+      else if (shape_[g] = group_size(grp, n); !shape_[g].known())
         why = shape_[g].why;
       else if ((grp.op == CollOp::Broadcast || grp.op == CollOp::Reduce) &&
                (c0.peer_or_root < 0 || !srank_.count(c0.peer_or_root)))

@@ -2,16 +2,17 @@
 
 #include <simdjson.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "fusion/pipeline.h"
 #include "trace/error.h"
+#include "trace/format.h"
 #include "trace/json.h"
 #include "trace/reader.h"
 #include "trace/rows.h"
 #include "trace/sqlite_util.h"
 #include "trace/store_update.h"
-#include "trace/summary.h"
 #include "trace/writer.h"
 
 namespace braid::fusion {
@@ -61,7 +62,16 @@ int64_t insert_schedule(sqlite3* db, const Schedule& s, int64_t parent_id,
   st.bind(2, std::string_view(s.name));
   st.bind(3, passes_json);
   std::string body = to_json(s);
-  st.bind(4, std::string_view(body));
+  try {
+    st.bind(4, std::string_view(body));
+  } catch (const Error& e) {
+    char size[32];
+    std::snprintf(size, sizeof size, "%.2f GB", static_cast<double>(body.size()) / 1e9);
+    throw Error(ErrorCode::Unsupported,
+                "schedule '" + s.name + "' is " + size + " of braid-schedule/1 JSON (" +
+                    std::to_string(s.ranks.size()) + " ranks, " + std::to_string(s.op_count()) +
+                    " ops), more than the store holds in one value: " + e.what());
+  }
   std::string now = rows::now_iso8601();
   st.bind(5, std::string_view(now));
   st.run();

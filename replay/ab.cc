@@ -10,7 +10,7 @@
 #include "fusion/pipeline.h"
 #include "fusion/scale.h"
 #include "trace/error.h"
-#include "trace/summary.h"
+#include "trace/format.h"
 
 namespace braid::replay {
 

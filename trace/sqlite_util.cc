@@ -48,4 +48,10 @@ int64_t scalar(sqlite3* db, std::string_view sql, int64_t fallback) {
   return s.step() ? s.i64(0) : fallback;
 }
 
+void Stmt::too_big(size_t bytes) {
+  throw Error(ErrorCode::Store, "a value of " + std::to_string(bytes) +
+                                    " bytes is more than one SQLite value holds (SQLITE_MAX_LENGTH:"
+                                    " 1,000,000,000 bytes in Debian's build)");
+}
+
 }  // namespace braid::sql

@@ -30,8 +30,12 @@ class Stmt {
   void bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
   void bind(int i, int v) { sqlite3_bind_int64(s_, i, v); }
   void bind(int i, double v) { sqlite3_bind_double(s_, i, v); }
+  // A text over what one SQLite value holds (SQLITE_MAX_LENGTH, 1 GB by default; 2 GiB at
+  // most) throws braid::Error(Store) saying how large it is, instead of storing a NULL.
   void bind(int i, std::string_view v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    if (v.size() > 0x7fffffffu || sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()),
+                                                    SQLITE_TRANSIENT) == SQLITE_TOOBIG)
+      too_big(v.size());
   }
   void bind_null(int i) { sqlite3_bind_null(s_, i); }
   // Returns true while a row is available.
@@ -54,6 +58,7 @@ class Stmt {
   }
 
  private:
+  [[noreturn]] static void too_big(size_t bytes);
   sqlite3* db_ = nullptr;
   sqlite3_stmt* s_ = nullptr;
 };

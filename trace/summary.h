@@ -1,5 +1,6 @@
 // What `braid info` reports about a .braid file: per run, ranks, streams, time span, event
-// counts, kernel categories, per-collective totals and diagnostics.
+// counts, kernel categories, per-collective totals and diagnostics. (Durations and byte counts
+// for text are trace/format.h's.)
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "trace/json.h"  // json_escape, for callers of this header
+#include "trace/format.h"
+#include "trace/json.h"
 #include "trace/reader.h"
 
 namespace braid {
@@ -38,9 +40,5 @@ std::string summary_json(const std::string& path, const std::vector<RunSummary>&
 // One diagnostic as a JSON object {rank, severity, code, count, detail} (braid info and analyze).
 void put_diagnostic(json::Writer& w, const Diagnostic& d);
 std::string summary_text(const std::string& path, const std::vector<RunSummary>& runs);
-
-// Small helpers for the text report.
-std::string format_ns(Ns ns);          // "1.234 ms"
-std::string format_bytes(int64_t b);   // "12.5 MiB"
 
 }  // namespace braid

@@ -7,7 +7,7 @@
 #include "fusion/lift.h"
 #include "fusion/schedule_store.h"
 #include "trace/error.h"
-#include "trace/summary.h"
+#include "trace/format.h"
 
 namespace braid::view {
 

@@ -18,9 +18,9 @@
 #include "app/view/app.h"
 #include "app/view/png_io.h"
 #include "trace/error.h"
+#include "trace/format.h"
 #include "trace/json.h"
 #include "trace/output_file.h"
-#include "trace/summary.h"
 
 namespace braid::view {
 namespace {

@@ -29,17 +29,22 @@ TEST(Demo, WholePipelineLandsInOneFile) {
 
   TraceReader r(out);
   auto q = [&](const char* sql) { return sql::scalar(r.db(), sql, -1); };
-  // The synthesized step and the real trace's lifted step, each with its fused schedule.
-  EXPECT_EQ(q("SELECT COUNT(*) FROM schedules WHERE parent_id IS NULL"), 2);
-  EXPECT_EQ(q("SELECT COUNT(*) FROM schedules WHERE parent_id IS NOT NULL"), 2);
+  // The synthesized step and the two real jobs' lifted steps, each with its fused schedule.
+  EXPECT_EQ(q("SELECT COUNT(*) FROM schedules WHERE parent_id IS NULL"), 3);
+  EXPECT_EQ(q("SELECT COUNT(*) FROM schedules WHERE parent_id IS NOT NULL"), 3);
   // The TP+SP rewrite fired and predicts a saving.
   EXPECT_GT(q("SELECT COUNT(*) FROM opportunities WHERE pass = 'tp-sp'"), 0);
   EXPECT_GT(q("SELECT SUM(predicted_saving_ns) FROM opportunities"), 0);
   // Baseline and fused simulated, each run tied to its schedule.
-  EXPECT_EQ(q("SELECT COUNT(DISTINCT schedule_id) FROM runs WHERE kind = 'simulated'"), 4);
+  EXPECT_EQ(q("SELECT COUNT(DISTINCT schedule_id) FROM runs WHERE kind = 'simulated'"), 6);
   // The real 2-rank trace (assets/traces/hta-dlrm): imported, lifted from its step 552, fused and
-  // A/B'd on the sim with the baseline's fidelity printed.
-  EXPECT_EQ(q("SELECT COUNT(*) FROM runs WHERE kind = 'imported'"), 1);
+  // A/B'd on the sim with the baseline's fidelity printed; and the real 4-rank job with its
+  // execution traces (assets/traces/et-tp): tp-sp applied as a fact, its fused pair's data checked.
+  EXPECT_EQ(q("SELECT COUNT(*) FROM runs WHERE kind = 'imported'"), 2);
+  EXPECT_GT(q("SELECT COUNT(*) FROM et_ops WHERE joined_by != 'none'"), 600);
+  EXPECT_THAT(text, HasSubstr("== 14. lift it with the data flow of its execution traces"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("tp-sp +ranks 0,1,2,3 +applied"));
+  EXPECT_THAT(text, HasSubstr("aten::add reads elements"));
   EXPECT_THAT(text, HasSubstr("== 9. lift its profiler step 552"));
   EXPECT_THAT(text, HasSubstr("baseline fidelity vs run"));
   EXPECT_THAT(text, HasSubstr("median replayed/original over ranks: "));

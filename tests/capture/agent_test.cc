@@ -177,7 +177,7 @@ TEST(AgentWindow, StepsWindowKeepsFirstStepAndApiRows) {
   }
   EXPECT_EQ(windows[0].start, first);
   EXPECT_LE(last, windows[0].end);
-  auto view = view::load_run(r.file, 1);
+  auto view = view::load_view_run(r.file, 1);
   ASSERT_TRUE(view->has_window());
   EXPECT_EQ(view->open_start(), windows[0].start);
   EXPECT_EQ(view->open_end(), windows[0].end);
@@ -232,7 +232,7 @@ TEST(AgentWindow, TheStoredWindowCoversGpuWorkThatRunsPastItsClosing) {
   EXPECT_LE(w.start, steps.front().start);
   // It ends with the last row it kept: step 19's copy, queued behind the step's kernels.
   EXPECT_EQ(w.end, std::max(last_kernel_end, count(r.file, "SELECT MAX(end_ns) FROM memcpys")));
-  auto view = view::load_run(r.file, 1);
+  auto view = view::load_view_run(r.file, 1);
   ASSERT_TRUE(view->has_window());
   EXPECT_EQ(view->open_start(), w.start);
   EXPECT_EQ(view->open_end(), w.end);
@@ -324,7 +324,7 @@ TEST(AgentThreads, NvtxOnlyAndNcclOnlyThreadsNamed) {
   EXPECT_EQ(names[tid_of["nccl"]], "braid-nccl");
   // The window shows the NVTX thread's lane by its name (the id is in the lane's tooltip), and
   // no empty lane for a thread whose rows it does not draw (the NCCL calls).
-  auto d = view::load_run(r.file, 1);
+  auto d = view::load_view_run(r.file, 1);
   bool nvtx_lane = false;
   for (const view::Lane& l : d->lanes) {
     if (l.gpu) continue;

@@ -101,6 +101,32 @@ TEST(Lift, OneStep) {
   EXPECT_THROW(lift_run(r, run, opt), Error);
 }
 
+TEST(Lift, AMemberWithoutADtypeTakesTheOtherMembersSize) {
+  // A trace that lost the dtype of one rank's calls (counts known, dtype ''), as a real 8-rank
+  // job's all-to-all parts did: the group's other members say it, so nothing stays opaque.
+  test::TempDir tmp;
+  analysis::SyntheticJob job;
+  job.untyped_rank = 0;
+  const std::string f = tmp.file("u.braid");
+  const int64_t run = analysis::write_synthetic_job(f, job);
+  TraceReader r(f);
+  LiftReport rep;
+  Schedule s = lift_run(r, run, {}, &rep);
+  EXPECT_EQ(rep.opaque_collectives, 0);
+  for (const std::string& p : s.provenance)
+    EXPECT_EQ(p.find("without a known dtype"), std::string::npos) << p;
+  int64_t lifted = 0;
+  for (const RankSchedule& rs : s.ranks)
+    for (const Stream& st : rs.streams)
+      for (const Op& op : st.ops)
+        if (const Collective* c = op.collective()) {
+          ++lifted;
+          EXPECT_EQ(c->dtype, "float32");
+          EXPECT_EQ(c->count, job.count);
+        }
+  EXPECT_EQ(lifted, int64_t(job.nranks) * job.steps * 2);
+}
+
 TEST(Lift, UnmatchedCollectiveStaysOpaque) {
   test::TempDir tmp;
   analysis::SyntheticJob job;

@@ -82,6 +82,30 @@ TEST(StoreUpdate, RollsBackUnlessCommitted) {
   EXPECT_THROW(store_schedule(junk, testing::two_rank_schedule()), Error);
 }
 
+TEST(StoreUpdate, AScheduleTooLargeForOneValueIsOneLineSayingHowLargeAndNothingStored) {
+  // SQLite holds at most SQLITE_MAX_LENGTH bytes in one value (1 GB in Debian's build): a
+  // schedule past it (16,384 ranks of a tp-sp step) once failed as "NOT NULL constraint failed"
+  // after the int length wrapped. Here the connection's limit is lowered to a few KB.
+  test::TempDir dir;
+  std::string path = dir.file("s.braid");
+  store_schedule(path, testing::two_rank_schedule(), -1, "[]", true);
+  {
+    StoreUpdate u(path);
+    sqlite3_limit(u.db(), SQLITE_LIMIT_LENGTH, 500);
+    try {
+      insert_schedule(u.db(), testing::four_rank_schedule());
+      ADD_FAILURE() << "stored a schedule over the limit";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("more than the store holds in one value"), std::string::npos) << m;
+      EXPECT_NE(m.find(" bytes is more than one SQLite value holds"), std::string::npos) << m;
+      EXPECT_NE(m.find("4 ranks"), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  }
+  EXPECT_EQ(list_schedules(path).size(), 1u);
+}
+
 // The schema registers each owned table family by name (trace/schema.h); the owner holds its DDL.
 // Each owner creates exactly the tables registered for it, and none of them is a core table, so
 // the register and the DDL cannot drift apart.

@@ -285,7 +285,8 @@ TEST(Store, NewerSchemaAndForeignFilesAreRefused) {
 }  // namespace
 }  // namespace braid
 
-#include "trace/summary.h"
+#include "trace/format.h"
+#include "trace/json.h"
 
 namespace braid {
 namespace {

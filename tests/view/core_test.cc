@@ -32,7 +32,7 @@ class ViewKnownTrace : public ::testing::Test {
   void SetUp() override {
     path_ = dir_.file("known.braid");
     test::write_known_trace(path_, true);
-    d_ = load_run(path_, 1);
+    d_ = load_view_run(path_, 1);
   }
   int lane(int32_t rank, int64_t stream, bool gpu = true) const {
     for (size_t i = 0; i < d_->lanes.size(); ++i)
@@ -119,13 +119,13 @@ TEST_F(ViewKnownTrace, CollectivesMatchAcrossRanksWithWaitTransferAndBusBandwidt
 
 TEST_F(ViewKnownTrace, MissingRunAndFileAreNamed) {
   try {
-    load_run(path_, 7);
+    load_view_run(path_, 7);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::NotFound);
     EXPECT_NE(std::string(e.what()).find("no run 7 (runs: 1, 2)"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(load_run(dir_.file("absent.braid"), 1), Error);
+  EXPECT_THROW(load_view_run(dir_.file("absent.braid"), 1), Error);
 }
 
 TEST_F(ViewKnownTrace, BackgroundLoadReportsProgressAndResult) {
@@ -154,7 +154,7 @@ TEST(ViewCaptureWindow, OpensOnTheCaptureWindowsWhenTheFileHasThem) {
     w.add_stream(1, {0, 555, false, "pt_nccl_watchdog"});  // named, no events of its own
     for (const CaptureWindow& cw : windows) w.add(1, cw);
     w.commit();
-    return load_run(path, 1);
+    return load_view_run(path, 1);
   };
   // Rank 0 [20, 60) us, rank 1 [30, 70) us on its own clock (1 us behind the job axis).
   auto d = write("windows.braid",
@@ -395,7 +395,7 @@ TEST_F(ViewKnownTrace, RangeStatsAndRunMetricsHaveTheKnownValues) {
 }
 
 TEST_F(ViewKnownTrace, CompareDiffsTheTwoRunsOnTheirStepOrigins) {
-  auto b = load_run(path_, 2);
+  auto b = load_view_run(path_, 2);
   EXPECT_EQ(step_origin(*b), test::kRun2Base);
   auto rows = diff_runs(run_metrics(*d_), run_metrics(*b));
   auto find = [&](const std::string& n) {
@@ -521,8 +521,8 @@ TEST(ViewExtras, OpportunitiesAndFusedOpsArePlacedOnTheirRuns) {
               "INSERT INTO comm_labels VALUES (1, 'pg0', 'DP'), (2, 'pg0', 'DP'), (9, 'x', 'TP')");
     up.commit();
   }
-  auto a = load_run(path, 1);
-  auto b = load_run(path, 2);
+  auto a = load_view_run(path, 1);
+  auto b = load_view_run(path, 2);
   Extras x = load_extras(*a);
   EXPECT_TRUE(x.error.empty()) << x.error;
   EXPECT_TRUE(x.has_schedules);
@@ -610,7 +610,7 @@ TEST(ViewRealTrace, EveryEventOnceInSortedNonOverlappingRows) {
   test::TempDir dir;
   std::string path = dir.file("nccl.braid");
   test::import_files({test::traces("hta/tests/data/nccl_parser_config/nccl_data.json.gz")}, path);
-  auto d = load_run(path, 1);
+  auto d = load_view_run(path, 1);
   TraceReader r(path);
   int64_t stored = 0;
   for (const char* t : {"kernels", "memcpys", "api_calls", "nvtx_ranges"})

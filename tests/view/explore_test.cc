@@ -73,8 +73,8 @@ TEST(ViewExplore, APresetsFindingsAndTheirSimulatedSteps) {
   const auto sch = fusion::list_schedules(r.scratch);
   ASSERT_EQ(sch.size(), 2u);
   EXPECT_EQ(sch[1].parent_id, sch[0].id);
-  auto b = load_run(r.scratch, r.baseline_run);
-  auto f = load_run(r.scratch, r.fused_run);
+  auto b = load_view_run(r.scratch, r.baseline_run);
+  auto f = load_view_run(r.scratch, r.fused_run);
   EXPECT_EQ(b->run.kind, RunKind::Simulated);
   EXPECT_EQ(f->run.schedule_id, sch[1].id);
   EXPECT_GT(b->end - b->start, f->end - f->start);

@@ -134,7 +134,8 @@ void fill_density(ViewRun& d) {
 
 }  // namespace
 
-std::shared_ptr<ViewRun> load_run(const std::string& path, int64_t run_id, LoadProgress* progress) {
+std::shared_ptr<ViewRun> load_view_run(const std::string& path, int64_t run_id,
+                                       LoadProgress* progress) {
   TraceReader reader(path);
   auto d = std::make_shared<ViewRun>();
   d->path = path;
@@ -435,7 +436,7 @@ BackgroundLoad::BackgroundLoad(std::string path, int64_t run_id,
     : path_(std::move(path)), run_id_(run_id) {
   thread_ = std::thread([this, derive = std::move(derive)] {
     try {
-      auto d = load_run(path_, run_id_, &progress_);
+      auto d = load_view_run(path_, run_id_, &progress_);
       if (derive) derive(*d);
       std::lock_guard<std::mutex> lock(mu_);
       data_ = std::move(d);

@@ -26,8 +26,8 @@ struct LoadProgress {
 
 // Reads every event of `run_id` (kernels, memcpys, collectives, CPU calls, annotations) into
 // lanes. Throws braid::Error naming the file (missing file, no such run, cancelled).
-std::shared_ptr<ViewRun> load_run(const std::string& path, int64_t run_id,
-                                  LoadProgress* progress = nullptr);
+std::shared_ptr<ViewRun> load_view_run(const std::string& path, int64_t run_id,
+                                       LoadProgress* progress = nullptr);
 
 // One load on its own thread. The destructor cancels and joins.
 class BackgroundLoad {

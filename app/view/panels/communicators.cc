@@ -4,7 +4,7 @@
 #include <map>
 
 #include "app/view/app.h"
-#include "trace/summary.h"
+#include "trace/format.h"
 
 namespace braid::view::panels {
 

@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "app/view/app.h"
-#include "trace/summary.h"
+#include "trace/format.h"
 
 namespace braid::view::panels {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "app/view/app.h"
 #include "app/view/core/colors.h"
-#include "trace/summary.h"
+#include "trace/format.h"
 
 namespace braid::view::panels {
 namespace {

@@ -10,7 +10,7 @@
 #include "app/view/app.h"
 #include "app/view/core/colors.h"
 #include "app/view/panels/analysis_table.h"
-#include "trace/summary.h"
+#include "trace/format.h"
 
 namespace braid::view::panels {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "app/view/app.h"
-#include "trace/summary.h"
+#include "trace/format.h"
 
 namespace braid::view::panels {
 namespace {

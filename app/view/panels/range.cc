@@ -3,7 +3,7 @@
 #include <cinttypes>
 
 #include "app/view/app.h"
-#include "trace/summary.h"
+#include "trace/format.h"
 
 namespace braid::view::panels {
 
