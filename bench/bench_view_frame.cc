@@ -141,6 +141,67 @@ double build_one(App& app, int64_t* vertices) {
   return c1 - c0;
 }
 
+// Every generated kernel is loaded; zoomed out, the folded blocks of each drawn lane account
+// for each of its events exactly once. Says what failed and returns false otherwise.
+bool loaded_exactly(App& app, const ViewRun& d, int64_t expected) {
+  if (d.event_count != expected) {
+    std::fprintf(stderr, "FAIL: loaded %lld events, generated %lld\n",
+                 static_cast<long long>(d.event_count), static_cast<long long>(expected));
+    return false;
+  }
+  fit_all(app);
+  build_one(app, nullptr);
+  int checked = 0;
+  for (const auto& s : app.geom.sections)
+    for (const auto& lg : s.lanes) {
+      int li = d.lane_of(lg.rank, lg.stream);
+      std::vector<DrawItem> items;
+      fold_row(d.lanes[li].rows[0], app.axis, 0, app.layout_opt.min_px, items);
+      int64_t n = 0;
+      for (const DrawItem& it : items) n += it.count;
+      if (n != d.lanes[li].event_count) {
+        std::fprintf(stderr, "FAIL: lane rank %d stream %lld: blocks hold %lld of %lld events\n",
+                     lg.rank, static_cast<long long>(lg.stream), static_cast<long long>(n),
+                     static_cast<long long>(d.lanes[li].event_count));
+        return false;
+      }
+      ++checked;
+    }
+  if (checked == 0) {
+    std::fprintf(stderr, "FAIL: no lane drawn\n");
+    return false;
+  }
+  return true;
+}
+
+// How long the explorer takes from a choice to its result (pipeline, two simulated steps, the
+// scratch file), per preset at the tests' shape: the target is under a second.
+void explore_per_preset(const std::string& cache) {
+  std::printf("\n| preset | ops | findings | explore (s) |\n|---|---|---|---|\n");
+  double slowest = 0;
+  for (const std::string& name : fusion::preset_names()) {
+    const std::string f = cache + ".preset.braid", scratch = cache + ".scratch.braid";
+    std::filesystem::remove(f);
+    std::filesystem::remove(scratch);
+    const fusion::Schedule s = fusion::testing::preset_at_test_shape(name);
+    fusion::store_schedule(f, s, -1, "[]", true);
+    ExploreRequest req;
+    req.path = f;
+    const double t0 = now();
+    const ExploreResult r = explore(req, scratch);
+    const double t = now() - t0;
+    slowest = std::max(slowest, t);
+    size_t ops = 0;
+    for (const auto& rk : s.ranks)
+      for (const auto& st : rk.streams) ops += st.ops.size();
+    std::printf("| %s | %zu | %zu | %.3f |\n", name.c_str(), ops, r.findings.size(), t);
+    std::filesystem::remove(f);
+    std::filesystem::remove(scratch);
+  }
+  std::printf("slowest explore: %.3f s (target: under 1 s) %s\n", slowest,
+              slowest < 1 ? "MET" : "NOT MET");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -194,36 +255,7 @@ int main(int argc, char** argv) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
 
-  // Validation: every generated kernel is loaded; zoomed out, the folded blocks of each drawn
-  // lane account for each of its events exactly once.
-  int64_t expected = events / ranks * ranks;
-  if (d.event_count != expected) {
-    std::fprintf(stderr, "FAIL: loaded %lld events, generated %lld\n",
-                 static_cast<long long>(d.event_count), static_cast<long long>(expected));
-    return 1;
-  }
-  fit_all(app);
-  build_one(app, nullptr);
-  int checked = 0;
-  for (const auto& s : app.geom.sections)
-    for (const auto& lg : s.lanes) {
-      int li = d.lane_of(lg.rank, lg.stream);
-      std::vector<DrawItem> items;
-      fold_row(d.lanes[li].rows[0], app.axis, 0, app.layout_opt.min_px, items);
-      int64_t n = 0;
-      for (const DrawItem& it : items) n += it.count;
-      if (n != d.lanes[li].event_count) {
-        std::fprintf(stderr, "FAIL: lane rank %d stream %lld: blocks hold %lld of %lld events\n",
-                     lg.rank, static_cast<long long>(lg.stream), static_cast<long long>(n),
-                     static_cast<long long>(d.lanes[li].event_count));
-        return 1;
-      }
-      ++checked;
-    }
-  if (checked == 0) {
-    std::fprintf(stderr, "FAIL: no lane drawn\n");
-    return 1;
-  }
+  if (!loaded_exactly(app, d, events / ranks * ranks)) return 1;
 
   auto run = [&](const char* name, auto&& before_each) {
     Frames f;
@@ -295,31 +327,7 @@ int main(int argc, char** argv) {
                 app.explore.findings.size(), restarts);
     std::filesystem::remove(sched);
   }
-  // How long the explorer takes from a choice to its result (pipeline, two simulated steps,
-  // the scratch file), per preset at the tests' shape: the target is under a second.
-  std::printf("\n| preset | ops | findings | explore (s) |\n|---|---|---|---|\n");
-  double slowest = 0;
-  for (const std::string& name : fusion::preset_names()) {
-    const std::string f = cache + ".preset.braid", scratch = cache + ".scratch.braid";
-    std::filesystem::remove(f);
-    std::filesystem::remove(scratch);
-    const fusion::Schedule s = fusion::testing::preset_at_test_shape(name);
-    fusion::store_schedule(f, s, -1, "[]", true);
-    ExploreRequest req;
-    req.path = f;
-    const double t0 = now();
-    const ExploreResult r = explore(req, scratch);
-    const double t = now() - t0;
-    slowest = std::max(slowest, t);
-    size_t ops = 0;
-    for (const auto& rk : s.ranks)
-      for (const auto& st : rk.streams) ops += st.ops.size();
-    std::printf("| %s | %zu | %zu | %.3f |\n", name.c_str(), ops, r.findings.size(), t);
-    std::filesystem::remove(f);
-    std::filesystem::remove(scratch);
-  }
-  std::printf("slowest explore: %.3f s (target: under 1 s) %s\n", slowest,
-              slowest < 1 ? "MET" : "NOT MET");
+  explore_per_preset(cache);
   double worst = 0;
   for (const Stats& s : all) worst = std::max(worst, s.p99);
   std::printf("\nworst p99: %.2f ms (target: under 16 ms) %s\n", worst,

@@ -27,11 +27,17 @@ for p in $presets; do
   (ulimit -v "$limit" && /usr/bin/time -f '%e' -o "$out/fuse.time" "$braid" fuse "$f") \
     >"$out/fuse.txt" 2>&1 || { echo "| $p | $ranks | fuse failed: $(tail -1 "$out/fuse.txt") |"; status=1; continue; }
   rc=0
-  (ulimit -v "$limit" && /usr/bin/time -v -o "$out/ab.time" "$braid" ab "$f" --backend sim --no-store) \
-    >"$out/ab.txt" 2>&1 || rc=$?
+  (ulimit -v "$limit" && /usr/bin/time -v -o "$out/ab.time" "$braid" ab "$f" --backend sim --no-store \
+    --json) >"$out/ab.json" 2>"$out/ab.txt" || rc=$?
   rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$out/ab.time")
   secs=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$out/ab.time")
-  check=$(grep -m1 '^data check' "$out/ab.txt" || tail -1 "$out/ab.txt")
+  # the data check from ab's --json (docs/cli.md), or its one-line error
+  check=$(python3 -c 'import json, sys
+c = json.load(open(sys.argv[1]))["data_check"]
+f = c["fused_vs_baseline"]
+print("%s: %d (%d), d %s, %.1f G elements, %d differ" % (c["status"], f["elements"],
+      f["buffers"], f["scale"], f["full_elements"] / 1e9, f["mismatches"]))' "$out/ab.json" 2>/dev/null ||
+    tail -1 "$out/ab.txt")
   [ "$rc" = 0 ] || status=1
   echo "| $p | $ranks | $(cat "$out/fuse.time") | $secs | $check | $((rss / 1024)) MiB |"
 done

@@ -23,7 +23,6 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
-field() { sed -n "s|.*$1 \([0-9.]*\).*|\1|p" "$2" | head -1; }  # the number after $1
 
 echo "host: $(nproc) cores, $(uname -m); $runs runs per preset; compute scale $scale; flow $flow${share:+; $share}"
 printf '%-6s %5s  %-40s %s\n' preset ranks "measured / predicted per run (measured ms)" median
@@ -48,10 +47,14 @@ for p in $presets; do
       predict="--calibrate-first $share"
     fi
     $mpi "$braid" replay "$out/s.json" --backend mpi --compute-scale "$scale" --warmup 2 \
-      --steps 11 $predict --no-store >"$out/rep.log" 2>&1 ||
-      { cat "$out/rep.log" >&2; exit 1; }
-    r=$(field "measured/predicted" "$out/rep.log")
-    m=$(field "step time: median" "$out/rep.log")
+      --steps 11 $predict --no-store --json >"$out/rep.json" 2>"$out/rep.log" ||
+      { cat "$out/rep.log" "$out/rep.json" >&2; exit 1; }
+    # measured/predicted and the measured median (ms), from replay's --json (docs/cli.md)
+    read -r r m <<EOF
+$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print("%.3f %.3f" % (d["median_ns"] / d["sim_prediction_ns"], d["median_ns"] / 1e6))' "$out/rep.json")
+EOF
     echo "$r" >>"$out/ratios"
     cells="$cells $r ($m)"
     i=$((i + 1))

@@ -176,9 +176,19 @@ struct OpRef {
   auto operator<=>(const OpRef&) const = default;
 };
 
+// The trace run (and step, -1: the whole run) a lifted schedule came from; run -1 when the
+// schedule was not lifted. fusion::lift sets it, the passes keep it (a fused schedule names it
+// too), and replay finds its original by it. JSON: "lifted_from": {"run", "step"}.
+struct LiftSource {
+  int64_t run = -1;
+  int64_t step = -1;
+  bool operator==(const LiftSource&) const = default;
+};
+
 struct Schedule {
   std::string name;
   std::vector<std::string> provenance;  // assumptions made when the schedule was built
+  LiftSource lifted;
   std::vector<Comm> comms;
   std::vector<RankSchedule> ranks;  // ranks[i].rank == i
 
@@ -202,7 +212,8 @@ struct Schedule {
   int64_t append(int32_t rank, int stream, decltype(Op::body) body);
 
   bool operator==(const Schedule& o) const {
-    return name == o.name && provenance == o.provenance && comms == o.comms && ranks == o.ranks;
+    return name == o.name && provenance == o.provenance && lifted == o.lifted && comms == o.comms &&
+           ranks == o.ranks;
   }
 
  private:

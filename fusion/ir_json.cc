@@ -91,7 +91,14 @@ std::string to_json(const Schedule& s) {
   w.begin_object(kLines).field("format", kScheduleFormat).field("name", s.name);
   w.key("provenance").begin_array(kLines);
   for (const std::string& p : s.provenance) w.value(p);
-  w.end_array().key("communicators").begin_array(kLines);
+  w.end_array();
+  if (s.lifted.run >= 0)
+    w.key("lifted_from")
+        .begin_object()
+        .field("run", s.lifted.run)
+        .field("step", s.lifted.step)
+        .end_object();
+  w.key("communicators").begin_array(kLines);
   for (const Comm& c : s.comms)
     w.begin_object().field("id", c.id).array_of("ranks", c.ranks).end_object();
   w.end_array().key("ranks").begin_array(kLines);
@@ -326,12 +333,18 @@ class Parser {
            "unsupported format \"" + f + "\" (expected \"" + std::string(kScheduleFormat) + "\")",
            other_version ? ErrorCode::Unsupported : ErrorCode::BadFormat);
     }
-    keys(o, path, {"format", "name", "provenance", "communicators", "ranks"});
+    keys(o, path, {"format", "name", "provenance", "lifted_from", "communicators", "ranks"});
     Schedule s;
     s.name = str(req(o, "name", path), "$.name");
     size_t i = 0;
     for (element e : arr(req(o, "provenance", path), "$.provenance"))
       s.provenance.push_back(str(e, at("$.provenance", i++)));
+    if (std::optional<element> l = opt(o, "lifted_from")) {
+      object lo = obj(*l, "$.lifted_from");
+      keys(lo, "$.lifted_from", {"run", "step"});
+      s.lifted.run = int64(req(lo, "run", "$.lifted_from"), "$.lifted_from.run");
+      s.lifted.step = int64(req(lo, "step", "$.lifted_from"), "$.lifted_from.step");
+    }
     i = 0;
     for (element e : arr(req(o, "communicators", path), "$.communicators")) {
       std::string p = at("$.communicators", i++);

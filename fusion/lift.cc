@@ -26,32 +26,14 @@ using analysis::OpType;
 using analysis::RankTimeline;
 using analysis::RankTrace;
 
-namespace {
-constexpr std::string_view kLiftedFrom = "lifted from trace run ";
-}  // namespace
-
 std::string lift_provenance_line(int64_t run, int64_t step) {
-  return std::string(kLiftedFrom) + std::to_string(run) +
+  return "lifted from trace run " + std::to_string(run) +
          (step >= 0 ? ", step " + std::to_string(step) : std::string(", whole run")) +
          " by fusion::lift";
 }
 
 std::string lifted_comm_id(std::string_view trace_comm) {
   return trace_comm.empty() ? "default" : std::string(trace_comm);
-}
-
-LiftSource lifted_from(const Schedule& s) {
-  LiftSource src;
-  for (const std::string& p : s.provenance) {
-    if (p.rfind(kLiftedFrom, 0) != 0) continue;
-    const char* c = p.c_str() + kLiftedFrom.size();
-    char* end = nullptr;
-    src.run = std::strtoll(c, &end, 10);
-    const std::string rest(end);
-    if (rest.rfind(", step ", 0) == 0) src.step = std::strtoll(rest.c_str() + 7, nullptr, 10);
-    return src;
-  }
-  return src;
 }
 
 LiftedSpans lifted_spans(const analysis::RunData& run, const analysis::MatchResult& match,

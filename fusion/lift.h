@@ -87,16 +87,8 @@ Schedule lift_run(const TraceReader& reader, int64_t run_id, const LiftOptions& 
 Schedule lift(const analysis::RunData& run, const analysis::MatchResult& match,
               const LiftOptions& opt = {}, LiftReport* report = nullptr);
 
-// The run (and step, -1: the whole run) a lifted schedule came from, read back from the
-// provenance line lift writes (kept by the passes, so a fused schedule names it too); run -1
-// when the schedule was not lifted.
-struct LiftSource {
-  int64_t run = -1;
-  int64_t step = -1;
-};
-LiftSource lifted_from(const Schedule& s);
 // The provenance line a lifted schedule starts with ("lifted from trace run 3, step 552 by
-// fusion::lift"), which lifted_from reads back.
+// fusion::lift"), for people; programs read Schedule::lifted.
 std::string lift_provenance_line(int64_t run, int64_t step);
 // The schedule communicator id lift gives a trace communicator ("" -> "default").
 std::string lifted_comm_id(std::string_view trace_comm);

@@ -118,6 +118,7 @@ class Lifter {
       s_.name += " of " + std::filesystem::path(run_.reader->path()).filename().string();
     if (opt_.step >= 0) s_.name += " step " + std::to_string(opt_.step);
     s_.provenance.push_back(lift_provenance_line(run_.run_id, opt_.step));
+    s_.lifted = {run_.run_id, opt_.step};
     rep_.execution_trace = et_ != nullptr;
     rep_.step = opt_.step;
     ids_ = run_.rank_ids();

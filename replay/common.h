@@ -16,12 +16,6 @@ namespace braid::replay {
 // a validated schedule names only dtypes braid knows).
 int element_size(std::string_view dtype);
 
-// nccl-tests "size" of one rank's part of a collective in bytes at `esize` bytes per element
-// (fusion::collective_elements, the one rule).
-inline int64_t collective_bytes(const fusion::Collective& c, int comm_size, int esize) {
-  return fusion::collective_elements(c, comm_size) * esize;
-}
-
 // The cost-model op of a collective (a recv is costed as its send).
 CollOp cost_op(CollOp op);
 

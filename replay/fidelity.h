@@ -1,5 +1,5 @@
 // Fidelity of a replay of a captured or imported run: replayed versus original step time per
-// rank. For a schedule lifted from that run (fusion::lifted_from) the original is what was
+// rank. For a schedule lifted from that run (fusion::Schedule::lifted) the original is what was
 // lifted: the lifted step's `steps` row per rank (its profiler step), or for a whole-run lift
 // the span of the rank's GPU activity (kernels and memcpys); schedule rank i is the run's i-th
 // rank. Otherwise the original's step time is the median of its `steps` rows per rank, or, when

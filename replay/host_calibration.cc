@@ -66,7 +66,7 @@ std::map<CollOp, std::map<int, SizedLink>> fit_workload_links(
         for (const auto& [stream, start, end] : colls[static_cast<size_t>(mem.rank)])
           if (stream != mem.stream && start < last_end && end > last_start) alone = false;
       if (!alone) continue;
-      auto& [sum, count] = acc[{op, t, collective_bytes(c0, t, element_size(c0.dtype))}];
+      auto& [sum, count] = acc[{op, t, fusion::collective_bytes(w, c0)}];
       sum += static_cast<double>(last_end - last_start);
       ++count;
       if (std::string k = sibling_key(g); !k.empty())
@@ -117,148 +117,150 @@ std::map<CollOp, std::map<int, SizedLink>> fit_workload_links(
   return links;
 }
 
-Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
-  Calibration cal;
-  cal.ranks = nranks;
-  cal.backend = std::string(ex.backend());
-  cal.host_cores = o.share_cores ? ex.host_cores() : 0;
-  if (cal.host_cores > 0 && ex.backend() == "mpi") cal.wait_spin_ns = kYieldWindowNs;
-  // With more ranks than cores, a probe's collectives share each core among the ranks pinned
-  // to it: the fitted times are divided by that to give the dedicated-core times that the
-  // sim's processor sharing (SimOptions::host_cores) takes.
-  const double world_share =
-      cal.host_cores > 0 ? std::max(1, (nranks + cal.host_cores - 1) / cal.host_cores) : 1;
-  cal.profile = analysis::load_profile(o.base_profile);
-  std::vector<Probe> probes = calibration_probes(nranks, o);
+namespace {
+
+// The probes' median step times, and the workload probe with its steps.
+struct Measured {
+  std::vector<double> median;  // per probe
+  const Probe* workload = nullptr;
+  std::vector<StepRecord> workload_steps;
+};
+
+Measured measure_probes(Executor& ex, const std::vector<Probe>& probes,
+                        const CalibrationOptions& o) {
   ReplayOptions ro = o.replay;
   ro.data = DataMode::Timing;
   ro.compute_scale = 1.0;
-  std::vector<double> measured;
-  const Probe* workload = nullptr;
-  std::vector<StepRecord> workload_steps;
+  Measured m;
   for (const Probe& p : probes) {
     auto prep = ex.prepare(p.schedule, ro);
     for (int i = 0; i < o.warmup; ++i) prep->run_step(false);
     for (int i = 0; i < o.steps; ++i) prep->run_step(true);
     ReplayResult r = prep->collect();
     if (p.workload) {
-      workload = &p;
-      workload_steps = r.steps;
+      m.workload = &p;
+      m.workload_steps = r.steps;
     }
     std::vector<double> t;
     for (const StepRecord& s : r.steps) t.push_back(static_cast<double>(s.step_ns()));
-    measured.push_back(quantile(t, 0.5));
+    m.median.push_back(quantile(t, 0.5));
   }
-  if (!ex.reporting()) return cal;
+  return m;
+}
 
-  // The empty step's time is the constant part of every probe.
-  double c0 = 0;
-  for (size_t i = 0; i < probes.size(); ++i)
-    if (probes[i].op == CollOp::Barrier) c0 = measured[i];
-  cal.step_overhead_ns = static_cast<Ns>(std::llround(c0));
+// What the fits share: the probes, their times, the world size and the host's cores.
+struct ProbeFit {
+  const std::vector<Probe>& probes;
+  const std::vector<double>& measured;
+  int nranks;
+  int host_cores;  // 0: not sharing cores
+  double c0 = 0;   // the empty step's time, the constant part of every probe
 
-  // Collectives: T - c0 = count * (α * steps + β * wire bytes), with the algorithm the cost
-  // model picks for the current fit (refitted while the choice may change).
-  // A constant per probe step, the skew, is fitted with them: the first collective of a step
-  // waits for the ranks that left the step's barrier late.
-  analysis::LinkCost link = analysis::LinkCost::of(cal.profile.intra_node);
-  double skew = 0;
-  for (int round = 0; round < 3; ++round) {
-    analysis::HardwareProfile cur = cal.profile;
+  int ranks_of(const Probe& p) const { return p.op == CollOp::Send ? 2 : p.group; }
+  // A probe's collectives run on `active` ranks at once, this many of them per core.
+  int share_of(const Probe& p) const {
+    const int active = p.op == CollOp::Send ? nranks : p.group;
+    return host_cores > 0 ? std::max(1, (active + host_cores - 1) / host_cores) : 1;
+  }
+  bool collective(size_t i) const {
+    return probes[i].op != CollOp::Unknown && probes[i].op != CollOp::Barrier && measured[i] > 0;
+  }
+  // The cost model of `profile` with its intra-node link replaced by `link`.
+  analysis::CostModel model_with(analysis::HardwareProfile cur,
+                                 const analysis::LinkCost& link) const {
     cur.gpus_per_node = std::max(nranks, 1);
     cur.intra_node.latency_ns = link.alpha_ns;
     cur.intra_node.bandwidth_gbps = link.ns_per_byte > 0 ? 1.0 / link.ns_per_byte : 1e6;
-    analysis::CostModel model(cur);
+    return analysis::CostModel(cur);
+  }
+};
+
+// Collectives: T - c0 = count * (α * steps + β * wire bytes), with the algorithm the cost
+// model picks for the current fit (refitted while the choice may change). A constant per probe
+// step, the skew, is fitted with them: the first collective of a step waits for the ranks that
+// left the step's barrier late. Returns the world's link; sets *skew.
+analysis::LinkCost fit_world_link(const ProbeFit& pf, const analysis::HardwareProfile& profile,
+                                  double* skew) {
+  analysis::LinkCost link = analysis::LinkCost::of(profile.intra_node);
+  *skew = 0;
+  for (int round = 0; round < 3; ++round) {
+    const analysis::CostModel model = pf.model_with(profile, link);
     std::vector<std::vector<double>> x;
     std::vector<double> y, w;
-    for (size_t i = 0; i < probes.size(); ++i) {
-      const Probe& p = probes[i];
-      if (p.op == CollOp::Unknown || p.op == CollOp::Barrier || measured[i] <= 0) continue;
-      if (p.esize != 4 || p.group != nranks) continue;  // per byte of float32 on the world
-      const int t = p.op == CollOp::Send ? 2 : nranks;
+    for (size_t i = 0; i < pf.probes.size(); ++i) {
+      const Probe& p = pf.probes[i];
+      if (!pf.collective(i)) continue;
+      if (p.esize != 4 || p.group != pf.nranks) continue;  // per byte of float32 on the world
+      const int t = p.op == CollOp::Send ? 2 : pf.nranks;
       const analysis::Algorithm algo = model.choose(p.op, p.bytes, t);
       x.push_back({1.0, p.count * analysis::latency_steps(p.op, t, algo),
                    p.count * analysis::wire_factor(p.op, t, algo) * static_cast<double>(p.bytes)});
-      y.push_back(measured[i] - c0);
-      w.push_back(1.0 / (measured[i] * measured[i]));
+      y.push_back(pf.measured[i] - pf.c0);
+      w.push_back(1.0 / (pf.measured[i] * pf.measured[i]));
     }
     if (x.empty()) break;
     std::vector<double> fit = analysis::fit::nonneg_least_squares(x, y, w, /*intercept=*/false);
-    skew = fit[0];
+    *skew = fit[0];
     link.alpha_ns = fit[1];
     link.ns_per_byte = fit[2];
   }
-  cal.start_skew_ns = static_cast<Ns>(std::llround(skew));
-  // Per collective kind and communicator size, with the algorithms the globally fitted link
-  // picks. A probe's collectives run on `active` ranks at once, `share` of them per core.
-  auto ranks_of = [&](const Probe& p) { return p.op == CollOp::Send ? 2 : p.group; };
+  return link;
+}
+
+// Per collective kind and communicator size, with the algorithms the globally fitted link
+// picks; the world's fit of each kind becomes cal's op_links (and γ where two dtypes were
+// probed).
+std::map<CollOp, std::map<int, SizedLink>> fit_kind_links(const ProbeFit& pf,
+                                                          const analysis::LinkCost& link,
+                                                          double skew, Calibration& cal) {
   std::map<CollOp, std::map<int, SizedLink>> fits;  // per kind and size
-  auto share_of = [&](const Probe& p) {
-    const int active = p.op == CollOp::Send ? nranks : p.group;
-    return cal.host_cores > 0 ? std::max(1, (active + cal.host_cores - 1) / cal.host_cores) : 1;
-  };
-  {
-    analysis::HardwareProfile cur = cal.profile;
-    cur.gpus_per_node = std::max(nranks, 1);
-    cur.intra_node.latency_ns = link.alpha_ns;
-    cur.intra_node.bandwidth_gbps = link.ns_per_byte > 0 ? 1.0 / link.ns_per_byte : 1e6;
-    analysis::CostModel model(cur);
-    std::map<std::pair<CollOp, int>, std::vector<size_t>> by_op;
-    for (size_t i = 0; i < probes.size(); ++i)
-      if (probes[i].op != CollOp::Unknown && probes[i].op != CollOp::Barrier && measured[i] > 0)
-        by_op[{probes[i].op, probes[i].group}].push_back(i);
-    for (const auto& [key, idx] : by_op) {
-      const CollOp op = key.first;
-      std::vector<std::vector<double>> x;
-      std::vector<double> y, w;
-      std::set<int> esizes;
-      for (size_t i : idx) esizes.insert(probes[i].esize);
-      const bool per_element = esizes.size() > 1;  // probed in two dtypes: fit γ as well
-      const int t = ranks_of(probes[idx[0]]);
-      const double share = share_of(probes[idx[0]]);
-      for (size_t i : idx) {
-        const Probe& p = probes[i];
-        const analysis::Algorithm algo = model.choose(op, p.bytes, t);
-        const double wire =
-            p.count * analysis::wire_factor(op, t, algo) * static_cast<double>(p.bytes);
-        x.push_back({p.count * analysis::latency_steps(op, t, algo), wire});
-        if (per_element) x.back().push_back(wire / p.esize);
-        y.push_back(measured[i] - c0 - skew);
-        w.push_back(1.0 / (measured[i] * measured[i]));
-      }
-      const std::vector<double> f =
-          analysis::fit::nonneg_least_squares(x, y, w, /*intercept=*/false);
-      const SizedLink sl{{f[0] / share, f[1] / share}, per_element ? f[2] / share : 0, {}};
-      fits[op][t] = sl;
-      if (key.second == nranks) {  // the world's fit is the kind's link for other sizes too
-        cal.op_links[op] = sl.link;
-        if (per_element) cal.reduce_ns_per_element[op] = sl.ns_per_element;
-      }
+  const analysis::CostModel model = pf.model_with(cal.profile, link);
+  std::map<std::pair<CollOp, int>, std::vector<size_t>> by_op;
+  for (size_t i = 0; i < pf.probes.size(); ++i)
+    if (pf.collective(i)) by_op[{pf.probes[i].op, pf.probes[i].group}].push_back(i);
+  for (const auto& [key, idx] : by_op) {
+    const CollOp op = key.first;
+    std::vector<std::vector<double>> x;
+    std::vector<double> y, w;
+    std::set<int> esizes;
+    for (size_t i : idx) esizes.insert(pf.probes[i].esize);
+    const bool per_element = esizes.size() > 1;  // probed in two dtypes: fit γ as well
+    const int t = pf.ranks_of(pf.probes[idx[0]]);
+    const double share = pf.share_of(pf.probes[idx[0]]);
+    for (size_t i : idx) {
+      const Probe& p = pf.probes[i];
+      const analysis::Algorithm algo = model.choose(op, p.bytes, t);
+      const double wire =
+          p.count * analysis::wire_factor(op, t, algo) * static_cast<double>(p.bytes);
+      x.push_back({p.count * analysis::latency_steps(op, t, algo), wire});
+      if (per_element) x.back().push_back(wire / p.esize);
+      y.push_back(pf.measured[i] - pf.c0 - skew);
+      w.push_back(1.0 / (pf.measured[i] * pf.measured[i]));
+    }
+    const std::vector<double> f = analysis::fit::nonneg_least_squares(x, y, w, /*intercept=*/false);
+    const SizedLink sl{{f[0] / share, f[1] / share}, per_element ? f[2] / share : 0, {}};
+    fits[op][t] = sl;
+    if (key.second == pf.nranks) {  // the world's fit is the kind's link for other sizes too
+      cal.op_links[op] = sl.link;
+      if (per_element) cal.reduce_ns_per_element[op] = sl.ns_per_element;
     }
   }
-  // Per size only when sizes other than the world's were probed (the world's fit is op_links).
-  if (o.share_cores) cal.sized_links = fits;
-  cal.profile.name = cal.profile.name + "-calibrated";
-  cal.profile.description = "calibrated on this host: " + std::to_string(nranks) + " " +
-                            cal.backend + " ranks (braid replay --calibrate)";
-  cal.profile.gpus_per_node = std::max(nranks, cal.profile.gpus_per_node);
-  cal.profile.intra_node.name = cal.backend + " transport (calibrated)";
-  cal.profile.intra_node.latency_ns = std::round(link.alpha_ns / world_share);
-  cal.profile.intra_node.bandwidth_gbps =
-      link.ns_per_byte > 1e-9 ? world_share / link.ns_per_byte : 1000.0;
+  return fits;
+}
 
-  // Compute, per regime: T - c0 = count * (slowdown * duration + overhead).
+// Compute, per regime: T - c0 = count * (slowdown * duration + overhead).
+void fit_compute(const ProbeFit& pf, Calibration& cal) {
   for (bool short_ops : {true, false}) {
     std::vector<std::vector<double>> x;
     std::vector<double> y, w;
-    for (size_t i = 0; i < probes.size(); ++i) {
-      const Probe& p = probes[i];
-      if (p.op != CollOp::Unknown || p.workload || measured[i] <= 0) continue;
+    for (size_t i = 0; i < pf.probes.size(); ++i) {
+      const Probe& p = pf.probes[i];
+      if (p.op != CollOp::Unknown || p.workload || pf.measured[i] <= 0) continue;
       if ((p.compute_ns < kShortestSleepNs) != short_ops) continue;
       x.push_back({static_cast<double>(p.count) * static_cast<double>(p.compute_ns),
                    static_cast<double>(p.count)});
-      y.push_back(measured[i] - c0);
-      w.push_back(1.0 / (measured[i] * measured[i]));
+      y.push_back(pf.measured[i] - pf.c0);
+      w.push_back(1.0 / (pf.measured[i] * pf.measured[i]));
     }
     if (x.empty()) continue;
     const std::vector<double> f = analysis::fit::nonneg_least_squares(x, y, w, /*intercept=*/false);
@@ -272,47 +274,94 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
       cal.compute_overhead_ns = overhead;
     }
   }
-  const SimOptions so = cal.sim_options();
-  const double cc0 = c0;
+}
 
-  // How well the fitted model reproduces the probes.
-  analysis::CostModel model(cal.profile);
+// How well the fitted model reproduces the probes: a sample per probe (the workload's
+// collectives are samples of their own); returns the summed relative error and its count.
+std::pair<double, int> score_probes(const ProbeFit& pf, double skew,
+                                    const std::map<CollOp, std::map<int, SizedLink>>& fits,
+                                    const analysis::CostModel& model, Calibration& cal) {
+  const SimOptions so = cal.sim_options();
   double err = 0;
   int nerr = 0;
-  for (size_t i = 0; i < probes.size(); ++i) {
-    const Probe& p = probes[i];
-    if (p.workload) continue;  // its collectives are samples of their own, below
+  for (size_t i = 0; i < pf.probes.size(); ++i) {
+    const Probe& p = pf.probes[i];
+    if (p.workload) continue;
     double pred;
     if (p.op == CollOp::Barrier) {
-      pred = c0;
+      pred = pf.c0;
     } else if (p.op == CollOp::Unknown) {
-      pred = cc0 + p.count * static_cast<double>(so.compute_cost(p.compute_ns));
+      pred = pf.c0 + p.count * static_cast<double>(so.compute_cost(p.compute_ns));
     } else {
-      const int t = ranks_of(p);
+      const int t = pf.ranks_of(p);
       const analysis::Algorithm algo = model.choose(p.op, p.bytes, t);
       auto k = fits.find(p.op);
       if (k == fits.end() || !k->second.count(t)) continue;  // not measured
       const SizedLink& l = k->second.at(t);
       const double wire = analysis::wire_factor(p.op, t, algo) * static_cast<double>(p.bytes);
-      pred = c0 + skew +
-             p.count * share_of(p) *
+      pred = pf.c0 + skew +
+             p.count * pf.share_of(p) *
                  (l.link.time_ns(analysis::latency_steps(p.op, t, algo), wire) +
                   l.ns_per_element * wire / p.esize);
     }
-    cal.samples.push_back({p.name, static_cast<Ns>(measured[i]), static_cast<Ns>(pred)});
-    if (measured[i] > 0) {
-      err += std::fabs(pred - measured[i]) / measured[i];
+    cal.samples.push_back({p.name, static_cast<Ns>(pf.measured[i]), static_cast<Ns>(pred)});
+    if (pf.measured[i] > 0) {
+      err += std::fabs(pred - pf.measured[i]) / pf.measured[i];
       ++nerr;
     }
   }
+  return {err, nerr};
+}
+
+}  // namespace
+
+Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
+  Calibration cal;
+  cal.ranks = nranks;
+  cal.backend = std::string(ex.backend());
+  cal.host_cores = o.share_cores ? ex.host_cores() : 0;
+  if (cal.host_cores > 0 && ex.backend() == "mpi") cal.wait_spin_ns = kYieldWindowNs;
+  // With more ranks than cores, a probe's collectives share each core among the ranks pinned
+  // to it: the fitted times are divided by that to give the dedicated-core times that the
+  // sim's processor sharing (SimOptions::host_cores) takes.
+  const double world_share =
+      cal.host_cores > 0 ? std::max(1, (nranks + cal.host_cores - 1) / cal.host_cores) : 1;
+  cal.profile = analysis::load_profile(o.base_profile);
+  const std::vector<Probe> probes = calibration_probes(nranks, o);
+  const Measured m = measure_probes(ex, probes, o);
+  if (!ex.reporting()) return cal;
+
+  ProbeFit pf{probes, m.median, nranks, cal.host_cores};
+  for (size_t i = 0; i < probes.size(); ++i)
+    if (probes[i].op == CollOp::Barrier) pf.c0 = m.median[i];
+  cal.step_overhead_ns = static_cast<Ns>(std::llround(pf.c0));
+
+  double skew = 0;
+  const analysis::LinkCost link = fit_world_link(pf, cal.profile, &skew);
+  cal.start_skew_ns = static_cast<Ns>(std::llround(skew));
+  const auto fits = fit_kind_links(pf, link, skew, cal);
+  // Per size only when sizes other than the world's were probed (the world's fit is op_links).
+  if (o.share_cores) cal.sized_links = fits;
+  cal.profile.name = cal.profile.name + "-calibrated";
+  cal.profile.description = "calibrated on this host: " + std::to_string(nranks) + " " +
+                            cal.backend + " ranks (braid replay --calibrate)";
+  cal.profile.gpus_per_node = std::max(nranks, cal.profile.gpus_per_node);
+  cal.profile.intra_node.name = cal.backend + " transport (calibrated)";
+  cal.profile.intra_node.latency_ns = std::round(link.alpha_ns / world_share);
+  cal.profile.intra_node.bandwidth_gbps =
+      link.ns_per_byte > 1e-9 ? world_share / link.ns_per_byte : 1000.0;
+  fit_compute(pf, cal);
+
+  const analysis::CostModel model(cal.profile);
+  auto [err, nerr] = score_probes(pf, skew, fits, model, cal);
   // The workload's transfer times give each kind its per-size links (the sim prefers them to
   // op_links): on this host a collective costs what the load around it makes it cost (docs/
   // replay.md: a 2-rank all-gather in a replayed step took twice what the world probes'
   // α-β gave it), which the probes, one collective on every rank at a time, do not see.
-  if (workload) {
+  if (m.workload) {
     const size_t first = cal.samples.size();
-    cal.sized_links = fit_workload_links(workload->schedule, workload_steps, model, &cal.samples,
-                                         &cal.sibling_stagger);
+    cal.sized_links = fit_workload_links(m.workload->schedule, m.workload_steps, model,
+                                         &cal.samples, &cal.sibling_stagger);
     for (size_t i = first; i < cal.samples.size(); ++i)
       if (cal.samples[i].measured_ns > 0) {
         err += std::fabs(

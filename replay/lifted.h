@@ -1,4 +1,4 @@
-// Replaying a schedule lifted from a captured or imported run (fusion::lifted_from): the sim
+// Replaying a schedule lifted from a captured or imported run (fusion::Schedule::lifted): the sim
 // prices its collectives with the α-β that `braid analyze` calibrated on that run, per
 // communicator, so the lifted baseline reproduces the original's step time (docs/replay.md,
 // "Fidelity").

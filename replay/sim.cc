@@ -98,7 +98,7 @@ class Simulation {
         nranks = static_cast<int>(comm->ranks.size());
         members = comm->ranks;
         for (const fusion::OpRef& mem : grp.members)
-          bytes = std::max(bytes, collective_bytes(*s.op(mem).collective(), nranks, esize));
+          bytes = std::max(bytes, fusion::collective_bytes(s, *s.op(mem).collective()));
       }
       const CollOp op = cost_op(grp.op);
       // The calibrated link: the communicator size's own, else the kind's.

@@ -103,7 +103,7 @@ int64_t write_run(TraceWriter& w, const fusion::Schedule& s, const ReplayResult&
           cr.dtype = w.intern(c->dtype);
           cr.in_count = c->in.empty() ? -1 : c->in.count;
           cr.out_count = c->out.empty() ? -1 : c->out.count;
-          cr.bytes = collective_bytes(*c, n, element_size(c->dtype));
+          cr.bytes = fusion::collective_bytes(s, *c);
           cr.peer_or_root = c->op == CollOp::Broadcast || c->op == CollOp::Reduce ? c->root : c->peer;
           cr.stream = t.stream;
           cr.start = start;

@@ -93,6 +93,31 @@ size_t InputFile::read(char* buf, size_t n) {
   return produced;
 }
 
+std::string read_head(const std::string& path, size_t n) {
+  InputFile in(path);
+  std::string head(n, '\0');
+  size_t got = 0;
+  try {
+    while (got < n) {
+      const size_t k = in.read(head.data() + got, n - got);
+      if (k == 0) break;
+      got += k;
+    }
+  } catch (const Error&) {
+    if (got == 0) throw;  // a gzip too short to give any bytes: its own error
+  }
+  head.resize(got);
+  return head;
+}
+
+bool looks_like_json(std::string_view h) {
+  size_t i = h.find_first_not_of(" \t\r\n");
+  if (i == std::string_view::npos || (h[i] != '{' && h[i] != '[')) return false;
+  size_t j = h.find_first_not_of(" \t\r\n", i + 1);
+  if (j == std::string_view::npos) return true;
+  return h[j] == '"' || h[j] == '}' || h[j] == ']' || (h[i] == '[' && h[j] == '{');
+}
+
 std::string read_whole_file(const std::string& path, uint64_t limit) {
   InputFile in(path);
   std::string out;

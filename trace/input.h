@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace braid {
 
@@ -36,6 +37,15 @@ class InputFile {
   std::string in_;
   uint64_t raw_read_ = 0;
 };
+
+// The first `n` bytes of a file (decompressed): what format detection looks at. A damaged gzip
+// stream that still gave bytes gives those; one that gives none throws its error (BadFormat).
+std::string read_head(const std::string& path, size_t n);
+
+// A head that opens a JSON document: '{' or '[' then, after blanks, what a JSON value holds
+// next. The second test keeps a Chakra ET whose first length prefix is 0x7b ('{', a 123-byte
+// GlobalMetadata) or 0x5b ('[') from passing for JSON: a field tag follows there, never a quote.
+bool looks_like_json(std::string_view head);
 
 // Whole file (decompressed) into memory, refusing files larger than `limit` bytes.
 std::string read_whole_file(const std::string& path, uint64_t limit = uint64_t(4) << 30);

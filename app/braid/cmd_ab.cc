@@ -50,7 +50,7 @@ int run_ab_verb(const AbOpts& o) {
   // A pair lifted from a run of this file (braid lift, then fuse): the sim prices collectives as
   // `braid analyze` calibrated them on that run unless --profile, and the baseline's replay is
   // compared with the run (fidelity).
-  const fusion::LiftSource lifted = fusion::lifted_from(base.schedule);
+  const fusion::LiftSource lifted = base.schedule.lifted;
   const replay::LiftedModel lm = replay::replay_cost_model(
       o.input, lifted, o.backend, !o.profile.empty(), profile_name, sp.profile);
   const analysis::CostModel& model = lm.model;

@@ -61,15 +61,186 @@ int64_t lift_first(const std::string& file, bool dry, bool json) {
   return l.schedule_id;
 }
 
+struct FuseOpts {
+  std::string file, passes, assume, profile = "h100-nvlink";
+  int64_t schedule = -1;
+  bool all = false, list = false, dry = false, json = false, once = false;
+};
+
+// Comma-separated pass names, each checked (`all` too where allowed).
+std::vector<std::string> pass_list(const std::string& list, const char* flag, bool allow_all) {
+  std::vector<std::string> v;
+  for (size_t b = 0; !list.empty() && b <= list.size();) {
+    size_t e = list.find(',', b);
+    if (e == std::string::npos) e = list.size();
+    std::string n = list.substr(b, e - b);
+    b = e + 1;
+    if (n.empty()) continue;
+    if (!(allow_all && n == "all") && !fusion::find_pass(n)) {
+      std::string known = allow_all ? "all" : "";
+      for (const auto& p : fusion::all_passes())
+        known += (known.empty() ? "" : ", ") + std::string(p->name());
+      throw Error(ErrorCode::Usage, (allow_all ? std::string(flag) + ": " : std::string()) +
+                                        "unknown pass '" + n + "' (passes: " + known + ")");
+    }
+    v.push_back(n);
+  }
+  return v;
+}
+
+// The pipeline's options from the flags; passes named in --assume whose advice carries no
+// rewrite are said once on stderr (nothing of theirs can be applied under an assumption).
+fusion::PipelineOptions pipeline_options(const FuseOpts* o) {
+  fusion::PipelineOptions opt;
+  opt.fixed_point = !o->once;
+  opt.passes = pass_list(o->passes, "--passes", false);
+  opt.assume = pass_list(o->assume, "--assume", true);
+  if (!o->assume.empty() && opt.assume.empty())
+    throw Error(ErrorCode::Usage, "--assume: give all or pass names");
+  std::string norewrite, rewriting;
+  for (const auto& p : fusion::all_passes())
+    if (p->rewrites_advice()) rewriting += (rewriting.empty() ? "" : ", ") + std::string(p->name());
+  for (const std::string& n : opt.assume)
+    if (n != "all" && !fusion::find_pass(n)->rewrites_advice())
+      norewrite += (norewrite.empty() ? "" : ", ") + n;
+  if (!norewrite.empty())
+    std::fprintf(stderr,
+                 "braid fuse: --assume %s: the advice of %s has no rewrite to apply under its "
+                 "assumption (only %s have one); it stays advice\n",
+                 norewrite.c_str(), norewrite.c_str(), rewriting.c_str());
+  return opt;
+}
+
+void print_json(int64_t id, int64_t fused_id, const fusion::PipelineResult& res) {
+  json::Writer w;
+  w.begin_object()
+      .field("schedule", id)
+      .field("fused_schedule", fused_id)
+      .field_raw("passes", res.passes_json())
+      .field("fixed_point", res.fixed_point)
+      .field("baseline_step_ns", res.baseline_step_ns)
+      .field("fused_step_ns", res.fused_step_ns)
+      .field("predicted_saving_ns", res.predicted_saving_ns())
+      .field("local_saving_ns", res.local_saving_ns());
+  // Only a schedule built under --assume has them (the key is absent otherwise).
+  const std::vector<std::string> assumed = fusion::assumed_rewrites(res.schedule);
+  if (!assumed.empty()) w.array_of("assumptions", assumed);
+  w.key("findings").begin_array();
+  auto add = [&w](const fusion::Finding& f, bool applied) {
+    // The assumptions a finding needs: none when proven (applied, skipped, rejected).
+    std::vector<std::string> assumptions;
+    if (!f.legal && f.rejection.empty() && !f.assumption.empty())
+      assumptions.push_back(f.assumption);
+    w.begin_object()
+        .field("pass", f.pass)
+        .field("status", fusion::finding_status(f, applied))
+        .array_of("assumptions", assumptions)
+        .array_of("ranks", f.ranks)
+        .array_of("ops", f.ops)
+        .field("local_saving_ns", f.saving_ns);
+    if (!f.rejection.empty()) w.field("rejected_by", f.rejection);
+    w.field_raw("detail", fusion::finding_detail_json(f, applied)).end_object();
+  };
+  for (const auto& f : res.applied) add(f, true);
+  for (const auto& f : res.advice) add(f, false);
+  for (const auto& f : res.rejected) add(f, false);
+  const std::string t = w.end_array().end_object().take() + "\n";
+  std::fwrite(t.data(), 1, t.size(), stdout);
+}
+
+void print_table(const FuseOpts* o, const fusion::PipelineOptions& opt,
+                 const fusion::PipelineResult& res, const replay::SimProfile& sp, int64_t id,
+                 int64_t fused_id) {
+  std::printf("%-10s %-16s %-8s %14s %14s  %s\n", "pass", "where", "status", "local ns",
+              "saving B/rank", "what");
+  auto row = [](const fusion::Finding& f, bool applied) {
+    const std::string head = fixed_columns(f.pass, where(f), fusion::finding_status(f, applied),
+                                           f.saving_ns, f.saving_bytes);
+    print_wrapped(head, f.summary);
+    const std::string& why = !f.rejection.empty() ? f.rejection : f.assumption;
+    if (!why.empty()) print_wrapped(std::string(head.size() + 2, ' '), why);
+  };
+  for (const auto& f : res.applied) row(f, true);
+  for (const auto& f : res.advice) row(f, false);
+  for (const auto& f : res.rejected) row(f, false);
+  Ns advice_ns = 0;
+  for (const auto& f : res.advice)
+    if (!f.legal && f.saving_ns > 0) advice_ns += f.saving_ns;
+  std::string rounds;
+  for (size_t i = 0; i < res.passes.size(); ++i) {
+    size_t n = 0;
+    for (const auto& f : res.applied) n += f.pass == res.passes[i];
+    rounds += (i ? ", " : "") + res.passes[i] + " " + std::to_string(n) + " in " +
+              std::to_string(res.rounds[i]) + (res.rounds[i] == 1 ? " round" : " rounds");
+  }
+  print_wrapped("", std::string(res.fixed_point ? "\nfixed point"
+                                                : "\nround limit reached (no fixed point)") +
+                        " after " + std::to_string(res.applied.size()) + " applied (" + rounds +
+                        "), " + std::to_string(res.advice.size()) + " advice, " +
+                        std::to_string(res.rejected.size()) + " rejected");
+  std::printf(
+      "predicted step time (simulated, profile %s): %.3f ms -> %.3f ms, change "
+      "%+.3f ms\n",
+      sp.profile.name.c_str(), res.baseline_step_ns / 1e6, res.fused_step_ns / 1e6,
+      -res.predicted_saving_ns() / 1e6);
+  std::printf(
+      "local estimates (each finding alone, not additive): %.3f ms applied, up to "
+      "%.3f ms more if the advice's assumptions hold\n",
+      res.local_saving_ns() / 1e6, advice_ns / 1e6);
+  if (const auto assumed = fusion::assumed_rewrites(res.schedule); !assumed.empty()) {
+    std::printf(
+        "%zu rewrite(s) applied under their assumptions (--assume); the fused schedule "
+        "is what the job would run if these hold, and no data check can prove them:\n",
+        assumed.size());
+    for (const auto& a : assumed) std::printf("  %s\n", a.c_str());
+  } else if (!opt.assume.empty()) {
+    std::printf(
+        "--assume %s: no advice of those passes had a rewrite with a positive saving "
+        "that validated; nothing was assumed\n",
+        o->assume.c_str());
+  }
+  if (fused_id >= 0)
+    std::printf("fused schedule %lld (parent %lld) in %s\n", static_cast<long long>(fused_id),
+                static_cast<long long>(id), o->file.c_str());
+}
+
+int run_fuse(const FuseOpts* o) {
+  if (o->list) {
+    for (const auto& p : fusion::all_passes())
+      std::printf("%-10s %s\n", std::string(p->name()).c_str(),
+                  std::string(p->description()).c_str());
+    return 0;
+  }
+  if (o->file.empty()) throw Error(ErrorCode::Usage, "fuse: give a .braid file");
+  if (o->all && !o->passes.empty())
+    throw Error(ErrorCode::Usage, "give either --passes or --all, not both");
+  const fusion::PipelineOptions opt = pipeline_options(o);
+  int64_t id = o->schedule;
+  if (id < 0) {
+    for (const auto& st : fusion::list_schedules(o->file))
+      if (st.parent_id < 0 && st.id > id) id = st.id;
+    if (id < 0) id = lift_first(o->file, o->dry, o->json);
+  }
+  fusion::Schedule s = fusion::load_stored_schedule(o->file, id);
+  // The profile as `braid replay --backend sim --profile` loads it (calibrated compute
+  // costs included), so the prediction is the sim backend's difference.
+  const replay::SimProfile sp = replay::load_sim_profile(o->profile);
+  fusion::PipelineResult res = replay::fuse_simulated(s, sp, opt);
+
+  int64_t fused_id = -1;
+  if (!o->dry) fused_id = fusion::store_fused(o->file, id, s, res, sp.profile.name);
+
+  if (o->json)
+    print_json(id, fused_id, res);
+  else
+    print_table(o, opt, res, sp, id, fused_id);
+  return 0;
+}
+
 }  // namespace
 
 void register_fuse(CLI::App& app, Action& run) {
-  struct Opts {
-    std::string file, passes, assume, profile = "h100-nvlink";
-    int64_t schedule = -1;
-    bool all = false, list = false, dry = false, json = false, once = false;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<FuseOpts>();
   auto* cmd = app.add_subcommand(
       "fuse",
       "Run the fusion passes (docs/fusion.md) on a stored schedule: legal rewrites with a\n"
@@ -94,161 +265,7 @@ void register_fuse(CLI::App& app, Action& run) {
   cmd->add_flag("--list-passes", o->list, "List the passes and exit");
   cmd->add_flag("--dry-run", o->dry, "Report only; store nothing");
   cmd->add_flag("--json", o->json, "Machine-readable JSON instead of the table");
-  cmd->callback([o, &run] {
-    run = [o] {
-      // Comma-separated pass names, each checked (`all` too where allowed).
-      auto pass_list = [](const std::string& list, const char* flag, bool allow_all) {
-        std::vector<std::string> v;
-        for (size_t b = 0; !list.empty() && b <= list.size();) {
-          size_t e = list.find(',', b);
-          if (e == std::string::npos) e = list.size();
-          std::string n = list.substr(b, e - b);
-          b = e + 1;
-          if (n.empty()) continue;
-          if (!(allow_all && n == "all") && !fusion::find_pass(n)) {
-            std::string known = allow_all ? "all" : "";
-            for (const auto& p : fusion::all_passes())
-              known += (known.empty() ? "" : ", ") + std::string(p->name());
-            throw Error(ErrorCode::Usage, (allow_all ? std::string(flag) + ": " : std::string()) +
-                                              "unknown pass '" + n + "' (passes: " + known + ")");
-          }
-          v.push_back(n);
-        }
-        return v;
-      };
-      if (o->list) {
-        for (const auto& p : fusion::all_passes())
-          std::printf("%-10s %s\n", std::string(p->name()).c_str(),
-                      std::string(p->description()).c_str());
-        return 0;
-      }
-      if (o->file.empty()) throw Error(ErrorCode::Usage, "fuse: give a .braid file");
-      if (o->all && !o->passes.empty())
-        throw Error(ErrorCode::Usage, "give either --passes or --all, not both");
-      fusion::PipelineOptions opt;
-      opt.fixed_point = !o->once;
-      opt.passes = pass_list(o->passes, "--passes", false);
-      opt.assume = pass_list(o->assume, "--assume", true);
-      if (!o->assume.empty() && opt.assume.empty())
-        throw Error(ErrorCode::Usage, "--assume: give all or pass names");
-      // Passes named in --assume whose advice carries no rewrite: nothing of theirs can be
-      // applied under an assumption; said once, on stderr (the run goes on).
-      std::string norewrite, rewriting;
-      for (const auto& p : fusion::all_passes())
-        if (p->rewrites_advice())
-          rewriting += (rewriting.empty() ? "" : ", ") + std::string(p->name());
-      for (const std::string& n : opt.assume)
-        if (n != "all" && !fusion::find_pass(n)->rewrites_advice())
-          norewrite += (norewrite.empty() ? "" : ", ") + n;
-      if (!norewrite.empty())
-        std::fprintf(stderr,
-                     "braid fuse: --assume %s: the advice of %s has no rewrite to apply under its "
-                     "assumption (only %s have one); it stays advice\n",
-                     norewrite.c_str(), norewrite.c_str(), rewriting.c_str());
-      int64_t id = o->schedule;
-      if (id < 0) {
-        for (const auto& st : fusion::list_schedules(o->file))
-          if (st.parent_id < 0 && st.id > id) id = st.id;
-        if (id < 0) id = lift_first(o->file, o->dry, o->json);
-      }
-      fusion::Schedule s = fusion::load_stored_schedule(o->file, id);
-      // The profile as `braid replay --backend sim --profile` loads it (calibrated compute
-      // costs included), so the prediction is the sim backend's difference.
-      const replay::SimProfile sp = replay::load_sim_profile(o->profile);
-      fusion::PipelineResult res = replay::fuse_simulated(s, sp, opt);
-
-      int64_t fused_id = -1;
-      if (!o->dry) fused_id = fusion::store_fused(o->file, id, s, res, sp.profile.name);
-
-      if (o->json) {
-        json::Writer w;
-        w.begin_object()
-            .field("schedule", id)
-            .field("fused_schedule", fused_id)
-            .field_raw("passes", res.passes_json())
-            .field("fixed_point", res.fixed_point)
-            .field("baseline_step_ns", res.baseline_step_ns)
-            .field("fused_step_ns", res.fused_step_ns)
-            .field("predicted_saving_ns", res.predicted_saving_ns())
-            .field("local_saving_ns", res.local_saving_ns());
-        // Only a schedule built under --assume has them (the key is absent otherwise).
-        const std::vector<std::string> assumed = fusion::assumed_rewrites(res.schedule);
-        if (!assumed.empty()) w.array_of("assumptions", assumed);
-        w.key("findings").begin_array();
-        auto add = [&w](const fusion::Finding& f, bool applied) {
-          // The assumptions a finding needs: none when proven (applied, skipped, rejected).
-          std::vector<std::string> assumptions;
-          if (!f.legal && f.rejection.empty() && !f.assumption.empty())
-            assumptions.push_back(f.assumption);
-          w.begin_object()
-              .field("pass", f.pass)
-              .field("status", fusion::finding_status(f, applied))
-              .array_of("assumptions", assumptions)
-              .array_of("ranks", f.ranks)
-              .array_of("ops", f.ops)
-              .field("local_saving_ns", f.saving_ns);
-          if (!f.rejection.empty()) w.field("rejected_by", f.rejection);
-          w.field_raw("detail", fusion::finding_detail_json(f, applied)).end_object();
-        };
-        for (const auto& f : res.applied) add(f, true);
-        for (const auto& f : res.advice) add(f, false);
-        for (const auto& f : res.rejected) add(f, false);
-        const std::string t = w.end_array().end_object().take() + "\n";
-        std::fwrite(t.data(), 1, t.size(), stdout);
-        return 0;
-      }
-      std::printf("%-10s %-16s %-8s %14s %14s  %s\n", "pass", "where", "status", "local ns",
-                  "saving B/rank", "what");
-      auto row = [](const fusion::Finding& f, bool applied) {
-        const std::string head = fixed_columns(f.pass, where(f), fusion::finding_status(f, applied),
-                                               f.saving_ns, f.saving_bytes);
-        print_wrapped(head, f.summary);
-        const std::string& why = !f.rejection.empty() ? f.rejection : f.assumption;
-        if (!why.empty()) print_wrapped(std::string(head.size() + 2, ' '), why);
-      };
-      for (const auto& f : res.applied) row(f, true);
-      for (const auto& f : res.advice) row(f, false);
-      for (const auto& f : res.rejected) row(f, false);
-      Ns advice_ns = 0;
-      for (const auto& f : res.advice)
-        if (!f.legal && f.saving_ns > 0) advice_ns += f.saving_ns;
-      std::string rounds;
-      for (size_t i = 0; i < res.passes.size(); ++i) {
-        size_t n = 0;
-        for (const auto& f : res.applied) n += f.pass == res.passes[i];
-        rounds += (i ? ", " : "") + res.passes[i] + " " + std::to_string(n) + " in " +
-                  std::to_string(res.rounds[i]) + (res.rounds[i] == 1 ? " round" : " rounds");
-      }
-      print_wrapped("", std::string(res.fixed_point ? "\nfixed point"
-                                                    : "\nround limit reached (no fixed point)") +
-                            " after " + std::to_string(res.applied.size()) + " applied (" + rounds +
-                            "), " + std::to_string(res.advice.size()) + " advice, " +
-                            std::to_string(res.rejected.size()) + " rejected");
-      std::printf(
-          "predicted step time (simulated, profile %s): %.3f ms -> %.3f ms, change "
-          "%+.3f ms\n",
-          sp.profile.name.c_str(), res.baseline_step_ns / 1e6, res.fused_step_ns / 1e6,
-          -res.predicted_saving_ns() / 1e6);
-      std::printf(
-          "local estimates (each finding alone, not additive): %.3f ms applied, up to "
-          "%.3f ms more if the advice's assumptions hold\n",
-          res.local_saving_ns() / 1e6, advice_ns / 1e6);
-      if (const auto assumed = fusion::assumed_rewrites(res.schedule); !assumed.empty()) {
-        std::printf("%zu rewrite(s) applied under their assumptions (--assume); the fused schedule "
-                    "is what the job would run if these hold, and no data check can prove them:\n",
-                    assumed.size());
-        for (const auto& a : assumed) std::printf("  %s\n", a.c_str());
-      } else if (!opt.assume.empty()) {
-        std::printf("--assume %s: no advice of those passes had a rewrite with a positive saving "
-                    "that validated; nothing was assumed\n",
-                    o->assume.c_str());
-      }
-      if (fused_id >= 0)
-        std::printf("fused schedule %lld (parent %lld) in %s\n", static_cast<long long>(fused_id),
-                    static_cast<long long>(id), o->file.c_str());
-      return 0;
-    };
-  });
+  cmd->callback([o, &run] { run = [o] { return run_fuse(o.get()); }; });
 }
 
 static const VerbRegistration kRegister{45, "fuse", register_fuse};

@@ -107,6 +107,95 @@ int run_calibration(const ReplayOpts& o) {
   });
 }
 
+// What one replay measured, said by the table or by --json.
+struct ReplayReport {
+  std::string model_note, profile;  // the cost model's note; the profile the sim priced with
+  std::vector<double> steps;        // each measured step's time
+  std::vector<int64_t> per_rank;    // each rank's median step time
+  double sim = -1;                  // the sim's prediction on a real backend, -1 on sim
+  std::optional<replay::Fidelity> fid;
+  replay::DataCheck dc;
+  replay::ReplayResult res;
+  int64_t stored = -1;  // the run stored, -1 when none
+};
+
+void print_replay_json(const ReplayOpts& o, const replay::ScheduleInput& in,
+                       const ReplayReport& rep) {
+  const fusion::Schedule& s = in.schedule;
+  json::Writer w(json::Writer::Style::Spaced);
+  w.begin_object(true);
+  w.field("schedule", in.stored.id).field("name", s.name).field("backend", o.backend);
+  w.field("ranks", static_cast<int64_t>(s.ranks.size())).field("cost_model", rep.model_note);
+  w.array_of("assumptions", fusion::assumed_rewrites(s));
+  std::vector<int64_t> step_ns(rep.steps.begin(), rep.steps.end());
+  w.array_of("step_ns", step_ns);
+  w.field("median_ns", static_cast<int64_t>(replay::quantile(rep.steps, 0.5)));
+  w.array_of("rank_median_ns", rep.per_rank);
+  w.key("sim_prediction_ns");
+  if (rep.sim >= 0)
+    w.value(static_cast<int64_t>(rep.sim));
+  else
+    w.null();
+  w.key("fidelity");
+  if (rep.fid)
+    rep.fid->write_json(w);
+  else
+    w.null();
+  w.key("data_check");
+  if (o.check)
+    rep.dc.write_json(w);
+  else
+    w.null();
+  w.field("stored_run", rep.stored);
+  w.end_object();
+  std::printf("%s\n", w.str().c_str());
+}
+
+void print_replay_text(const ReplayOpts& o, const replay::ScheduleInput& in,
+                       const ReplayReport& rep) {
+  const fusion::Schedule& s = in.schedule;
+  const int nranks = static_cast<int>(s.ranks.size());
+  const std::vector<double>& steps = rep.steps;
+  std::string what = in.stored.id >= 0
+                         ? "schedule " + std::to_string(in.stored.id) + " '" + s.name + "'"
+                         : "'" + s.name + "' (" + o.input + ")";
+  std::printf("braid replay: %s, %d ranks, on %s: %d measured steps after %d warm-up\n",
+              what.c_str(), nranks, o.backend.c_str(), o.steps, o.warmup);
+  if (!rep.model_note.empty()) print_wrapped("", rep.model_note);
+  for (const std::string& a : fusion::assumed_rewrites(s))
+    print_wrapped("", "built under an assumption (braid fuse --assume): " + a);
+  std::printf("step time: median %.3f ms, min %.3f ms, max %.3f ms\n",
+              ms(replay::quantile(steps, 0.5)), ms(replay::quantile(steps, 0)),
+              ms(replay::quantile(steps, 1)));
+  if (o.backend == "sim" && !rep.res.steps.empty())
+    std::printf("simulated step: %lld ns\n", static_cast<long long>(rep.res.steps[0].step_ns()));
+  std::string per;
+  for (int32_t r = 0; r < nranks; ++r) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%d: %.3f", r ? ", " : "", r,
+                  ms(static_cast<double>(rep.per_rank[r])));
+    per += buf;
+    if (r == 31 && nranks > 33) {
+      per += ", ...";
+      break;
+    }
+  }
+  print_wrapped("", "per rank (median ms): " + per);
+  if (rep.sim >= 0) {
+    const double med = replay::quantile(steps, 0.5);
+    std::printf("sim prediction (profile %s): %.3f ms, measured/predicted %.3f\n",
+                rep.profile.c_str(), ms(rep.sim), rep.sim > 0 ? med / rep.sim : 0.0);
+  }
+  if (rep.fid)
+    for (const std::string& l : rep.fid->lines()) print_wrapped("", l);
+  if (o.check)
+    for (const std::string& l : rep.dc.lines("reference interpreter", "replay"))
+      print_wrapped("", l);
+  if (rep.stored >= 0)
+    std::printf("stored as run %lld (%s) in %s\n", static_cast<long long>(rep.stored),
+                std::string(to_string(rep.res.kind)).c_str(), o.input.c_str());
+}
+
 int run_replay(const ReplayOpts& o) {
   if (o.calibrate) return run_calibration(o);
   if (o.input.empty()) throw Error(ErrorCode::Usage, "braid replay needs an input file");
@@ -125,13 +214,11 @@ int run_replay(const ReplayOpts& o) {
   // A schedule lifted from a run of this file: the sim prices its collectives as `braid
   // analyze` calibrated them on that run (unless --profile), and the run is the original the
   // fidelity compares with (unless --original).
-  const fusion::LiftSource lifted = in.in_store ? fusion::lifted_from(s) : fusion::LiftSource{};
+  const fusion::LiftSource lifted = in.in_store ? s.lifted : fusion::LiftSource{};
   const replay::LiftedModel lm = replay::replay_cost_model(
       o.input, lifted, o.backend, !o.profile.empty(), profile_name, sp.profile);
-  const analysis::CostModel& sim_model = lm.model;
-  const std::string& model_note = lm.note;
   const int64_t original = o.original >= 0 ? o.original : in.in_store ? lifted.run : -1;
-  auto ex = replay::make_executor(o.backend, sim_model, sp.sim_options());
+  auto ex = replay::make_executor(o.backend, lm.model, sp.sim_options());
   return replay::run_guarded(*ex, [&] {
     if (o.calibrate_first) {
       // Calibrate in this job, on the ranks that then replay: the prediction compares with a
@@ -155,113 +242,45 @@ int run_replay(const ReplayOpts& o) {
     ro.timeout_ns = static_cast<Ns>(o.timeout_s * 1e9);
     ro.max_buffer_bytes = o.max_buffer_mb << 20;
     ro.max_check_bytes = o.max_check_mb << 20;
+    ReplayReport rep;
+    rep.model_note = lm.note;
+    rep.profile = sp.profile.name;
     // The data check first: a check that cannot fit in memory is refused before the replay.
-    replay::DataCheck dc;
-    if (o.check) dc = replay::check_against_interpreter(*ex, s, ro);
-    replay::ReplayResult res;
+    if (o.check) rep.dc = replay::check_against_interpreter(*ex, s, ro);
     {
       auto prep = ex->prepare(s, ro);
       for (int i = 0; i < o.warmup; ++i) prep->run_step(false);
       for (int i = 0; i < o.steps; ++i) prep->run_step(true);
-      res = prep->collect();
+      rep.res = prep->collect();
     }
-    if (!ex->reporting()) return dc.ok() ? 0 : 1;
+    if (!ex->reporting()) return rep.dc.ok() ? 0 : 1;
 
-    std::vector<double> steps;
-    for (const auto& st : res.steps) steps.push_back(static_cast<double>(st.step_ns()));
-    std::vector<int64_t> per_rank;
+    for (const auto& st : rep.res.steps) rep.steps.push_back(static_cast<double>(st.step_ns()));
     for (int32_t r = 0; r < nranks; ++r) {
       std::vector<double> v;
-      for (const auto& st : res.steps) v.push_back(static_cast<double>(st.rank_ns(r)));
-      per_rank.push_back(static_cast<int64_t>(replay::quantile(v, 0.5)));
+      for (const auto& st : rep.res.steps) v.push_back(static_cast<double>(st.rank_ns(r)));
+      rep.per_rank.push_back(static_cast<int64_t>(replay::quantile(v, 0.5)));
     }
-    double sim = -1;
     if (o.backend != "sim")
-      sim = static_cast<double>(
+      rep.sim = static_cast<double>(
           replay::simulate(s, model, sp.sim_options(o.compute_scale)).step_ns());
-    std::optional<replay::Fidelity> fid;
     if (original >= 0) {
       if (!in.in_store)
         throw Error(ErrorCode::Usage, "--original names a run of a .braid file; the input is JSON");
-      fid = replay::fidelity(o.input, original, res, lifted, &s);
+      rep.fid = replay::fidelity(o.input, original, rep.res, lifted, &s);
     }
-    int64_t stored = -1;
     if (in.in_store && !o.no_store) {
       replay::RunDescription d;
       d.source = o.input;
       d.label = "replay of schedule " + std::to_string(in.stored.id) + " on " + o.backend;
       d.schedule_id = in.stored.id;
-      stored = replay::store_runs(o.input, {&s}, {&res}, {d})[0];
+      rep.stored = replay::store_runs(o.input, {&s}, {&rep.res}, {d})[0];
     }
-    if (o.json) {
-      json::Writer w(json::Writer::Style::Spaced);
-      w.begin_object(true);
-      w.field("schedule", in.stored.id).field("name", s.name).field("backend", o.backend);
-      w.field("ranks", nranks).field("cost_model", model_note);
-      w.array_of("assumptions", fusion::assumed_rewrites(s));
-      std::vector<int64_t> step_ns(steps.begin(), steps.end());
-      w.array_of("step_ns", step_ns);
-      w.field("median_ns", static_cast<int64_t>(replay::quantile(steps, 0.5)));
-      w.array_of("rank_median_ns", per_rank);
-      w.key("sim_prediction_ns");
-      if (sim >= 0)
-        w.value(static_cast<int64_t>(sim));
-      else
-        w.null();
-      w.key("fidelity");
-      if (fid)
-        fid->write_json(w);
-      else
-        w.null();
-      w.key("data_check");
-      if (o.check)
-        dc.write_json(w);
-      else
-        w.null();
-      w.field("stored_run", stored);
-      w.end_object();
-      std::printf("%s\n", w.str().c_str());
-    } else {
-      std::string what = in.stored.id >= 0
-                             ? "schedule " + std::to_string(in.stored.id) + " '" + s.name + "'"
-                             : "'" + s.name + "' (" + o.input + ")";
-      std::printf("braid replay: %s, %d ranks, on %s: %d measured steps after %d warm-up\n",
-                  what.c_str(), nranks, o.backend.c_str(), o.steps, o.warmup);
-      if (!model_note.empty()) print_wrapped("", model_note);
-      for (const std::string& a : fusion::assumed_rewrites(s))
-        print_wrapped("", "built under an assumption (braid fuse --assume): " + a);
-      std::printf("step time: median %.3f ms, min %.3f ms, max %.3f ms\n",
-                  ms(replay::quantile(steps, 0.5)), ms(replay::quantile(steps, 0)),
-                  ms(replay::quantile(steps, 1)));
-      if (o.backend == "sim" && !res.steps.empty())
-        std::printf("simulated step: %lld ns\n", static_cast<long long>(res.steps[0].step_ns()));
-      std::string per;
-      for (int32_t r = 0; r < nranks; ++r) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%s%d: %.3f", r ? ", " : "", r,
-                      ms(static_cast<double>(per_rank[r])));
-        per += buf;
-        if (r == 31 && nranks > 33) {
-          per += ", ...";
-          break;
-        }
-      }
-      print_wrapped("", "per rank (median ms): " + per);
-      if (sim >= 0) {
-        const double med = replay::quantile(steps, 0.5);
-        std::printf("sim prediction (profile %s): %.3f ms, measured/predicted %.3f\n",
-                    sp.profile.name.c_str(), ms(sim), sim > 0 ? med / sim : 0.0);
-      }
-      if (fid)
-        for (const std::string& l : fid->lines()) print_wrapped("", l);
-      if (o.check)
-        for (const std::string& l : dc.lines("reference interpreter", "replay"))
-          print_wrapped("", l);
-      if (stored >= 0)
-        std::printf("stored as run %lld (%s) in %s\n", static_cast<long long>(stored),
-                    std::string(to_string(res.kind)).c_str(), o.input.c_str());
-    }
-    if (!dc.ok())
+    if (o.json)
+      print_replay_json(o, in, rep);
+    else
+      print_replay_text(o, in, rep);
+    if (!rep.dc.ok())
       throw Error(ErrorCode::Internal, "the replay's data differs from the reference interpreter");
     return 0;
   });

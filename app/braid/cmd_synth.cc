@@ -84,22 +84,121 @@ std::string summary(const fusion::Schedule& s, const analysis::CostModel& cost) 
   return out + buf;
 }
 
+// braid synth's flags.
+struct SynthOpts {
+  std::string preset, profile = "h100-nvlink", out, json;
+  bool list = false, quiet = false;
+  bool sp = false, sp_allreduce = false, no_sp = false, pp_send_full = false;
+  bool pp_moe_cut = false, no_pp_moe_cut = false;
+  bool no_recompute = false;
+  int tp = 0, pp = 0, ep = 0, dp = 0, zero = -1, world = 0;
+  int64_t bucket = 0;
+  int64_t layers = 0, hidden = 0, seq = 0, micro_batch = 0, micro_batches = 0, heads = 0, ffn = -1,
+          experts = -1, top_k = 0;
+  std::string dtype;
+};
+
+// --list-presets: each preset's layout, model and what it shows.
+int list_presets() {
+  for (const std::string& nm : fusion::preset_names()) {
+    fusion::Preset p = fusion::preset(nm);
+    const auto& l = p.layout;
+    const auto& m = p.model;
+    std::printf(
+        "%-6s tp=%d pp=%d ep=%d dp=%d sp=%s zero=%d  layers=%lld hidden=%lld "
+        "seq=%lld mb=%lldx%lld experts=%lld top-k=%lld  %s\n",
+        nm.c_str(), l.tp, l.pp, l.ep, l.dp, std::string(to_string(l.sp)).c_str(), l.zero,
+        (long long)m.layers, (long long)m.hidden, (long long)m.seq, (long long)m.micro_batch,
+        (long long)m.micro_batches, (long long)m.experts, (long long)m.top_k,
+        p.description.c_str());
+  }
+  return 0;
+}
+
+// The preset's model and layout (if any), then each flag given over it.
+void apply_flags(const SynthOpts& o, fusion::ModelShape& m, fusion::ParallelLayout& l) {
+  if (!o.preset.empty()) {
+    fusion::Preset p = fusion::preset(o.preset);
+    m = p.model;
+    l = p.layout;
+    // EP-only presets keep one expert group: raising ep raises dp with it.
+    if (o.ep > 0 && o.dp == 0 && l.dp == l.ep) l.dp = o.ep;
+  }
+  if (o.tp > 0) l.tp = o.tp;
+  if (o.pp > 0) l.pp = o.pp;
+  if (o.ep > 0) l.ep = o.ep;
+  if (o.dp > 0) l.dp = o.dp;
+  if (o.tp < 0 || o.pp < 0 || o.ep < 0 || o.dp < 0)
+    throw Error(ErrorCode::Usage, "--tp, --pp, --ep and --dp must be at least 1");
+  if (int(o.sp) + int(o.sp_allreduce) + int(o.no_sp) > 1)
+    throw Error(ErrorCode::Usage, "give at most one of --sp, --sp-allreduce, --no-sp");
+  if (o.sp) l.sp = fusion::SpMode::ReduceScatter;
+  if (o.sp_allreduce) l.sp = fusion::SpMode::AllReduce;
+  if (o.no_sp) {
+    l.sp = fusion::SpMode::None;
+    l.pp_send_full = false;
+  }
+  if (o.pp_send_full) l.pp_send_full = true;
+  if (o.pp_moe_cut && o.no_pp_moe_cut)
+    throw Error(ErrorCode::Usage, "give at most one of --pp-moe-cut, --no-pp-moe-cut");
+  if (o.pp_moe_cut) l.pp_moe_cut = true;
+  if (o.no_pp_moe_cut) l.pp_moe_cut = false;
+  if (o.no_recompute) l.sp_recompute_allgather = false;
+  if (o.zero >= 0) l.zero = o.zero;
+  if (o.bucket != 0) l.bucket_elems = o.bucket;
+  if (o.layers) m.layers = o.layers;
+  if (o.hidden) m.hidden = o.hidden;
+  if (o.seq) m.seq = o.seq;
+  if (o.micro_batch) m.micro_batch = o.micro_batch;
+  if (o.micro_batches) m.micro_batches = o.micro_batches;
+  if (o.heads) m.heads = o.heads;
+  if (o.ffn >= 0) m.ffn = o.ffn;
+  if (o.experts >= 0) m.experts = o.experts;
+  if (o.top_k) m.top_k = o.top_k;
+  if (!o.dtype.empty()) m.dtype = o.dtype;
+  if (o.world > 0 && o.world != l.world())
+    throw Error(ErrorCode::Usage, "world size " + std::to_string(o.world) +
+                                      " does not match tp x pp x dp = " + std::to_string(l.tp) +
+                                      " x " + std::to_string(l.pp) + " x " + std::to_string(l.dp) +
+                                      " = " + std::to_string(l.world()));
+}
+
+int run_synth(const SynthOpts& o) {
+  if (o.list) return list_presets();
+  fusion::ModelShape m;
+  fusion::ParallelLayout l;
+  apply_flags(o, m, l);
+  fusion::check_layout(m, l);
+  analysis::CostModel cost(analysis::load_profile(o.profile));
+  fusion::Schedule s = fusion::synthesize(m, l, cost);
+  if (!o.preset.empty()) s.name = o.preset + ": " + s.name;
+  if (!o.json.empty()) {
+    if (o.json == "-") {
+      std::string text = fusion::to_json(s);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    } else {
+      fusion::save_schedule(s, o.json);
+    }
+  }
+  bool to_stdout = o.json == "-";
+  if (!o.out.empty()) {
+    int64_t id = fusion::store_schedule(o.out, s, -1, "[]", /*create=*/true);
+    if (o.quiet)
+      std::fprintf(to_stdout ? stderr : stdout, "%lld\n", static_cast<long long>(id));
+    else
+      std::fprintf(to_stdout ? stderr : stdout, "schedule %lld in %s: %s\n%s\n",
+                   static_cast<long long>(id), o.out.c_str(), s.name.c_str(),
+                   summary(s, cost).c_str());
+  } else if (!o.quiet) {
+    std::fprintf(to_stdout ? stderr : stdout, "%s\n%s\n", s.name.c_str(), summary(s, cost).c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 void register_synth(CLI::App& app, Action& run) {
-  struct Opts {
-    std::string preset, profile = "h100-nvlink", out, json;
-    bool list = false, quiet = false;
-    bool sp = false, sp_allreduce = false, no_sp = false, pp_send_full = false;
-    bool pp_moe_cut = false, no_pp_moe_cut = false;
-    bool no_recompute = false;
-    int tp = 0, pp = 0, ep = 0, dp = 0, zero = -1, world = 0;
-    int64_t bucket = 0;
-    int64_t layers = 0, hidden = 0, seq = 0, micro_batch = 0, micro_batches = 0, heads = 0,
-            ffn = -1, experts = -1, top_k = 0;
-    std::string dtype;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<SynthOpts>();
   auto* cmd = app.add_subcommand(
       "synth",
       "Synthesize the per-rank schedule of one training step of a transformer (Megatron-style\n"
@@ -149,97 +248,7 @@ void register_synth(CLI::App& app, Action& run) {
   cmd->add_option("-o,--output", o->out, ".braid file to store the schedule in");
   cmd->add_option("--json", o->json, "Write the schedule as braid-schedule/1 JSON ('-': stdout)");
   cmd->add_flag("-q,--quiet", o->quiet, "Print only the schedule id");
-  cmd->callback([o, &run] {
-    run = [o] {
-      if (o->list) {
-        for (const std::string& nm : fusion::preset_names()) {
-          fusion::Preset p = fusion::preset(nm);
-          const auto& l = p.layout;
-          const auto& m = p.model;
-          std::printf("%-6s tp=%d pp=%d ep=%d dp=%d sp=%s zero=%d  layers=%lld hidden=%lld "
-                      "seq=%lld mb=%lldx%lld experts=%lld top-k=%lld  %s\n",
-                      nm.c_str(), l.tp, l.pp, l.ep, l.dp, std::string(to_string(l.sp)).c_str(),
-                      l.zero, (long long)m.layers, (long long)m.hidden, (long long)m.seq,
-                      (long long)m.micro_batch, (long long)m.micro_batches,
-                      (long long)m.experts, (long long)m.top_k, p.description.c_str());
-        }
-        return 0;
-      }
-      fusion::ModelShape m;
-      fusion::ParallelLayout l;
-      if (!o->preset.empty()) {
-        fusion::Preset p = fusion::preset(o->preset);
-        m = p.model;
-        l = p.layout;
-        // EP-only presets keep one expert group: raising ep raises dp with it.
-        if (o->ep > 0 && o->dp == 0 && l.dp == l.ep) l.dp = o->ep;
-      }
-      if (o->tp > 0) l.tp = o->tp;
-      if (o->pp > 0) l.pp = o->pp;
-      if (o->ep > 0) l.ep = o->ep;
-      if (o->dp > 0) l.dp = o->dp;
-      if (o->tp < 0 || o->pp < 0 || o->ep < 0 || o->dp < 0)
-        throw Error(ErrorCode::Usage, "--tp, --pp, --ep and --dp must be at least 1");
-      if (int(o->sp) + int(o->sp_allreduce) + int(o->no_sp) > 1)
-        throw Error(ErrorCode::Usage, "give at most one of --sp, --sp-allreduce, --no-sp");
-      if (o->sp) l.sp = fusion::SpMode::ReduceScatter;
-      if (o->sp_allreduce) l.sp = fusion::SpMode::AllReduce;
-      if (o->no_sp) {
-        l.sp = fusion::SpMode::None;
-        l.pp_send_full = false;
-      }
-      if (o->pp_send_full) l.pp_send_full = true;
-      if (o->pp_moe_cut && o->no_pp_moe_cut)
-        throw Error(ErrorCode::Usage, "give at most one of --pp-moe-cut, --no-pp-moe-cut");
-      if (o->pp_moe_cut) l.pp_moe_cut = true;
-      if (o->no_pp_moe_cut) l.pp_moe_cut = false;
-      if (o->no_recompute) l.sp_recompute_allgather = false;
-      if (o->zero >= 0) l.zero = o->zero;
-      if (o->bucket != 0) l.bucket_elems = o->bucket;
-      if (o->layers) m.layers = o->layers;
-      if (o->hidden) m.hidden = o->hidden;
-      if (o->seq) m.seq = o->seq;
-      if (o->micro_batch) m.micro_batch = o->micro_batch;
-      if (o->micro_batches) m.micro_batches = o->micro_batches;
-      if (o->heads) m.heads = o->heads;
-      if (o->ffn >= 0) m.ffn = o->ffn;
-      if (o->experts >= 0) m.experts = o->experts;
-      if (o->top_k) m.top_k = o->top_k;
-      if (!o->dtype.empty()) m.dtype = o->dtype;
-      if (o->world > 0 && o->world != l.world())
-        throw Error(ErrorCode::Usage, "world size " + std::to_string(o->world) +
-                                          " does not match tp x pp x dp = " +
-                                          std::to_string(l.tp) + " x " + std::to_string(l.pp) +
-                                          " x " + std::to_string(l.dp) + " = " +
-                                          std::to_string(l.world()));
-      fusion::check_layout(m, l);
-      analysis::CostModel cost(analysis::load_profile(o->profile));
-      fusion::Schedule s = fusion::synthesize(m, l, cost);
-      if (!o->preset.empty()) s.name = o->preset + ": " + s.name;
-      if (!o->json.empty()) {
-        if (o->json == "-") {
-          std::string text = fusion::to_json(s);
-          std::fwrite(text.data(), 1, text.size(), stdout);
-        } else {
-          fusion::save_schedule(s, o->json);
-        }
-      }
-      bool to_stdout = o->json == "-";
-      if (!o->out.empty()) {
-        int64_t id = fusion::store_schedule(o->out, s, -1, "[]", /*create=*/true);
-        if (o->quiet)
-          std::fprintf(to_stdout ? stderr : stdout, "%lld\n", static_cast<long long>(id));
-        else
-          std::fprintf(to_stdout ? stderr : stdout, "schedule %lld in %s: %s\n%s\n",
-                       static_cast<long long>(id), o->out.c_str(), s.name.c_str(),
-                       summary(s, cost).c_str());
-      } else if (!o->quiet) {
-        std::fprintf(to_stdout ? stderr : stdout, "%s\n%s\n", s.name.c_str(),
-                     summary(s, cost).c_str());
-      }
-      return 0;
-    };
-  });
+  cmd->callback([o, &run] { run = [o] { return run_synth(*o); }; });
 }
 
 static const VerbRegistration kRegister{40, "synth", register_synth};

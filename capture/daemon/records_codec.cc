@@ -259,6 +259,10 @@ class Strings {
 
 }  // namespace
 
+// Why one function of ~230 lines (docs/architecture.md, "Long functions"): it is the decoder's
+// one switch over the record kinds, each case reading its record's fields in the order
+// RecordEncoder::add (above) writes them, so the two read side by side; a case is a few lines, and
+// every case shares the decoder, the string map and the rank renumbering.
 int64_t apply_records(std::string_view payload, capture::Sink& sink,
                       std::unordered_map<StrId, StrId>& strings, SenderRank& sender) {
   Decoder d(payload);

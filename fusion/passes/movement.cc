@@ -145,6 +145,11 @@ void run_group(const Schedule& s, const MatchGroup& g, Provenance& pv,
 
 }  // namespace
 
+// Why one function of ~240 lines (docs/architecture.md, "Long functions"): it is one proof, in
+// the order its steps depend on each other (chain ops totally ordered per rank, intermediates
+// dead, every final element traced to its origin, transfers merged, buffers laid out, the
+// fused schedule built); each step rejects with the reason the finding reports, and the later
+// steps use the earlier steps' maps. The element tracing that needs nothing else is above.
 MovementPlan plan_movement(const Dataflow& df, const std::vector<MatchGroup>& stage1,
                            const std::vector<MatchGroup>& stage2,
                            const analysis::CostModel& cm, const std::string& comm_stem) {

@@ -175,7 +175,7 @@ class TpSp : public Pass {
     if (unordered) return;
     // On a lifted schedule, a known reader outside its shard rejects the rewrite by fact: say
     // which (the enabling form below may still move the all-gather to it).
-    if (!unknown && any_full && !only_worth && lifted_from(s).run >= 0) {
+    if (!unknown && any_full && !only_worth && s.lifted.run >= 0) {
       Finding rej;
       rej.pass = std::string(name());
       rej.ranks = member_ranks(g);

@@ -40,21 +40,19 @@ struct ChimeraRow {
 inline double sim_wire_bytes(const Schedule& s, const Collective& c,
                              const analysis::CostModel& cm) {
   if (c.op == CollOp::Recv) return 0;
-  const int esize = replay::element_size(c.dtype);
   const Comm* comm = s.find_comm(c.comm);
   const int n = c.op == CollOp::Send ? 2 : static_cast<int>(comm->ranks.size());
-  const int64_t bytes = replay::collective_bytes(c, n, esize);
+  const int64_t bytes = fusion::collective_bytes(s, c);
   const CollOp op = replay::cost_op(c.op);
   const auto algo = cm.choose(op, bytes, n, c.comm, comm ? comm->ranks : std::vector<int32_t>{});
   return analysis::wire_factor(op, n, algo) * static_cast<double>(bytes);
 }
 
 inline Ns sim_coll_ns(const Schedule& s, const Collective& c, const analysis::CostModel& cm) {
-  const int esize = replay::element_size(c.dtype);
   const Comm* comm = s.find_comm(c.comm);
   const int n =
       (c.op == CollOp::Send || c.op == CollOp::Recv) ? 2 : static_cast<int>(comm->ranks.size());
-  return cm.collective_ns(replay::cost_op(c.op), replay::collective_bytes(c, n, esize), n, c.comm,
+  return cm.collective_ns(replay::cost_op(c.op), fusion::collective_bytes(s, c), n, c.comm,
                           comm ? comm->ranks : std::vector<int32_t>{});
 }
 

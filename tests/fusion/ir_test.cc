@@ -20,6 +20,7 @@ namespace {
 using namespace braid::fusion::testing;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string golden_path(const std::string& name) {
   return std::string(BRAID_TEST_DATA_DIR) + "/fusion/" + name;
@@ -86,6 +87,28 @@ TEST(ScheduleJson, OutputsAndReplacesRoundTrip) {
   EXPECT_TRUE(validate(s).empty()) << joined(validate(s));
   s.ranks[1].outputs = {"nope"};
   EXPECT_THAT(joined(validate(s)), HasSubstr("rank 1: output 'nope' is not a declared buffer"));
+}
+
+// A lifted schedule names its run and step in a field of its own, not in its provenance's words.
+TEST(ScheduleJson, LiftedFromRoundTripsAndIsAbsentWhenNotLifted) {
+  Schedule s = two_rank_schedule();
+  EXPECT_THAT(to_json(s), Not(HasSubstr("lifted_from")));
+  s.lifted = {3, -1};
+  std::string text = to_json(s);
+  EXPECT_THAT(text, HasSubstr("\n  \"lifted_from\": {\"run\": 3, \"step\": -1},\n"));
+  Schedule parsed = parse_schedule(text);
+  EXPECT_EQ(parsed.lifted, (LiftSource{3, -1}));
+  EXPECT_EQ(parsed, s);
+  EXPECT_EQ(to_json(parsed), text);
+  auto parse_with = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return [t] { parse_schedule(t, "in.json"); };
+  };
+  EXPECT_THAT(error_of(parse_with("\"step\": -1", "\"stp\": -1")),
+              HasSubstr("in.json: $.lifted_from: unknown key \"stp\""));
+  EXPECT_THAT(error_of(parse_with("\"run\": 3", "\"run\": \"3\"")),
+              HasSubstr("in.json: $.lifted_from.run: expected an integer"));
 }
 
 TEST(ScheduleJson, ReplicatedComputeAndBufferRoundTripAndValidate) {

@@ -91,6 +91,8 @@ TEST(Lift, OneStep) {
   opt.step = 1;
   Schedule s = lift_run(r, run, opt);
   EXPECT_EQ(validate(s), std::vector<std::string>{});
+  EXPECT_EQ(s.lifted, (LiftSource{run, 1}));  // what replay finds its original by
+  EXPECT_EQ(parse_schedule(to_json(s)).lifted, s.lifted);
   for (int rank = 0; rank < 4; ++rank) {
     Counts c = count(s, rank);
     EXPECT_EQ(c.collectives, 2);

@@ -589,7 +589,7 @@ TEST(Calibrate, WorkloadHasEveryKindOnEveryLayout) {
       const fusion::Collective& c = *w.op(g.members[0]).collective();
       const int t = g.op == CollOp::Send ? 2 : static_cast<int>(w.find_comm(g.comm)->ranks.size());
       sizes[g.op].insert(t);
-      bytes[{g.op, t}].insert(collective_bytes(c, t, 2));
+      bytes[{g.op, t}].insert(fusion::collective_bytes(w, c));
     }
     std::set<int> expect{n};
     for (int g = 2; g < n; g *= 2)
@@ -669,8 +669,8 @@ TEST(Calibrate, WorkloadFitTimesFromTheLastArrivalAndSkipsOverlaps) {
     const fusion::Collective& c = *w.op(g.members[0]).collective();
     const double wire =
         analysis::wire_factor(cost_op(g.op), 2,
-                              model.choose(cost_op(g.op), collective_bytes(c, 2, 2), 2)) *
-        static_cast<double>(collective_bytes(c, 2, 2));
+                              model.choose(cost_op(g.op), fusion::collective_bytes(w, c), 2)) *
+        static_cast<double>(fusion::collective_bytes(w, c));
     const Ns transfer = static_cast<Ns>(2.0 * wire);
     for (size_t k = 0; k < g.members.size(); ++k) {
       const fusion::OpRef mem = g.members[k];

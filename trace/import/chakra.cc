@@ -536,26 +536,16 @@ enum class Kind { Et, Json, Archive };
 // What a plain file holds, from its name, else its first bytes (through gzip).
 Kind sniff(const std::string& file) {
   if (is_archive_name(file)) return Kind::Archive;
-  InputFile in(file);
-  char head[512];
-  size_t n = 0;
-  while (n < sizeof head) {
-    size_t got = in.read(head + n, sizeof head - n);
-    if (got == 0) break;
-    n += got;
-  }
+  const std::string text = read_head(file, 512);
+  const char* head = text.data();
+  const size_t n = text.size();
   if (n == 0) throw Error(ErrorCode::Empty, file + ": empty file");
   if (n >= 262 && std::memcmp(head + 257, "ustar", 5) == 0) return Kind::Archive;
   std::string l = lower(file);
   if (ends_with(l, ".et") || ends_with(l, ".et.gz")) return Kind::Et;
   if (ends_with(l, ".json") || ends_with(l, ".json.gz")) return Kind::Json;
-  // No telling name: '{' then, after blanks, '"' or '}' is JSON. An ET may start with '{' too
-  // (a 123-byte GlobalMetadata), but then comes a field tag, never a quote.
-  std::string_view h(head, n);
-  size_t i = h.find_first_not_of(" \t\r\n");
-  if (i == std::string_view::npos || h[i] != '{') return Kind::Et;
-  size_t j = h.find_first_not_of(" \t\r\n", i + 1);
-  return j == std::string_view::npos || h[j] == '"' || h[j] == '}' ? Kind::Json : Kind::Et;
+  // No telling name: JSON by its first bytes, else a protobuf ET.
+  return looks_like_json(std::string_view(head, n)) ? Kind::Json : Kind::Et;
 }
 
 class Archive {

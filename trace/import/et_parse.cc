@@ -254,19 +254,13 @@ bool looks_like_et(std::string_view head) {
 }
 
 int64_t peek_pid(const std::string& path) {
-  InputFile in(path);
-  char buf[1024];
-  size_t n = 0;
+  std::string head;
   try {
-    while (n < sizeof buf) {
-      size_t got = in.read(buf + n, sizeof buf - n);
-      if (!got) break;
-      n += got;
-    }
+    head = read_head(path, 1024);
   } catch (const Error&) {
-    // a damaged file: parse() reports it
+    return -1;  // a damaged file: parse() reports it
   }
-  std::string_view h(buf, n);
+  std::string_view h(head);
   size_t at = h.find("\"pid\"");
   if (at == std::string_view::npos) return -1;
   size_t i = h.find_first_not_of(" \t\r\n:", at + 5);

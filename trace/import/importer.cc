@@ -54,29 +54,10 @@ static bool looks_like_chakra_et(std::string_view h) {
   return field_len >= 0x80 || field_len + 2u <= len;
 }
 
-// '{' or '[' then, after blanks, what a JSON value holds next. The second test keeps a Chakra ET
-// whose first length prefix is 0x7b ('{', a 123-byte GlobalMetadata) from passing for JSON.
-static bool looks_like_json(std::string_view h) {
-  size_t i = h.find_first_not_of(" \t\r\n");
-  if (i == std::string_view::npos || (h[i] != '{' && h[i] != '[')) return false;
-  size_t j = h.find_first_not_of(" \t\r\n", i + 1);
-  if (j == std::string_view::npos) return true;
-  return h[j] == '"' || h[j] == '}' || h[j] == ']' || (h[i] == '[' && h[j] == '{');
-}
-
 TraceFormat detect_format(const std::string& path) {
-  InputFile in(path);
-  char head[4096];
-  size_t n = 0;
-  try {
-    while (n < sizeof head) {
-      size_t got = in.read(head + n, sizeof head - n);
-      if (got == 0) break;
-      n += got;
-    }
-  } catch (const Error& e) {
-    if (n == 0) throw;  // a gzip too short to give any bytes: report its own error
-  }
+  const std::string text = read_head(path, 4096);
+  const char* head = text.data();
+  const size_t n = text.size();
   if (n == 0) throw Error(ErrorCode::Empty, path + ": empty file");
   std::string_view h(head, n);
   if (h.rfind("SQLite format 3", 0) == 0) return TraceFormat::Nsys;

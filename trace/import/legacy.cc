@@ -88,11 +88,12 @@ Ns us_to_ns(const std::string& path, size_t i, const char* key, simdjson::dom::e
   return std::llround(d * 1000.0);
 }
 
-}  // namespace
-
-void import_legacy(ImportContext& ctx, const std::string& path, size_t index) {
-  std::string text = read_whole_file(path);
-  simdjson::dom::parser parser;
+// The complete "X" events of a legacy profiler trace (a JSON array, or an object with
+// traceEvents); `seen` counts every event, `skipped` those that are not complete. The names
+// point into `parser`'s strings: it outlives the events.
+std::vector<Event> read_legacy_events(const std::string& path, const std::string& text,
+                                      simdjson::dom::parser& parser, int64_t& seen,
+                                      int64_t& skipped) {
   simdjson::dom::element doc;
   if (auto err = parser.parse(text).get(doc))
     throw Error(ErrorCode::BadFormat,
@@ -106,19 +107,7 @@ void import_legacy(ImportContext& ctx, const std::string& path, size_t index) {
     events = inner;
   }
 
-  int32_t rank;
-  if (index < ctx.options.ranks.size())
-    rank = ctx.options.ranks[index];
-  else if (auto r = rank_from_file_name(path))
-    rank = *r;
-  else
-    rank = ctx.default_rank(index);
-  ctx.claim_rank(rank, path);
-
-  TraceWriter& w = ctx.writer;
-  const int64_t run = ctx.run;
   std::vector<Event> evs;
-  int64_t seen = 0, skipped = 0;
   for (simdjson::dom::element e : events) {
     size_t i = static_cast<size_t>(seen++);
     std::string_view ph, name;
@@ -141,6 +130,59 @@ void import_legacy(ImportContext& ctx, const std::string& path, size_t index) {
     ev.end = ev.start + std::max<Ns>(0, us_to_ns(path, i, "dur", dur));
     evs.push_back(ev);
   }
+  return evs;
+}
+
+// Host collectives: the k-th call of each operation with the k-th gloo event of it, in start
+// order; `unpaired` counts the calls of a gloo job left without one.
+std::vector<Collective> pair_host_collectives(std::map<CollOp, std::deque<const Event*>>& calls,
+                                              std::map<CollOp, std::deque<const Event*>>& works,
+                                              bool gloo, int32_t rank, TraceWriter& w,
+                                              int64_t& unpaired) {
+  std::vector<Collective> colls;
+  for (auto& [op, q] : calls) {
+    auto& wq = works[op];
+    for (const Event* c : q) {
+      Collective col;
+      col.rank = rank;
+      col.op = op;
+      col.stream = -1;
+      col.start = c->start;
+      col.end = c->end;
+      col.enqueue = c->start;
+      col.name = w.intern(c->name);
+      if (!wq.empty()) {
+        col.end = std::max(col.end, wq.front()->end);
+        wq.pop_front();
+      } else if (gloo) {
+        ++unpaired;
+      }
+      colls.push_back(col);
+    }
+  }
+  std::stable_sort(colls.begin(), colls.end(),
+                   [](const Collective& a, const Collective& b) { return a.start < b.start; });
+  return colls;
+}
+
+}  // namespace
+
+void import_legacy(ImportContext& ctx, const std::string& path, size_t index) {
+  const std::string text = read_whole_file(path);
+  simdjson::dom::parser parser;
+  int64_t seen = 0, skipped = 0;
+  std::vector<Event> evs = read_legacy_events(path, text, parser, seen, skipped);
+  int32_t rank;
+  if (index < ctx.options.ranks.size())
+    rank = ctx.options.ranks[index];
+  else if (auto r = rank_from_file_name(path))
+    rank = *r;
+  else
+    rank = ctx.default_rank(index);
+  ctx.claim_rank(rank, path);
+
+  TraceWriter& w = ctx.writer;
+  const int64_t run = ctx.run;
   ctx.stats.events += seen;
   ctx.stats.bytes += text.size();
   if (evs.empty())
@@ -199,31 +241,8 @@ void import_legacy(ImportContext& ctx, const std::string& path, size_t index) {
     w.add_stream(run, s);
   }
 
-  // Host collectives: the k-th call of each operation with the k-th gloo event of it.
   int64_t unpaired = 0;
-  std::vector<Collective> colls;
-  for (auto& [op, q] : calls) {
-    auto& wq = works[op];
-    for (const Event* c : q) {
-      Collective col;
-      col.rank = rank;
-      col.op = op;
-      col.stream = -1;
-      col.start = c->start;
-      col.end = c->end;
-      col.enqueue = c->start;
-      col.name = w.intern(c->name);
-      if (!wq.empty()) {
-        col.end = std::max(col.end, wq.front()->end);
-        wq.pop_front();
-      } else if (gloo) {
-        ++unpaired;
-      }
-      colls.push_back(col);
-    }
-  }
-  std::stable_sort(colls.begin(), colls.end(),
-                   [](const Collective& a, const Collective& b) { return a.start < b.start; });
+  std::vector<Collective> colls = pair_host_collectives(calls, works, gloo, rank, w, unpaired);
   for (const Collective& c : colls) w.add(run, c);
   rows += static_cast<int64_t>(colls.size());
 

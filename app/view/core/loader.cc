@@ -134,6 +134,11 @@ void fill_density(ViewRun& d) {
 
 }  // namespace
 
+// Why one function of ~300 lines (docs/architecture.md, "Long functions"): it is the order in
+// which a run's data is moved, not copied, from the analysis load into the view's lanes, each
+// rank's analysis data freed as soon as its events are in lanes, so the loader never holds two
+// copies of a large run (bench/check_memory.sh, docs/BENCHMARKS.md). Split into steps, each
+// step would hand over the same partly-moved state; the per-lane work is in the helpers above.
 std::shared_ptr<ViewRun> load_view_run(const std::string& path, int64_t run_id,
                                        LoadProgress* progress) {
   TraceReader reader(path);

@@ -105,6 +105,12 @@ void draw_ruler(App& app, ImDrawList* dl, ImVec2 p0, float axis_x0, float axis_w
 
 namespace panels {
 
+// Why one function of ~375 lines (docs/architecture.md, "Long functions"): it is one ImGui
+// immediate-mode frame of the timeline. Its layers (lanes, flow lines, the critical path,
+// Compare links, the selection, the range overlay, then the mouse) draw in that order into one
+// draw list and share the frame's geometry computed at the top (the visible span, lane rows,
+// the hovered event); the lane and ruler drawing that needs nothing else is already in the
+// helpers above. Split further, each layer would take that whole state as parameters.
 void timeline(App& app, ImVec2 size) {
   const ImGuiIO& io = ImGui::GetIO();
   const LayoutOptions& opt = app.layout_opt;
