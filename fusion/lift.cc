@@ -17,15 +17,6 @@
 
 namespace braid::fusion {
 
-using analysis::CollGroup;
-using analysis::CollRef;
-using analysis::GpuOp;
-using analysis::MatchMethod;
-using analysis::OpPos;
-using analysis::OpType;
-using analysis::RankTimeline;
-using analysis::RankTrace;
-
 std::string lift_provenance_line(int64_t run, int64_t step) {
   return "lifted from trace run " + std::to_string(run) +
          (step >= 0 ? ", step " + std::to_string(step) : std::string(", whole run")) +
@@ -44,12 +35,12 @@ LiftedSpans lifted_spans(const analysis::RunData& run, const analysis::MatchResu
   out.anchors = clocks.anchors_used;
   Ns job_start = INT64_MAX;
   for (int32_t r : run.rank_ids()) {
-    const RankTrace t = with_host_compute(run.ranks.at(r), et, r);
-    const RankTimeline tl = analysis::build_timeline(t);
+    const analysis::RankTrace t = with_host_compute(run.ranks.at(r), et, r);
+    const analysis::RankTimeline tl = analysis::build_timeline(t);
     LiftedSpan sp;
     sp.first = INT64_MAX, sp.last = INT64_MIN;
     for (const analysis::StreamOps& so : tl.streams)
-      for (const GpuOp& op : so.ops)
+      for (const analysis::GpuOp& op : so.ops)
         if (step < 0 || analysis::op_step(t, op) == step)
           sp.first = std::min(sp.first, op.start), sp.last = std::max(sp.last, op.end);
     sp.has_ops = sp.first <= sp.last;

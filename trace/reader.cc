@@ -49,6 +49,16 @@ Memcpy memcpy_of(const sql::Stmt& s) {
   return m;
 }
 
+// Each row of a query with one parameter, the run, converted by `conv`, until `fn` says stop.
+template <typename T, typename Conv>
+void each_row(sqlite3* db, const std::string& query, int64_t run, Conv conv,
+              const std::function<bool(const T&)>& fn) {
+  sql::Stmt s(db, query);
+  s.bind(1, run);
+  while (s.step())
+    if (!fn(conv(s))) return;
+}
+
 }  // namespace
 
 const char* const kCollectiveColumns =
@@ -303,11 +313,10 @@ Ns TraceReader::max_duration(const char* table, int64_t run) const {
     if (!FN(CONV(s))) break;
 
 void TraceReader::kernels(int64_t run, const Fn<Kernel>& fn) const {
-  sql::Stmt s(db_, std::string("SELECT ") + kKernelCols +
-                       " FROM kernels WHERE run_id=? ORDER BY rank, stream, start_ns");
-  s.bind(1, run);
-  while (s.step())
-    if (!fn(kernel_of(s))) break;
+  each_row(db_,
+           std::string("SELECT ") + kKernelCols +
+               " FROM kernels WHERE run_id=? ORDER BY rank, stream, start_ns",
+           run, kernel_of, fn);
 }
 
 void TraceReader::kernels(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
@@ -316,11 +325,10 @@ void TraceReader::kernels(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t
 }
 
 void TraceReader::memcpys(int64_t run, const Fn<Memcpy>& fn) const {
-  sql::Stmt s(db_, std::string("SELECT ") + kMemcpyCols +
-                       " FROM memcpys WHERE run_id=? ORDER BY rank, stream, start_ns");
-  s.bind(1, run);
-  while (s.step())
-    if (!fn(memcpy_of(s))) break;
+  each_row(db_,
+           std::string("SELECT ") + kMemcpyCols +
+               " FROM memcpys WHERE run_id=? ORDER BY rank, stream, start_ns",
+           run, memcpy_of, fn);
 }
 
 void TraceReader::memcpys(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
@@ -370,11 +378,10 @@ void TraceReader::ranges(int64_t run, const Fn<Range>& fn) const {
 }
 
 void TraceReader::collectives(int64_t run, const Fn<Collective>& fn) const {
-  sql::Stmt s(db_, std::string("SELECT ") + kCollectiveColumns +
-                       " FROM collectives WHERE run_id=? ORDER BY rank, start_ns");
-  s.bind(1, run);
-  while (s.step())
-    if (!fn(collective_from_row(s))) break;
+  each_row(db_,
+           std::string("SELECT ") + kCollectiveColumns +
+               " FROM collectives WHERE run_id=? ORDER BY rank, start_ns",
+           run, collective_from_row, fn);
 }
 
 void TraceReader::collectives(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
@@ -474,34 +481,32 @@ std::vector<TraceReader::TableText> TraceReader::extra_tables(int64_t run, size_
 
 void TraceReader::nccl_calls(int64_t run, const Fn<NcclCallRow>& fn) const {
   if (!has_table("nccl_calls")) return;
-  sql::Stmt s(db_, "SELECT run_id, rank, comm_id, seq, call_id, group_id, op, redop_id, sendbuff,"
-                   " recvbuff, count, dtype_id, peer_or_root, stream_handle, tid, enqueue_ns,"
-                   " return_ns, result, comm_rank, comm_size FROM nccl_calls WHERE run_id=? ORDER BY rank, call_id, seq");
-  s.bind(1, run);
-  while (s.step())
-    if (!fn(rows::read_nccl_call(s))) return;
+  each_row(
+      db_,
+      "SELECT run_id, rank, comm_id, seq, call_id, group_id, op, redop_id, sendbuff,"
+      " recvbuff, count, dtype_id, peer_or_root, stream_handle, tid, enqueue_ns,"
+      " return_ns, result, comm_rank, comm_size FROM nccl_calls WHERE run_id=? ORDER BY rank, "
+      "call_id, seq",
+      run, [](const sql::Stmt& s) { return rows::read_nccl_call(s); }, fn);
 }
 
 void TraceReader::et_ops(int64_t run, const Fn<EtOp>& fn) const {
   if (!has_table("et_ops")) return;
-  sql::Stmt s(
+  each_row(
       db_,
       "SELECT run_id, rank, node, parent, name_id, et_tid, rf_id, seq, schema_id, tid,"
-      " start_ns, end_ns, step, joined_by, kind FROM et_ops WHERE run_id=? ORDER BY rank, node");
-  s.bind(1, run);
-  while (s.step())
-    if (!fn(rows::read_et_op(s))) return;
+      " start_ns, end_ns, step, joined_by, kind FROM et_ops WHERE run_id=? ORDER BY rank, node",
+      run, [](const sql::Stmt& s) { return rows::read_et_op(s); }, fn);
 }
 
 void TraceReader::et_tensors(int64_t run, const Fn<EtTensor>& fn) const {
   if (!has_table("et_tensors")) return;
-  sql::Stmt s(db_,
-              "SELECT run_id, rank, node, arg, item, output, tensor_id, storage_id, offset, numel,"
-              " itemsize, dtype_id, device_id, shape_id, strides_id, lo, hi, extent FROM et_tensors"
-              " WHERE run_id=? ORDER BY rank, node, output, arg, item");
-  s.bind(1, run);
-  while (s.step())
-    if (!fn(rows::read_et_tensor(s))) return;
+  each_row(
+      db_,
+      "SELECT run_id, rank, node, arg, item, output, tensor_id, storage_id, offset, numel,"
+      " itemsize, dtype_id, device_id, shape_id, strides_id, lo, hi, extent FROM et_tensors"
+      " WHERE run_id=? ORDER BY rank, node, output, arg, item",
+      run, [](const sql::Stmt& s) { return rows::read_et_tensor(s); }, fn);
 }
 
 std::vector<CaptureWindow> TraceReader::capture_windows(int64_t run) const {
@@ -517,11 +522,12 @@ std::vector<CaptureWindow> TraceReader::capture_windows(int64_t run) const {
 
 void TraceReader::proxy_ops(int64_t run, const Fn<ProxyOpRow>& fn) const {
   if (!has_table("nccl_proxy_ops")) return;
-  sql::Stmt s(db_, "SELECT run_id, rank, comm_id, seq, call_id, channel, peer, is_send, steps,"
-                   " chunk_size, tid, start_ns, end_ns FROM nccl_proxy_ops WHERE run_id=? ORDER BY rank, start_ns");
-  s.bind(1, run);
-  while (s.step())
-    if (!fn(rows::read_proxy_op(s))) return;
+  each_row(
+      db_,
+      "SELECT run_id, rank, comm_id, seq, call_id, channel, peer, is_send, steps,"
+      " chunk_size, tid, start_ns, end_ns FROM nccl_proxy_ops WHERE run_id=? ORDER BY rank, "
+      "start_ns",
+      run, [](const sql::Stmt& s) { return rows::read_proxy_op(s); }, fn);
 }
 
 }  // namespace braid

@@ -20,17 +20,14 @@ Slice span(const Slice& a, const Slice& b) {
   return {a.buffer, a.offset, a.count + b.count};
 }
 
-class Coalesce : public Pass {
+class Coalesce : public DataflowPass {
  public:
-  std::string_view name() const override { return "coalesce"; }
-  std::string_view description() const override {
-    return "adjacent independent collectives on one communicator -> one collective";
-  }
-  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+  Coalesce()
+      : DataflowPass("coalesce",
+                     "adjacent independent collectives on one communicator -> one collective") {}
+  std::vector<Finding> find_on(const Schedule& s, const Dataflow& df, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    std::optional<Dataflow> own_df;
-    const Dataflow& df = dataflow_of(s, focus, own_df);
     const auto& groups = df.matching().groups;
     // Groups by (comm, channel) in sequence order.
     std::map<std::tuple<std::string, int32_t, int32_t>, std::vector<const MatchGroup*>> lists;

@@ -80,21 +80,19 @@ bool split_compute(const Compute& c, int k, std::vector<Compute>& out,
   return true;
 }
 
-class Coc : public Pass {
+class Coc : public DataflowPass {
  public:
-  std::string_view name() const override { return "coc"; }
-  std::string_view description() const override {
-    return "GEMM -> All-Reduce / Reduce-Scatter and All-Gather -> GEMM split into 2/4/8 chunks "
-           "pipelined on two streams";
-  }
+  Coc()
+      : DataflowPass(
+            "coc",
+            "GEMM -> All-Reduce / Reduce-Scatter and All-Gather -> GEMM split into 2/4/8 chunks "
+            "pipelined on two streams") {}
 
   bool judged_by_step() const override { return true; }
 
-  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+  std::vector<Finding> find_on(const Schedule& s, const Dataflow& df, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    std::optional<Dataflow> own_df;
-    const Dataflow& df = dataflow_of(s, focus, own_df);
     for (const MatchGroup& g : df.matching().groups) {
       if (focus && !focus->hits(s, g.members)) continue;
       if (g.op != CollOp::AllReduce && g.op != CollOp::ReduceScatter &&

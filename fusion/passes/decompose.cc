@@ -6,18 +6,16 @@
 namespace braid::fusion::passes {
 namespace {
 
-class Decompose : public Pass {
+class Decompose : public DataflowPass {
  public:
-  std::string_view name() const override { return "decompose"; }
-  std::string_view description() const override {
-    return "All-Reduce -> Reduce-Scatter + All-Gather in place (enables tp-sp, sp-ep, pp-sp)";
-  }
-  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+  Decompose()
+      : DataflowPass(
+            "decompose",
+            "All-Reduce -> Reduce-Scatter + All-Gather in place (enables tp-sp, sp-ep, pp-sp)") {}
+  bool enabling_only() const override { return true; }
+  std::vector<Finding> find_on(const Schedule& s, const Dataflow& df, const analysis::CostModel& cm,
                                const Focus* focus) const override {
-    if (focus && focus->only_worth) return {};  // enabling only
     std::vector<Finding> out;
-    std::optional<Dataflow> own_df;
-    const Dataflow& df = dataflow_of(s, focus, own_df);
     for (const MatchGroup& g : df.matching().groups) {
       if (focus && !focus->any(g.members)) continue;
       if (g.op != CollOp::AllReduce) continue;
@@ -30,10 +28,7 @@ class Decompose : public Pass {
       Ns ar = group_ns(s, g, cm);
       Ns rs = cm.collective_ns(CollOp::ReduceScatter, bytes, static_cast<int>(t), c.comm, comm->ranks);
       Ns ag = cm.collective_ns(CollOp::AllGather, bytes, static_cast<int>(t), c.comm, comm->ranks);
-      Finding f;
-      f.pass = std::string(name());
-      f.ranks = member_ranks(g);
-      f.ops = member_ids(s, g);
+      Finding f = finding_on(s, g);
       f.saving_ns = ar - rs - ag;
       f.saving_bytes = 0;  // ring: 2(t-1)M/t either way
       f.legal = true;

@@ -43,18 +43,13 @@ bool redirect(const Dataflow& df, OpRef x, OpRef y, Redirects& out, std::vector<
   return true;
 }
 
-class Dedup : public Pass {
+class Dedup : public DataflowPass {
  public:
-  std::string_view name() const override { return "dedup"; }
+  Dedup() : DataflowPass("dedup", "remove a collective that recomputes a value already present") {}
   bool rewrites_advice() const override { return true; }
-  std::string_view description() const override {
-    return "remove a collective that recomputes a value already present";
-  }
-  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+  std::vector<Finding> find_on(const Schedule& s, const Dataflow& df, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    std::optional<Dataflow> own_df;
-    const Dataflow& df = dataflow_of(s, focus, own_df);
     const auto& groups = df.matching().groups;
     std::map<std::string, std::vector<const MatchGroup*>> by_comm;
     for (const MatchGroup& g : groups)
@@ -95,10 +90,7 @@ class Dedup : public Pass {
             if (ok && cx.out != cy.out) ok = redirect(df, x, y, redirects, opaque);
           }
           if (!ok) continue;
-          Finding f;
-          f.pass = std::string(name());
-          f.ranks = member_ranks(b);
-          f.ops = member_ids(s, b);
+          Finding f = finding_on(s, b);
           f.saving_ns = group_ns(s, b, cm);
           f.saving_bytes = group_wire_bytes(s, b);
           f.summary = op_name(s.op(b.members[0])) + " recomputes the value of op " +

@@ -21,6 +21,44 @@ inline const Dataflow& dataflow_of(const Schedule& s, const Focus* focus,
   return *own;
 }
 
+// Ids and ranks of a group's members.
+std::vector<int64_t> member_ids(const Schedule& s, const MatchGroup& g);
+std::vector<int32_t> member_ranks(const MatchGroup& g);
+
+// The base of every pass: find_in takes the focus's data flow when it is that of `s` (the
+// pipeline shares one per round) or builds one, and hands it to find_on; a pass that only
+// enables others finds nothing when the focus asks only for findings worth applying.
+class DataflowPass : public Pass {
+ public:
+  DataflowPass(std::string_view name, std::string_view description)
+      : name_(name), description_(description) {}
+  std::string_view name() const final { return name_; }
+  std::string_view description() const final { return description_; }
+  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+                               const Focus* focus) const final {
+    if (focus && focus->only_worth && enabling_only()) return {};
+    std::optional<Dataflow> own;
+    return find_on(s, dataflow_of(s, focus, own), cm, focus);
+  }
+
+ protected:
+  virtual bool enabling_only() const { return false; }
+  virtual std::vector<Finding> find_on(const Schedule& s, const Dataflow& df,
+                                       const analysis::CostModel& cm, const Focus* focus) const = 0;
+  // A finding of this pass on group `g`'s members (pass, ranks, ops set; the rest is the
+  // caller's).
+  Finding finding_on(const Schedule& s, const MatchGroup& g) const {
+    Finding f;
+    f.pass = std::string(name());
+    f.ranks = member_ranks(g);
+    f.ops = member_ids(s, g);
+    return f;
+  }
+
+ private:
+  std::string_view name_, description_;  // string literals
+};
+
 std::unique_ptr<Pass> make_decompose();
 std::unique_ptr<Pass> make_reorder();
 std::unique_ptr<Pass> make_tp_sp();
@@ -33,9 +71,6 @@ std::unique_ptr<Pass> make_coalesce();
 std::unique_ptr<Pass> make_dedup();
 std::unique_ptr<Pass> make_coc();
 
-// Ids and ranks of a group's members.
-std::vector<int64_t> member_ids(const Schedule& s, const MatchGroup& g);
-std::vector<int32_t> member_ranks(const MatchGroup& g);
 // Sorted, without duplicates.
 template <typename T>
 void sort_unique(std::vector<T>& v) {

@@ -33,18 +33,16 @@ bool carries_tokens(const Schedule& s, const Reach& r, const Slice& start) {
   return in == 0 || out == 0 || in == out;
 }
 
-class PpEp : public Pass {
+class PpEp : public DataflowPass {
  public:
-  std::string_view name() const override { return "pp-ep"; }
-  std::string_view description() const override {
-    return "P2P + dispatch All-to-All -> many-to-many scatter; combine All-to-All + P2P -> "
-           "many-to-many gather";
-  }
-  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+  PpEp()
+      : DataflowPass(
+            "pp-ep",
+            "P2P + dispatch All-to-All -> many-to-many scatter; combine All-to-All + P2P -> "
+            "many-to-many gather") {}
+  std::vector<Finding> find_on(const Schedule& s, const Dataflow& df, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    std::optional<Dataflow> own_df;
-    const Dataflow& df = dataflow_of(s, focus, own_df);
     // A focused search (the pipeline's look-ahead after an enabling rewrite) wants patterns
     // holding one of focus->ops; a pattern's ops are its P2P and All-to-All groups, so when no
     // All-to-All (no send) is among them, only P2P (All-to-All) groups that are can start one.

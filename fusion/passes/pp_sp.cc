@@ -6,17 +6,12 @@
 namespace braid::fusion::passes {
 namespace {
 
-class PpSp : public Pass {
+class PpSp : public DataflowPass {
  public:
-  std::string_view name() const override { return "pp-sp"; }
-  std::string_view description() const override {
-    return "All-Gather + P2P -> many-to-many multicast of shards";
-  }
-  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+  PpSp() : DataflowPass("pp-sp", "All-Gather + P2P -> many-to-many multicast of shards") {}
+  std::vector<Finding> find_on(const Schedule& s, const Dataflow& df, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    std::optional<Dataflow> own_df;
-    const Dataflow& df = dataflow_of(s, focus, own_df);
     for (const MatchGroup& g : df.matching().groups) {
       if (focus && !focus->any(g.members)) continue;
       if (g.op == CollOp::AllGather) gather_send(df, g, cm, out);

@@ -15,19 +15,17 @@ bool overlap_any(const std::vector<Slice>& a, const std::vector<Slice>& b) {
   return false;
 }
 
-class Reorder : public Pass {
+class Reorder : public DataflowPass {
  public:
-  std::string_view name() const override { return "reorder"; }
+  Reorder()
+      : DataflowPass(
+            "reorder",
+            "move a collective across independent compute next to the collective it fuses with") {}
   bool rewrites_advice() const override { return true; }
-  std::string_view description() const override {
-    return "move a collective across independent compute next to the collective it fuses with";
-  }
-  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel&,
+  bool enabling_only() const override { return true; }
+  std::vector<Finding> find_on(const Schedule& s, const Dataflow& df, const analysis::CostModel&,
                                const Focus* focus) const override {
-    if (focus && focus->only_worth) return {};  // enabling only
     std::vector<Finding> out;
-    std::optional<Dataflow> own_df;
-    const Dataflow& df = dataflow_of(s, focus, own_df);
     for (const MatchGroup& g : df.matching().groups) {
       if (focus && !focus->any(g.members)) continue;
       std::vector<std::pair<int64_t, int64_t>> moves;  // (op to move, op to follow)
@@ -75,10 +73,7 @@ class Reorder : public Pass {
         moves.push_back({yo.id, xo.id});
       }
       if (!ok || moves.empty()) continue;
-      Finding f;
-      f.pass = std::string(name());
-      f.ranks = member_ranks(g);
-      f.ops = member_ids(s, g);
+      Finding f = finding_on(s, g);
       for (int64_t id : crossed) f.ops.push_back(id);
       sort_unique(f.ops);
       f.saving_ns = 0;

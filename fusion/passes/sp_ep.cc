@@ -11,18 +11,15 @@
 namespace braid::fusion::passes {
 namespace {
 
-class SpEp : public Pass {
+class SpEp : public DataflowPass {
  public:
-  std::string_view name() const override { return "sp-ep"; }
-  std::string_view description() const override {
-    return "All-Gather + dispatch All-to-All -> All-to-All on sequence shards; combine "
-           "All-to-All + Reduce-Scatter likewise";
-  }
-  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+  SpEp()
+      : DataflowPass("sp-ep",
+                     "All-Gather + dispatch All-to-All -> All-to-All on sequence shards; combine "
+                     "All-to-All + Reduce-Scatter likewise") {}
+  std::vector<Finding> find_on(const Schedule& s, const Dataflow& df, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    std::optional<Dataflow> own_df;
-    const Dataflow& df = dataflow_of(s, focus, own_df);
     // Through the router and permute: the MoE block on the rank's own shard (moe_block.h).
     find_moe_rewrites(df, cm, focus, CollOp::AllGather, std::string(name()), false, out);
     std::set<int64_t> rewritten;

@@ -11,18 +11,16 @@
 namespace braid::fusion::passes {
 namespace {
 
-class TpEp : public Pass {
+class TpEp : public DataflowPass {
  public:
-  std::string_view name() const override { return "tp-ep"; }
-  std::string_view description() const override {
-    return "All-Reduce + All-to-All -> Reduce-Scatter, the MoE block on 1/t of the tokens "
-           "(All-to-Alls of 1/t), All-Gather after it";
-  }
-  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+  TpEp()
+      : DataflowPass(
+            "tp-ep",
+            "All-Reduce + All-to-All -> Reduce-Scatter, the MoE block on 1/t of the tokens "
+            "(All-to-Alls of 1/t), All-Gather after it") {}
+  std::vector<Finding> find_on(const Schedule& s, const Dataflow& df, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    std::optional<Dataflow> own_df;
-    const Dataflow& df = dataflow_of(s, focus, own_df);
     find_moe_rewrites(df, cm, focus, CollOp::AllReduce, std::string(name()), true, out);
     return out;
   }

@@ -17,18 +17,16 @@
 namespace braid::fusion::passes {
 namespace {
 
-class TpPp : public Pass {
+class TpPp : public DataflowPass {
  public:
-  std::string_view name() const override { return "tp-pp"; }
-  std::string_view description() const override {
-    return "All-Reduce + P2P of the full activation on every TP rank -> Reduce-Scatter + P2P of "
-           "1/t + All-Gather on the next stage";
-  }
-  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+  TpPp()
+      : DataflowPass(
+            "tp-pp",
+            "All-Reduce + P2P of the full activation on every TP rank -> Reduce-Scatter + P2P of "
+            "1/t + All-Gather on the next stage") {}
+  std::vector<Finding> find_on(const Schedule& s, const Dataflow& df, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    std::optional<Dataflow> own_df;
-    const Dataflow& df = dataflow_of(s, focus, own_df);
     Replicas replicas(df);
     std::vector<std::optional<Plan>> plans;  // per finding
     for (const MatchGroup& g : df.matching().groups) {

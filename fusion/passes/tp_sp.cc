@@ -123,20 +123,18 @@ std::optional<Placement> place(const Dataflow& df, const MemberUse& m, const std
   return p;
 }
 
-class TpSp : public Pass {
+class TpSp : public DataflowPass {
  public:
-  std::string_view name() const override { return "tp-sp"; }
+  TpSp()
+      : DataflowPass(
+            "tp-sp",
+            "All-Reduce read only shard-wise -> Reduce-Scatter; the All-Gather disappears or "
+            "moves to the first full consumer") {}
   bool rewrites_advice() const override { return true; }
-  std::string_view description() const override {
-    return "All-Reduce read only shard-wise -> Reduce-Scatter; the All-Gather disappears or "
-           "moves to the first full consumer";
-  }
 
-  std::vector<Finding> find_in(const Schedule& s, const analysis::CostModel& cm,
+  std::vector<Finding> find_on(const Schedule& s, const Dataflow& df, const analysis::CostModel& cm,
                                const Focus* focus) const override {
     std::vector<Finding> out;
-    std::optional<Dataflow> own_df;
-    const Dataflow& df = dataflow_of(s, focus, own_df);
     const bool only_worth = focus && focus->only_worth;
     const bool caller_validates = focus && focus->caller_validates;
     for (const MatchGroup& g : df.matching().groups) {
@@ -196,10 +194,7 @@ class TpSp : public Pass {
         std::llround(analysis::wire_factor(CollOp::ReduceScatter, static_cast<int>(t),
                                            analysis::Algorithm::Ring) *
                      static_cast<double>(bytes)));
-    Finding f;
-    f.pass = std::string(name());
-    f.ranks = member_ranks(g);
-    f.ops = member_ids(s, g);
+    Finding f = finding_on(s, g);
     const std::string what = op_name(s.op(g.members[0]));
     if (unknown || !any_full) {
       f.saving_ns = ar - rs;
@@ -301,10 +296,7 @@ class TpSp : public Pass {
       if (m.unordered || !m.full.empty() || m.full_at_end) return;
       opaque.insert(opaque.end(), m.opaque.begin(), m.opaque.end());
     }
-    Finding f;
-    f.pass = std::string(name());
-    f.ranks = member_ranks(g);
-    f.ops = member_ids(s, g);
+    Finding f = finding_on(s, g);
     f.saving_ns = group_ns(s, g, cm);
     f.saving_bytes = group_wire_bytes(s, g);
     f.summary = op_name(s.op(g.members[0])) + " removed: no op reads the gathered shards";
