@@ -42,8 +42,8 @@
 
 #include "capture/agent/agent.h"
 #include "capture/agent/cupti_state.h"
+#include "capture/agent/nccl_interpose.h"
 #include "capture/cupti_parse.h"
-#include "capture/nccl_interpose.h"
 #include "trace/diagnostics.h"
 
 namespace braid::capture::agent {
