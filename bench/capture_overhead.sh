@@ -1,13 +1,16 @@
 #!/bin/sh
 # Capture overhead on a GPU machine (issue 19's table, docs/BENCHMARKS.md "Capture overhead"):
 #  - per operation (braid-bench-capture-ops): empty launch + sync, 4 KB copy + sync, NVTX
-#    push/pop, one-rank all-reduce + sync; without capture and under `braid record`;
+#    push/pop, one-rank all-reduce + sync; without capture, with CUPTI's floor and under
+#    `braid record`;
 #  - a PyTorch step (bench/capture_torch_step.py, launch-bound and compute-bound, when python3 has
-#    a CUDA torch): without capture, under `braid record`, and with torch.profiler;
-#  - the whole run of capture_cuda_streams_nccl without capture, under `braid record`, and with
-#    a window that never opens (an idle agent);
-# each configuration RUNS times, interleaved (none, braid, torch, none, ...), so drifts of the
-# machine hit all alike. Then the no-crash check (bench/capture_launches.sh): 10 million launches
+#    a CUDA torch): without capture, with the floor, under `braid record`, and with torch.profiler;
+#  - the whole run of capture_cuda_streams_nccl without capture, with the floor, under `braid
+#    record`, and with a window that never opens (an idle agent);
+# each configuration RUNS times, interleaved (none, floor, braid, torch, none, ...), so drifts of
+# the machine hit all alike. CUPTI's floor (bench/cupti_floor.cc, libbraid_cupti_floor.so,
+# injected as braid's agent is) enables what braid enables and reads nothing: braid - floor is
+# braid's own cost. Then the no-crash check (bench/capture_launches.sh): 10 million launches
 # under `braid record` exit 0 with every kernel stored; BRAID_BENCH_SKIP_LAUNCHES=1 leaves it out
 # (scripts/gpu_check.sh runs it on its own). Prints the table of medians
 # (braid-bench-capture-summary) and leaves the raw measurements in OUT_DIR/measurements.
@@ -20,6 +23,7 @@ out=${3:-$(mktemp -d)}
 mkdir -p "$out"
 ops=$build/bench/braid-bench-capture-ops
 summary=$build/bench/braid-bench-capture-summary
+floor_lib=$build/bench/libbraid_cupti_floor.so
 prog=$build/tests/capture/capture_cuda_streams_nccl
 braid=$build/app/braid
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,14 +32,21 @@ m=$out/measurements
 for f in "$ops" "$summary" "$prog" "$braid"; do
   [ -x "$f" ] || { echo "capture_overhead: $f: not built" >&2; exit 1; }
 done
+[ -f "$floor_lib" ] || { echo "capture_overhead: $floor_lib: not built" >&2; exit 1; }
 
 "$braid" record -q -f -o "$out/probe.braid" -- true 2>"$out/why" || true
 if grep -q "nothing captured" "$out/why"; then cat "$out/why"; exit 1; fi
 have_torch=0
 python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null && have_torch=1
 
-# BRAID_RECORD_ARGS: more `braid record` options for the braid rows, e.g. "--trace cuda,api".
+# BRAID_RECORD_ARGS: more `braid record` options for the braid rows, e.g. "--trace cuda,api"; the
+# floor asks for the same subset.
 rec() { "$braid" record -q -f ${BRAID_RECORD_ARGS:-} -o "$out/rec.braid" -- "$@"; }
+floor_trace=$(echo " ${BRAID_RECORD_ARGS:-} " | sed -n 's/.* --trace[ =]\([^ ]*\) .*/\1/p')
+floor() {
+  CUDA_INJECTION64_PATH=$floor_lib NVTX_INJECTION64_PATH=$floor_lib \
+    BRAID_CAPTURE_TRACE=${floor_trace:-all} "$@"
+}
 # Wall seconds of a command (awk's doubles: microseconds are kept at today's epoch).
 seconds() {
   s=$(date +%s.%N)
@@ -56,16 +67,19 @@ i=0
 while [ "$i" -lt "$runs" ]; do
   for op in launch_sync copy4k nvtx allreduce; do
     "$ops" "$op" 20000 1 | sed 's/^/none /' >>"$m"
+    floor "$ops" "$op" 20000 1 | sed 's/^/floor /' >>"$m"
     rec "$ops" "$op" 20000 1 | sed 's/^/braid /' >>"$m"
   done
   if [ "$have_torch" = 1 ]; then
     for kind in launch compute; do
       python3 "$here/capture_torch_step.py" "$kind" 50 | sed 's/^/none /' >>"$m"
+      floor python3 "$here/capture_torch_step.py" "$kind" 50 | sed 's/^/floor /' >>"$m"
       rec python3 "$here/capture_torch_step.py" "$kind" 50 | sed 's/^/braid /' >>"$m"
       python3 "$here/capture_torch_step.py" "$kind" 50 --torch-profiler | sed 's/^/torch /' >>"$m"
     done
   fi
   measure none whole_run_s "$prog" 200
+  measure floor whole_run_s floor "$prog" 200
   measure braid whole_run_s rec "$prog" 200
   measure braid idle_window_s "$braid" record -q -f --nvtx never-opened -o "$out/idle.braid" -- "$prog" 200
   i=$((i + 1))

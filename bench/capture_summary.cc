@@ -34,10 +34,11 @@ std::vector<OverheadRow> summarize_overhead(std::istream& in, const std::string&
     std::string config, workload, extra;
     double v = 0;
     if (!(l >> config >> workload >> v) || (l >> extra) || v < 0 ||
-        (config != "none" && config != "braid" && config != "torch"))
+        (config != "none" && config != "floor" && config != "braid" && config != "torch"))
       throw Error(ErrorCode::BadFormat,
                   source + ":" + std::to_string(no) +
-                      ": expected '<none|braid|torch> <workload> <value>', got '" + line + "'");
+                      ": expected '<none|floor|braid|torch> <workload> <value>', got '" + line +
+                      "'");
     if (!values.count(workload)) order.push_back(workload);
     values[workload][config].push_back(v);
   }
@@ -56,23 +57,26 @@ std::vector<OverheadRow> summarize_overhead(std::istream& in, const std::string&
 
 std::string overhead_table(const std::vector<OverheadRow>& rows) {
   std::string out =
-      "| workload | no capture | braid record | added | ratio | torch.profiler | ratio |\n"
-      "|---|---|---|---|---|---|---|\n";
+      "| workload | plain | CUPTI floor | braid | braid - floor | braid - plain | braid ratio | "
+      "floor ratio | torch.profiler | torch ratio |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n";
   for (auto& r : rows) {
     auto get = [&](const char* c) -> const double* {
       auto it = r.median.find(c);
       return it == r.median.end() ? nullptr : &it->second;
     };
-    const double *none = get("none"), *braid = get("braid"), *torch = get("torch");
+    const double *none = get("none"), *floor = get("floor"), *braid = get("braid"),
+                 *torch = get("torch");
     auto cell = [](const double* v) { return v ? fmt(*v) : std::string(""); };
-    std::string added, ratio, tratio;
-    if (none && braid) {
-      added = (*braid >= *none ? "+" : "") + fmt(*braid - *none);
-      if (*none > 0) ratio = fmt(*braid / *none) + "x";
-    }
-    if (none && torch && *none > 0) tratio = fmt(*torch / *none) + "x";
-    out += "| " + r.workload + " | " + cell(none) + " | " + cell(braid) + " | " + added + " | " +
-           ratio + " | " + cell(torch) + " | " + tratio + " |\n";
+    auto diff = [](const double* a, const double* b) {
+      return a && b ? (*a >= *b ? "+" : "") + fmt(*a - *b) : std::string("");
+    };
+    auto ratio = [](const double* a, const double* b) {
+      return a && b && *b > 0 ? fmt(*a / *b) + "x" : std::string("");
+    };
+    out += "| " + r.workload + " | " + cell(none) + " | " + cell(floor) + " | " + cell(braid) +
+           " | " + diff(braid, floor) + " | " + diff(braid, none) + " | " + ratio(braid, none) +
+           " | " + ratio(floor, none) + " | " + cell(torch) + " | " + ratio(torch, none) + " |\n";
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // The capture overhead table (docs/BENCHMARKS.md, "Capture overhead") from the measurements
 // bench/capture_overhead.sh collects: lines "<config> <workload> <value>", where config is
-// `none` (no capture), `braid` (braid record) or `torch` (torch.profiler), and value one
-// measurement (ns per operation, or ms per step) of one interleaved run.
+// `none` (no capture), `floor` (CUPTI's floor: a client enabling braid's activity kinds and
+// reading nothing, bench/cupti_floor.cc), `braid` (braid record) or `torch` (torch.profiler), and
+// value one measurement (ns per operation, or ms per step) of one interleaved run.
 #pragma once
 
 #include <iosfwd>
@@ -21,8 +22,9 @@ struct OverheadRow {
 // malformed one. Workloads keep their first-seen order.
 std::vector<OverheadRow> summarize_overhead(std::istream& in, const std::string& source);
 
-// The markdown table: workload, the three configs' medians, braid's and torch's ratio to no
-// capture and braid's added cost per operation.
+// The markdown table: per workload the configs' medians (plain, CUPTI floor, braid), braid's cost
+// above the floor and above no capture, braid's and the floor's ratio to no capture, and
+// torch.profiler's median and ratio.
 std::string overhead_table(const std::vector<OverheadRow>& rows);
 
 }  // namespace braid::bench

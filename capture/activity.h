@@ -48,6 +48,7 @@ struct MarkerActivity {
   enum Phase : uint8_t { Start, End, Instant } phase = Instant;
   uint32_t id = 0;
   int64_t timestamp = 0;
+  bool host_clock = false;       // `timestamp` on the host clock (the agent's own NVTX handlers)
   const char* name = nullptr;    // Start and Instant only
   const char* domain = nullptr;
   uint64_t tid = 0;

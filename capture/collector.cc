@@ -85,13 +85,29 @@ void Collector::window_edge(bool open, int64_t device_ts, const std::string& ope
   }
 }
 
+void Collector::cupti_gap(bool begins, int64_t ts, bool reopen) {
+  windowed_ = true;
+  if (!begins) {
+    if (reopen) window_edge(true, ts, "", true);
+    return;
+  }
+  if (windows_.empty() || windows_.back().close != INT64_MAX) return;
+  Window& w = windows_.back();
+  if (!w.stored) {  // the whole run's window: stored now that the run has a hole
+    w.stored = true;
+    w.row_start = w.host_open;
+    sink_.add(CaptureWindow{rank_, w.host_open, w.host_open});
+  }
+  window_edge(false, ts, "", true);
+}
+
 void Collector::kept(int64_t device_ts, Ns start, Ns end) {
   if (windows_.empty()) return;
   auto it = std::find_if(windows_.rbegin(), windows_.rend(),
                          [&](const Window& w) { return w.open <= device_ts; });
   const Window* owner = it == windows_.rend() ? &windows_.front() : &*it;
   Window& w = windows_.back();
-  if (owner != &w || !w.stored) return;
+  if (owner != &w) return;  // unstored ones too: a gap stores the whole run's window
   if (start < w.first) w.first = start, w.dirty = true;
   if (end > w.last) w.last = end, w.dirty = true;
 }
@@ -280,7 +296,8 @@ void Collector::on_marker(const MarkerActivity& m) {
     bool inside = in_window(m.timestamp);
     if (m.phase == MarkerActivity::Instant && !inside) return;
     std::string text = m.name ? m.name : "";
-    OpenMarker o{m.timestamp, host(m.timestamp), 0, 0, m.tid, text, m.domain ? m.domain : ""};
+    const Ns start = m.host_clock ? m.timestamp : host(m.timestamp);
+    OpenMarker o{m.timestamp, start, 0, 0, m.tid, text, m.domain ? m.domain : ""};
     if (!inside) {  // kept aside: it may be the range that opened the window
       bound(outside_markers_);
       outside_markers_[m.id] = std::move(o);
@@ -323,11 +340,61 @@ void Collector::on_marker(const MarkerActivity& m) {
     }
   }
   const OpenMarker& o = it->second;
-  Ns end = host(m.timestamp);
+  Ns end = m.host_clock ? m.timestamp : host(m.timestamp);
   kept(o.device_start, o.start, end);
   sink_.add(Range{rank_, static_cast<int64_t>(o.tid), false, o.start, end, o.name, o.domain, 0});
   if (auto step = step_from_range_name(o.text)) sink_.add(Step{rank_, *step, o.start, end});
   markers_.erase(it);
+}
+
+void Collector::on_nvtx(const NvtxEvent& e) {
+  MarkerActivity m;
+  m.timestamp = e.ts;
+  m.host_clock = true;
+  m.tid = static_cast<uint64_t>(e.tid);
+  const std::string name(e.name), domain(e.domain);
+  m.name = name.c_str();
+  m.domain = domain.c_str();
+  auto unmatched = [&] {
+    count(diag::Code::capture_unmatched_marker_end, 1,
+          "an NVTX range ended whose start was before the capture started");
+  };
+  switch (e.kind) {
+    case NvtxEvent::Push:
+      m.phase = MarkerActivity::Start;
+      m.id = next_nvtx_id_++;
+      nvtx_pushed_[{e.tid, domain}].push_back(m.id);
+      break;
+    case NvtxEvent::Pop: {
+      auto it = nvtx_pushed_.find({e.tid, domain});
+      if (it == nvtx_pushed_.end() || it->second.empty()) return unmatched();
+      m.phase = MarkerActivity::End;
+      m.id = it->second.back();
+      it->second.pop_back();
+      if (it->second.empty()) nvtx_pushed_.erase(it);
+      break;
+    }
+    case NvtxEvent::Start:
+      m.phase = MarkerActivity::Start;
+      m.id = next_nvtx_id_++;
+      bound(nvtx_started_);
+      nvtx_started_[e.id] = m.id;
+      break;
+    case NvtxEvent::End: {
+      auto it = nvtx_started_.find(e.id);
+      if (it == nvtx_started_.end()) return unmatched();
+      m.phase = MarkerActivity::End;
+      m.id = it->second;
+      nvtx_started_.erase(it);
+      break;
+    }
+    case NvtxEvent::Mark:
+      m.phase = MarkerActivity::Instant;
+      m.id = next_nvtx_id_++;
+      break;
+  }
+  if (next_nvtx_id_ == 0) next_nvtx_id_ = 1u << 31;  // wrapped
+  on_marker(m);
 }
 
 void Collector::on_device(const DeviceActivity& d) {

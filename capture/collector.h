@@ -19,6 +19,7 @@
 #include "capture/activity.h"
 #include "capture/clock_fit.h"
 #include "capture/nccl_event.h"
+#include "capture/nvtx_log.h"
 #include "capture/sink.h"
 #include "trace/diagnostics.h"
 
@@ -38,6 +39,9 @@ class Collector final : public ActivityHandler {
   void on_external_correlation(const ExternalCorrelationActivity& e) override;
   void on_device(const DeviceActivity& d) override;
   void on_unhandled(uint32_t cupti_kind) override;
+  // An NVTX event the agent's own handlers logged (host clock): a push is matched to the next pop
+  // of its thread and domain, a start to the end of its range id.
+  void on_nvtx(const NvtxEvent& e);
 
   // Capture-window edges, in CUPTI's (device) clock, as the agent switches the window (each
   // window is stored in `capture_windows`, a window still open ending at the last cycle); `opener`
@@ -50,6 +54,12 @@ class Collector final : public ActivityHandler {
   // it starts before the opening, and a record mapped onto the host clock by a later fit than
   // the opening's can land before it (the row's start then moves: Sink::replace_window).
   void window_edge(bool open, int64_t device_ts, const std::string& opener, bool store = true);
+
+  // The job's own CUPTI client took CUPTI from braid (`begins`) or braid took it back, at `ts` (the
+  // edges' clock): braid has no CUDA records in between. The window open when the gap begins
+  // closes there, and is stored from then on (a whole-run window too: the run has a hole); at the
+  // gap's end a stored window opens when `reopen` (the window braid was asked for is open then).
+  void cupti_gap(bool begins, int64_t ts, bool reopen);
 
   void on_nccl_call(const NcclCall& c);
   void on_graph_link(const NcclGraphLink& l);
@@ -171,6 +181,11 @@ class Collector final : public ActivityHandler {
     std::string text, domain_text;
   };
   std::unordered_map<uint32_t, OpenMarker> markers_;
+  // The agent's NVTX events: open pushes per (thread, domain), open start/end ranges by NVTX id,
+  // each given a marker id of its own (above CUPTI's).
+  std::map<std::pair<int64_t, std::string>, std::vector<uint32_t>> nvtx_pushed_;
+  std::unordered_map<uint64_t, uint32_t> nvtx_started_;
+  uint32_t next_nvtx_id_ = 1u << 31;
   std::unordered_map<uint32_t, OpenMarker> outside_markers_;  // started outside the window
   std::unordered_map<const char*, KernelName> kernel_names_;
   std::set<int64_t> streams_;

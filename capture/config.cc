@@ -117,13 +117,22 @@ std::string to_string(const WindowSpec& w) {
   return "all";
 }
 
+namespace {
+// Whether `s` starts with `lower_prefix` (lower case), ignoring case. No allocation: the agent's
+// NVTX handlers ask for every range a steps window could start on.
+bool starts_with_nocase(std::string_view s, std::string_view lower_prefix) {
+  if (s.size() < lower_prefix.size()) return false;
+  for (size_t i = 0; i < lower_prefix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[i])) != lower_prefix[i]) return false;
+  return true;
+}
+}  // namespace
+
 std::optional<int64_t> step_from_range_name(std::string_view name) {
-  std::string lower;
-  for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   std::string_view rest;
   for (std::string_view prefix : {"profilerstep#", "step#", "step_", "step "}) {
-    if (lower.rfind(prefix, 0) == 0) {
-      rest = std::string_view(name).substr(prefix.size());
+    if (starts_with_nocase(name, prefix)) {
+      rest = name.substr(prefix.size());
       break;
     }
   }
@@ -174,6 +183,14 @@ TraceSet parse_trace(std::string_view text) {
   return t;
 }
 
+CuptiPolicy parse_cupti_policy(std::string_view text) {
+  if (text == "yield") return CuptiPolicy::Yield;
+  if (text == "hold") return CuptiPolicy::Hold;
+  throw Error(ErrorCode::Usage, "--cupti '" + std::string(text) + "': expected yield or hold");
+}
+
+const char* to_string(CuptiPolicy p) { return p == CuptiPolicy::Hold ? "hold" : "yield"; }
+
 std::string to_string(const TraceSet& t) {
   std::string out;
   for (auto [on, name] :
@@ -209,6 +226,13 @@ CaptureConfig config_from_env(const GetEnv& getenv) {
       c.trace = parse_trace(t);
     } catch (const Error&) {
       c.trace = TraceSet{};  // braid record validated it; a hand-set bad value records all
+    }
+  }
+  if (const char* p = getenv("BRAID_CAPTURE_CUPTI"); p && *p) {
+    try {
+      c.cupti = parse_cupti_policy(p);
+    } catch (const Error&) {
+      c.cupti = CuptiPolicy::Yield;  // braid record validated it; a hand-set bad value yields
     }
   }
   if (const char* cmd = getenv("BRAID_CAPTURE_COMMAND")) c.command = cmd;

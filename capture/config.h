@@ -58,6 +58,16 @@ struct TraceSet {
 TraceSet parse_trace(std::string_view text);
 std::string to_string(const TraceSet& t);
 
+// What the agent does when the job's own CUPTI client (torch.profiler's Kineto, a CUPTI tool of
+// the job) asks for CUPTI while braid holds it and CUPTI serves one subscriber (`braid record
+// --cupti`): Yield hands it over (braid flushes, switches its records off and unsubscribes; the
+// gap is a hole between capture windows and a diagnostic) and takes it back when that client
+// unsubscribes or finalizes CUPTI; Hold keeps it (the client is refused; braid says so).
+enum class CuptiPolicy { Yield, Hold };
+// "yield" or "hold". Throws braid::Error(Usage) on anything else.
+CuptiPolicy parse_cupti_policy(std::string_view text);
+const char* to_string(CuptiPolicy p);
+
 struct CaptureConfig {
   std::string output;   // "dir/job.braid": each process writes dir/job.rank<R>.braid
   // Attach mode (BRAID_CAPTURE_ATTACH): register with the node daemon on this socket and capture
@@ -66,6 +76,7 @@ struct CaptureConfig {
   std::string job;
   WindowSpec window;
   TraceSet trace;       // BRAID_CAPTURE_TRACE
+  CuptiPolicy cupti = CuptiPolicy::Yield;  // BRAID_CAPTURE_CUPTI
   std::string command;  // what was recorded (runs.source)
   size_t buffer_bytes = 8u << 20;
   size_t prealloc_buffers = 4;
@@ -94,6 +105,8 @@ class WindowController {
   // seen (before the callbacks were on) is ignored.
   std::optional<bool> on_range_start_id(uint64_t id, std::string_view name);
   std::optional<bool> on_range_end_id(uint64_t id);
+  // Whether a start/end range of this id is open as far as the window knows.
+  bool has_range(uint64_t id) const { return started_.count(id) > 0; }
   std::optional<bool> on_tick(double seconds_since_start);
   const WindowSpec& spec() const { return spec_; }
 

@@ -164,22 +164,4 @@ ParseStats parse_activity_buffer(const uint8_t* buffer, size_t valid, ActivityHa
   return st;
 }
 
-int enabled_activity_kinds(int* kinds, int max, bool with_api) {
-  static const CUpti_ActivityKind kBase[] = {
-      CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-      CUPTI_ACTIVITY_KIND_MEMCPY2,           CUPTI_ACTIVITY_KIND_MEMSET,
-      CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_MARKER,
-      CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
-  };
-  static const CUpti_ActivityKind kApi[] = {CUPTI_ACTIVITY_KIND_RUNTIME,
-                                            CUPTI_ACTIVITY_KIND_DRIVER};
-  int n = 0;
-  for (auto k : kBase)
-    if (n < max) kinds[n++] = k;
-  if (with_api)
-    for (auto k : kApi)
-      if (n < max) kinds[n++] = k;
-  return n;
-}
-
 }  // namespace braid::capture

@@ -18,7 +18,8 @@ struct ParseStats {
 
 ParseStats parse_activity_buffer(const uint8_t* buffer, size_t valid_bytes, ActivityHandler& h);
 
-// The CUPTI activity kinds the agent enables (the ones parse_activity_buffer understands).
+// The CUPTI activity kinds the agent enables (parse_activity_buffer understands them, and MARKER
+// records too, which the agent no longer asks for).
 // `with_api`: runtime and driver API records too.
 int enabled_activity_kinds(int* kinds, int max, bool with_api);
 

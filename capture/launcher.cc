@@ -141,6 +141,7 @@ std::vector<std::pair<std::string, std::string>> capture_environment(const Recor
     env.emplace_back("BRAID_CAPTURE_WINDOW", to_string(o.window));
   }
   env.emplace_back("BRAID_CAPTURE_TRACE", to_string(o.trace));
+  env.emplace_back("BRAID_CAPTURE_CUPTI", to_string(o.cupti));
   env.emplace_back("BRAID_CAPTURE_COMMAND", join(o.command));
   env.emplace_back("BRAID_CAPTURE_BUFFER_MB", std::to_string(o.buffer_mb));
   env.emplace_back("BRAID_CAPTURE_MAX_BUFFERS", std::to_string(o.max_buffers));

@@ -13,6 +13,7 @@ struct RecordOptions {
   std::vector<std::string> command;
   WindowSpec window;
   TraceSet trace;
+  CuptiPolicy cupti = CuptiPolicy::Yield;  // --cupti: the job's own CUPTI client first or braid
   bool force = false;   // replace outputs left by an earlier recording
   bool quiet = false;
   int buffer_mb = 8;

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "capture/nvtx_log.h"
+
 namespace braid::capture {
 Pipeline::Pipeline(SinkFactory make_sink, int32_t rank, uint32_t nccl_external_kind,
                    PipelineHooks hooks, PipelineOptions opts, BufferPool* pool)
@@ -87,6 +89,9 @@ void Pipeline::drain(bool final) {
   if (h.request_flush) h.request_flush(final);
   std::vector<Item> items = std::move(spare_);
   items.clear();
+  // NVTX events written up to here are read after the queue taken below: a window edge posted
+  // before an event is always handed to the collector before that event.
+  NvtxLog::freeze();
   {
     std::lock_guard lk(mu_);
     items.swap(queue_);
@@ -111,6 +116,7 @@ void Pipeline::drain(bool final) {
   if (sink_failed_) {  // nowhere to write: drop, but give the buffers back to CUPTI
     for (auto& item : items)
       if (auto* b = std::get_if<Buffer>(&item); b && pool_) pool_->release(b->data);
+    NvtxLog::read([](const NvtxEvent&) {});
     return;
   }
   Collector& col = *collector_;
@@ -136,12 +142,14 @@ void Pipeline::drain(bool final) {
       if (*f) (*f)(col);
     }
   }
+  NvtxLog::read([&col](const NvtxEvent& e) { col.on_nvtx(e); });
   if (h.update_counters) h.update_counters(col);
   if (pool_ && pool_->refused() > 0)
     col.set_count(diag::Code::capture_buffer_refused, pool_->refused(),
                   "activity buffers CUPTI asked for beyond the pool's cap (its records were "
                   "dropped; raise BRAID_CAPTURE_MAX_BUFFERS)");
-  int64_t dropped = this->dropped();
+  // NVTX events a thread could not log (its unread log at its cap) count as the queue's.
+  int64_t dropped = this->dropped() + NvtxLog::dropped();
   if (dropped)
     col.set_count(diag::Code::capture_queue_overflow, dropped,
                   "events dropped because the writer fell behind");

@@ -146,6 +146,11 @@ namespace braid::diag {
     "another CUPTI client of the job was refused CUPTI because braid holds it")                   \
   X(capture_cupti_taken, "capture.cupti_taken", Error, "capture",                                 \
     "another CUPTI client took CUPTI's buffers or a kind braid records; braid's records stop")    \
+  X(capture_cupti_yielded, "capture.cupti_yielded", Warning, "capture",                           \
+    "braid handed CUPTI to the job's own profiler (--cupti yield): no CUDA records until it "     \
+    "returns")                                                                                    \
+  X(capture_cupti_shared, "capture.cupti_shared", Info, "capture",                                \
+    "another CUPTI client subscribed beside braid (CUPTI with several subscribers): both record") \
   X(capture_nccl_graph_captured, "capture.nccl_graph_captured", Info, "capture",                  \
     "NCCL calls made during CUDA stream capture; their collectives are the graph's replays")      \
   X(daemon_rank_conflict, "daemon.rank_conflict", Error, "capture/daemon",                        \

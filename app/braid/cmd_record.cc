@@ -15,6 +15,7 @@ void register_record(CLI::App& app, Action& run) {
     capture::RecordOptions rec;
     std::string window = "all";
     std::string trace = "cuda,nvtx,nccl,api";
+    std::string cupti = "yield";
     std::string steps;
     double duration = 0, delay = 0;
     bool profiler_api = false;
@@ -57,6 +58,12 @@ void register_record(CLI::App& app, Action& run) {
                   "syncs), nvtx (ranges, steps), nccl (NCCL calls), api (CUDA API records; NCCL "
                   "calls are tied to their kernels only with it); or all")
       ->default_val("cuda,nvtx,nccl,api");
+  cmd->add_option("--cupti", o->cupti,
+                  "When the job's own CUPTI client (torch.profiler) asks for CUPTI while braid "
+                  "holds it and CUPTI serves one client: yield (hand it over, record the gap, take "
+                  "it back when that client lets go) or hold (keep it; that client records no GPU "
+                  "activity)")
+      ->default_val("yield");
   cmd->add_option("--buffer-mb", o->rec.buffer_mb, "CUPTI activity buffer size, 1-10 MB")
       ->default_val(8);
   cmd->add_option("--max-buffers", o->rec.max_buffers,
@@ -81,6 +88,7 @@ void register_record(CLI::App& app, Action& run) {
                      !o->nvtx.empty() || !o->steps.empty() || o->window != "all" || o->rec.force;
     run = [o, with_duration, with_attach, attach_only, file_only] {
       o->rec.trace = capture::parse_trace(o->trace);
+      o->rec.cupti = capture::parse_cupti_policy(o->cupti);
       if (!with_attach && attach_only)
         throw Error(ErrorCode::Usage, "record: --socket and --job go with --attach");
       if (with_attach && file_only)

@@ -1,15 +1,14 @@
 // CUDA's injection entry point and everything CUPTI: the activity buffers (from the pool, handed
 // to the writer thread when complete), the capture window switched by cudaProfilerStart/Stop,
-// NVTX ranges, a duration or (attach mode) the node daemon, the device clock for the clock fit,
-// dropped-record counts, and the external-correlation ids the NCCL interposer pushes around its
-// launches.
+// NVTX ranges (told by the agent's own NVTX handlers, nvtx_hooks.cc), a duration or (attach mode)
+// the node daemon, the device clock for the clock fit, dropped-record counts, and the
+// external-correlation ids the NCCL interposer pushes around its launches.
 //
 // What is on for the run and what follows the window: CUPTI's thread ids are the system's
 // (cuptiSetThreadIdType before any kind), API records of the kept calls and external correlation
-// are on from the start, and so are NVTX markers in nvtx/steps windows (the range that opens the
-// window is recorded before its callback runs); the collector keeps only their rows inside the
-// window, whose edges the agent posts in the host clock. Kernels, copies, memsets and
-// synchronization are switched with the window.
+// are on from the start; the collector keeps only their rows inside the window, whose edges the
+// agent posts in the host clock. Kernels, copies, memsets and synchronization are switched with
+// the window.
 //
 // Locking: g_window_mu guards the window controller and is never held across a CUPTI call (CUPTI
 // may hold its own locks while it calls us back); the CUPTI kinds are switched afterwards by
@@ -17,31 +16,34 @@
 //
 // Other CUPTI clients (torch.profiler's Kineto, Nsight Systems): CUDA 13.0's CUPTI has one
 // subscriber and one set of activity buffers per process. The agent subscribes under its name
-// (cuptiSubscribe_v2), so a refusal names the holder; it exports the CUPTI calls by which another
-// client takes CUPTI (subscribe, buffer registration, disabling a kind, finalize) and forwards them
-// to the libcupti it loaded, saying when one refused that client (its trace has no GPU activity)
-// or took records from braid; and, for clients that reach CUPTI by other ways, it checks while a
+// (cuptiSubscribe_v2, asking for several subscribers where CUPTI is 13.2 or later), so a refusal
+// names the holder; the CUPTI calls by which another client takes CUPTI or lets it go come
+// through this library (cupti_clients.cc), which hands CUPTI over to the job's own profiler and
+// takes it back (--cupti yield, the default: yield_to, try_take_back below) or keeps it and says
+// who lost (--cupti hold); and, for clients that reach CUPTI by other ways, it checks while a
 // window is open that its own buffers still arrive (a DEVICE record dumped every recalibration).
-// The agent's own calls of those functions go to that libcupti directly (real()).
+// The agent's own calls of the exported functions go to the libcupti it loaded directly (real()).
 #include <cupti.h>
 #include <dlfcn.h>
-#include <generated_nvtx_meta.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "capture/agent/agent.h"
+#include "capture/agent/cupti_state.h"
+#include "capture/agent/nccl_interpose.h"
 #include "capture/cupti_parse.h"
-#include "capture/nccl_interpose.h"
 #include "trace/diagnostics.h"
 
 namespace braid::capture::agent {
@@ -51,30 +53,15 @@ CUpti_SubscriberHandle g_subscriber = nullptr;
 std::atomic<bool> g_activity_on{false};  // the window's kinds, as last switched
 std::atomic<bool> g_want_on{false};      // as the window controller last decided
 std::atomic<bool> g_switching{false};
-std::atomic<bool> g_markers_for_run{false};
-bool g_trace_cuda = true, g_trace_nvtx = true;  // --trace, set before any kind is enabled
+bool g_trace_cuda = true;  // --trace cuda, set before any kind is enabled
 std::atomic<int64_t> g_dropped{0};
 std::mutex g_window_mu;  // guards g_window; never held across a CUPTI call
 WindowController* g_window = nullptr;
+// The window's kind and range name, for the NVTX handlers' lock-free check (set before they go
+// live).
+WindowKind g_nvtx_window_kind = WindowKind::All;
+std::string g_nvtx_window_name;
 std::chrono::steady_clock::time_point g_start;
-
-// This thread's pushed NVTX range names. A plain pointer, so an NVTX call made during exit,
-// after the thread's thread_local destructors ran, still finds valid memory; freed at thread
-// exit through a pthread key.
-thread_local std::vector<std::string>* t_nvtx_stack = nullptr;
-pthread_key_t g_nvtx_key;
-std::vector<std::string>& nvtx_stack() {
-  if (!t_nvtx_stack) {
-    t_nvtx_stack = new std::vector<std::string>();
-    pthread_setspecific(g_nvtx_key, t_nvtx_stack);
-    if (Agent* a = Agent::running()) a->name_this_thread();  // a thread of NVTX ranges only
-  }
-  return *t_nvtx_stack;
-}
-void free_nvtx_stack(void* p) {
-  delete static_cast<std::vector<std::string>*>(p);
-  t_nvtx_stack = nullptr;
-}
 
 // Runtime and driver callback ids whose API records are kept (is_recorded_api). Namespace scope
 // and trivially destructible: nothing here is destroyed before the agent's exit handler runs.
@@ -88,18 +75,8 @@ void warn(const char* what, CUptiResult rc) {
   std::fprintf(stderr, "braid capture: %s failed: %s\n", what, s ? s : "unknown CUPTI error");
 }
 
-// The libcupti this library loaded (found from a CUPTI function it does not define) and the
-// functions of it that this library also exports for other clients.
-struct RealCupti {
-  void* handle = nullptr;
-  const char* path = nullptr;
-  decltype(&cuptiSubscribe) subscribe = nullptr;
-  decltype(&cuptiSubscribe_v2) subscribe_v2 = nullptr;
-  decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
-  decltype(&cuptiActivityDisable) disable = nullptr;
-  decltype(&cuptiFinalize) finalize = nullptr;
-  int (*nvtx_init)(void*) = nullptr;  // InitializeInjectionNvtx2
-};
+}  // namespace
+
 static_assert(std::is_trivially_destructible_v<RealCupti>);  // used during exit
 const RealCupti& real() {
   static const RealCupti r = [] {
@@ -113,6 +90,7 @@ const RealCupti& real() {
     auto get = [&](const char* n) { return dlsym(c.handle, n); };
     c.subscribe = reinterpret_cast<decltype(c.subscribe)>(get("cuptiSubscribe"));
     c.subscribe_v2 = reinterpret_cast<decltype(c.subscribe_v2)>(get("cuptiSubscribe_v2"));
+    c.unsubscribe = reinterpret_cast<decltype(c.unsubscribe)>(get("cuptiUnsubscribe"));
     c.register_callbacks =
         reinterpret_cast<decltype(c.register_callbacks)>(get("cuptiActivityRegisterCallbacks"));
     c.disable = reinterpret_cast<decltype(c.disable)>(get("cuptiActivityDisable"));
@@ -123,9 +101,12 @@ const RealCupti& real() {
   return r;
 }
 
+namespace {
 // What another CUPTI client did, said once per code on stderr and counted in diagnostics.
 std::atomic<bool> g_said_contended{false}, g_said_taken{false};
 std::atomic<bool> g_registered{false};  // braid's activity buffers are registered
+}  // namespace
+
 void report_other_client(bool taken, const std::string& detail) {
   std::atomic<bool>& said = taken ? g_said_taken : g_said_contended;
   if (!said.exchange(true)) std::fprintf(stderr, "braid capture: %s\n", detail.c_str());
@@ -136,11 +117,14 @@ void report_other_client(bool taken, const std::string& detail) {
   d.detail = detail;
   a->pipeline().post(d);
 }
+
 std::string result_name(CUptiResult rc) {
   const char* s = nullptr;
   cuptiGetResultString(rc, &s);
   return s ? s : "CUPTI error " + std::to_string(static_cast<int>(rc));
 }
+
+namespace {
 
 // Canary: while a window is open, a DEVICE record dumped into braid's buffers every
 // recalibration period must come back through them; two in a row that do not mean another
@@ -212,9 +196,10 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
   if (a) a->pipeline().post_buffer(buffer, valid);  // parsed on the writer thread
 }
 
-// API records for the kept calls, chosen by name from every callback id CUPTI knows; on for the
-// run (switching them inside a window lost them on a real H100).
-void enable_api_records() {
+// API records for the kept calls, chosen by name from every callback id CUPTI knows (once); on
+// for the run (switching them inside a window lost them on a real H100), off when braid hands
+// CUPTI over.
+void choose_api_records() {
   const char* name = nullptr;
   for (uint32_t id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE && g_n_runtime < kMaxApis; ++id)
     if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, id, &name) == CUPTI_SUCCESS && name &&
@@ -224,8 +209,10 @@ void enable_api_records() {
     if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) == CUPTI_SUCCESS && name &&
         is_recorded_api(name))
       g_driver_apis[g_n_driver++] = id;
-  for (size_t i = 0; i < g_n_runtime; ++i) cuptiActivityEnableRuntimeApi(g_runtime_apis[i], 1);
-  for (size_t i = 0; i < g_n_driver; ++i) cuptiActivityEnableDriverApi(g_driver_apis[i], 1);
+}
+void switch_api_records(bool on) {
+  for (size_t i = 0; i < g_n_runtime; ++i) cuptiActivityEnableRuntimeApi(g_runtime_apis[i], on);
+  for (size_t i = 0; i < g_n_driver; ++i) cuptiActivityEnableDriverApi(g_driver_apis[i], on);
 }
 
 void enable_for_run(CUpti_ActivityKind k) {
@@ -237,26 +224,56 @@ void enable_for_run(CUpti_ActivityKind k) {
 void switch_kinds(bool on) {
   int kinds[16];
   int n = enabled_activity_kinds(kinds, 16, false);
-  bool markers_for_run = g_markers_for_run.load();
   for (int i = 0; i < n; ++i) {
     auto k = static_cast<CUpti_ActivityKind>(kinds[i]);
     if (k == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) continue;  // on for the run
-    if (k == CUPTI_ACTIVITY_KIND_MARKER) {
-      if (markers_for_run || !g_trace_nvtx) continue;
-    } else if (!g_trace_cuda) {
-      continue;
-    }
+    if (!g_trace_cuda) continue;
     CUptiResult rc = on ? cuptiActivityEnable(k) : real().disable(k);
     if (rc != CUPTI_SUCCESS && rc != CUPTI_ERROR_NOT_COMPATIBLE) warn("cuptiActivityEnable", rc);
   }
 }
 
+// Who holds CUPTI (cupti_state.h). g_owner_mu orders handing CUPTI over and taking it back; it is
+// never held inside a CUPTI callback of braid's, and the window lock is never taken while waiting
+// for it.
+std::atomic<int> g_owner{static_cast<int>(Owner::None)};
+std::atomic<bool> g_yielded{false};  // Owner::Yielded, read where braid would call CUPTI
+std::atomic<bool> g_want_back{false};
+bool g_yield = true;  // --cupti yield; set before braid holds CUPTI
+std::mutex g_owner_mu;
+std::string g_gap_detail;  // under g_owner_mu: the hand-over, said again when it ends
+// How the client let go: written where it does (maybe inside its CUPTI callback, so under a lock
+// never held across a CUPTI call), read when braid takes CUPTI back.
+std::mutex g_how_mu;
+std::string g_back_how;
+// Another client's cuptiFinalize in progress, and how many have finished: taking CUPTI back
+// while one runs would lose braid's fresh subscription to it.
+std::atomic<int> g_finalizing{0};
+std::atomic<uint64_t> g_finalized{0};
+// Not before this (steady clock, ns): a client that unsubscribes usually finalizes next (Kineto's
+// teardown does both in one callback), and braid should come back once, after both.
+std::atomic<int64_t> g_back_not_before{0};
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+double seconds_in() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count();
+}
+std::string at_seconds() {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f s", seconds_in());
+  return b;
+}
+
 // Brings CUPTI's kinds to the state the window controller wants. Called with no lock of ours
-// held; when two threads get here at once, the one switching applies the other's wish too.
+// held; when two threads get here at once, the one switching applies the other's wish too. While
+// CUPTI is handed over nothing is switched (taking it back reconciles).
 void reconcile() {
   for (;;) {
     if (g_switching.exchange(true, std::memory_order_acquire)) return;
-    for (bool want; (want = g_want_on.load()) != g_activity_on.load();) {
+    for (bool want; !g_yielded.load() && (want = g_want_on.load()) != g_activity_on.load();) {
       switch_kinds(want);
       g_activity_on.store(want);
       if (Agent* a = Agent::running()) {
@@ -265,12 +282,14 @@ void reconcile() {
       }
     }
     g_switching.store(false, std::memory_order_release);
-    if (g_want_on.load() == g_activity_on.load()) return;
+    if (g_yielded.load() || g_want_on.load() == g_activity_on.load()) return;
   }
 }
 
 // A window change the controller decided, under g_window_mu: the edge goes to the collector (in
-// order with every other edge, hence under the lock) and the kinds are switched after it.
+// order with every other edge, hence under the lock) and the kinds are switched after it. While
+// CUPTI is handed over the edge waits: the window the controller wants opens when braid takes
+// CUPTI back.
 struct Change {
   bool changed = false, finished = false;
 };
@@ -280,7 +299,7 @@ Change decide(std::optional<bool> change, const std::string& opener = "") {
   c.changed = true;
   c.finished = !*change && g_window && g_window->finished();
   g_want_on.store(*change);
-  if (Agent* a = Agent::running()) {
+  if (Agent* a = Agent::running(); a && !g_yielded.load()) {
     bool on = *change;
     int64_t ts = host_now_ns();
     std::string name = on ? opener : "";
@@ -312,9 +331,7 @@ void attach_open_duration() {
   carry_out(c);
 }
 void attach_open_steps(int64_t n) {
-  // Step ranges arrive as NVTX callbacks and markers; both stay on from now.
-  if (g_trace_nvtx && !g_markers_for_run.exchange(true)) enable_for_run(CUPTI_ACTIVITY_KIND_MARKER);
-  cuptiEnableDomain(1, g_subscriber, CUPTI_CB_DOMAIN_NVTX);
+  // Step ranges reach the controller through the agent's NVTX handlers (nvtx_hooks.cc).
   std::lock_guard lk(g_window_mu);
   if (g_window) g_window->open_steps(n);
 }
@@ -328,30 +345,12 @@ void attach_close() {
 }
 const WindowOps kAttachOps{attach_open_duration, attach_open_steps, attach_close};
 
-const char* nvtx_push_name(CUpti_CallbackId cbid, const void* params) {
-  const nvtxEventAttributes_t* attr = nullptr;
-  switch (cbid) {
-    case CUPTI_CBID_NVTX_nvtxRangePushA:
-    case CUPTI_CBID_NVTX_nvtxRangeStartA:  // same parameter layout: one message
-      return static_cast<const nvtxRangePushA_params*>(params)->message;
-    case CUPTI_CBID_NVTX_nvtxRangePushEx:
-    case CUPTI_CBID_NVTX_nvtxRangeStartEx:
-      attr = static_cast<const nvtxRangePushEx_params*>(params)->eventAttrib;
-      break;
-    case CUPTI_CBID_NVTX_nvtxDomainRangePushEx:
-    case CUPTI_CBID_NVTX_nvtxDomainRangeStartEx:
-      attr = static_cast<const nvtxDomainRangePushEx_params*>(params)->core.eventAttrib;
-      break;
-    default:
-      return nullptr;
-  }
-  if (attr && attr->messageType == NVTX_MESSAGE_TYPE_ASCII) return attr->message.ascii;
-  return "";
-}
-
 // CUDA graphs holding NCCL calls (GraphBook): nodes created inside an NCCL call, their clones at
 // instantiation, and each graph launch, turned into replayed calls on the launching thread (so
-// they take their sequence numbers in program order, as ordinary calls do).
+// they take their sequence numbers in program order, as ordinary calls do). What CUPTI reports at
+// an instantiation, and why the clones are found the way they are: capture/graph_book.h.
+thread_local bool t_instantiating = false;     // between GRAPHEXEC_CREATE_STARTING and _CREATED
+thread_local std::vector<uint64_t>* t_clones;  // the NCCL clones made there (never freed: exit)
 void on_graph_resource(CUpti_CallbackId cbid, const void* data) {
   auto* res = static_cast<const CUpti_ResourceData*>(data);
   auto* g = res ? static_cast<const CUpti_GraphData*>(res->resourceDescriptor) : nullptr;
@@ -359,23 +358,37 @@ void on_graph_resource(CUpti_CallbackId cbid, const void* data) {
   if (!g || !a) return;
   uint64_t node = 0, original = 0;
   uint32_t graph = 0, exec = 0;
+  if (!t_clones) t_clones = new std::vector<uint64_t>();
   switch (cbid) {
-    case CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED:
+    case CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED:  // only inside an NCCL call: its nodes
       if (cuptiGetGraphNodeId(g->node, &node) == CUPTI_SUCCESS &&
           cuptiGetGraphId(g->graph, &graph) == CUPTI_SUCCESS)
         note_graph_node(graph, node);
       break;
     case CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED:
-      if (g->originalNode && g->graphExec &&
+      // `graphExec` is not set while an instantiation clones (the executable does not exist
+      // yet): the clone is the executable's when the instantiation ends on this thread.
+      if (g->originalNode && g->node &&
           cuptiGetGraphNodeId(g->originalNode, &original) == CUPTI_SUCCESS &&
-          cuptiGetGraphNodeId(g->node, &node) == CUPTI_SUCCESS &&
-          cuptiGetGraphExecId(g->graphExec, &exec) == CUPTI_SUCCESS)
-        a->graphs().cloned(original, node, exec);
+          cuptiGetGraphNodeId(g->node, &node) == CUPTI_SUCCESS) {
+        if (!g->graph || cuptiGetGraphId(g->graph, &graph) != CUPTI_SUCCESS) graph = 0;
+        if (!g->graphExec || cuptiGetGraphExecId(g->graphExec, &exec) != CUPTI_SUCCESS) exec = 0;
+        if (a->graphs().cloned(original, node, graph, exec) && t_instantiating)
+          t_clones->push_back(node);
+      }
+      break;
+    case CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATE_STARTING:
+      t_instantiating = true;
+      t_clones->clear();
       break;
     case CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED:
-      if (g->graphExec && g->graph && cuptiGetGraphExecId(g->graphExec, &exec) == CUPTI_SUCCESS &&
-          cuptiGetGraphId(g->graph, &graph) == CUPTI_SUCCESS)
-        a->graphs().exec_created(exec, graph);
+      if (g->graphExec && cuptiGetGraphExecId(g->graphExec, &exec) == CUPTI_SUCCESS) {
+        if (g->graph && cuptiGetGraphId(g->graph, &graph) == CUPTI_SUCCESS)
+          a->graphs().exec_created(exec, graph);
+        if (t_instantiating) a->graphs().exec_holds(exec, *t_clones);
+      }
+      t_instantiating = false;
+      t_clones->clear();
       break;
     default:
       break;
@@ -465,50 +478,6 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
         change = decide(g_window->on_profiler_api(true));
       if (!start && info->callbackSite == CUPTI_API_EXIT)
         change = decide(g_window->on_profiler_api(false));
-    } else if (domain == CUPTI_CB_DOMAIN_NVTX) {
-      auto* nv = static_cast<const CUpti_NvtxData*>(data);
-      switch (cbid) {
-        case CUPTI_CBID_NVTX_nvtxRangePushA:
-        case CUPTI_CBID_NVTX_nvtxRangePushEx:
-        case CUPTI_CBID_NVTX_nvtxDomainRangePushEx: {
-          const char* name = nvtx_push_name(cbid, nv->functionParams);
-          auto& stack = nvtx_stack();
-          stack.emplace_back(name ? name : "");
-          change = decide(g_window->on_range_start(stack.back()), stack.back());
-          break;
-        }
-        case CUPTI_CBID_NVTX_nvtxRangePop:
-        case CUPTI_CBID_NVTX_nvtxDomainRangePop: {
-          auto& stack = nvtx_stack();
-          if (!stack.empty()) {
-            std::string name = std::move(stack.back());
-            stack.pop_back();
-            change = decide(g_window->on_range_end(name));
-          }
-          break;
-        }
-        // Start/end ranges: keyed by the id nvtxRangeStart* returns (they may end on another
-        // thread).
-        case CUPTI_CBID_NVTX_nvtxRangeStartA:
-        case CUPTI_CBID_NVTX_nvtxRangeStartEx:
-        case CUPTI_CBID_NVTX_nvtxDomainRangeStartEx:
-          if (nv->functionReturnValue) {
-            const char* name = nvtx_push_name(cbid, nv->functionParams);
-            auto id = *static_cast<const nvtxRangeId_t*>(nv->functionReturnValue);
-            change = decide(g_window->on_range_start_id(id, name ? name : ""), name ? name : "");
-          }
-          break;
-        case CUPTI_CBID_NVTX_nvtxRangeEnd:
-          change = decide(g_window->on_range_end_id(
-              static_cast<const nvtxRangeEnd_params*>(nv->functionParams)->id));
-          break;
-        case CUPTI_CBID_NVTX_nvtxDomainRangeEnd:
-          change = decide(g_window->on_range_end_id(
-              static_cast<const nvtxDomainRangeEnd_params*>(nv->functionParams)->core.id));
-          break;
-        default:
-          break;
-      }
     }
   }
   carry_out(change);
@@ -528,68 +497,79 @@ void pop_ext() {
       static_cast<CUpti_ExternalCorrelationKind>(kNcclExternalKind), &last);
 }
 
-bool start_cupti(Agent& a) {
-  char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {0};
-  auto fail = [&](const char* what, CUptiResult rc) {
-    const char* s = nullptr;
-    cuptiGetResultString(rc, &s);
-    std::string detail = std::string(what) + " failed: " + (s ? s : "unknown CUPTI error");
-    if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
-      detail += std::string(" (another profiler holds CUPTI: ") +
-                (holder[0] ? holder : "e.g. Nsight Systems or the PyTorch profiler") + ")";
-    std::fprintf(stderr, "braid capture: %s\n", detail.c_str());
-    Diagnostic d;
-    d.rank = -1;
-    diag::set_code(d, diag::Code::capture_cupti_unavailable);
-    d.detail = "no CUDA activity captured: " + detail;
-    a.pipeline().post(d);
-    return false;
-  };
-  if (!real().subscribe_v2 || !real().register_callbacks || !real().disable)
-    return fail("finding libcupti's functions", CUPTI_ERROR_NOT_INITIALIZED);
-  // Under braid's name: a client refused later is told who holds CUPTI ("CUPTI for braid"), and
-  // braid is told who holds it when it is refused.
-  CUpti_SubscriberParams params{};
-  params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+// CUpti_SubscriberParams as CUPTI 13.2 lays it out (this build's headers may be older): the
+// request for several subscribers follows the fields CUDA 13.0 has.
+struct SubscriberParams132 {
+  size_t structSize;
+  const char* subscriberName;
+  char* oldSubscriberName;
+  size_t oldSubscriberSize;
+  uint8_t allowMultipleSubscribers;
+};
+static_assert(offsetof(SubscriberParams132, oldSubscriberSize) ==
+              offsetof(CUpti_SubscriberParams, oldSubscriberSize));
+constexpr uint32_t kCuptiWithSeveralSubscribers = 130200;  // cuptiGetVersion of CUPTI 13.2
+uint32_t g_cupti_version = 0;
+
+// Subscribes braid under its name (a client refused later is told who holds CUPTI: "CUPTI for
+// braid"; braid is told who holds it when refused) and registers its activity buffers. Where
+// CUPTI is 13.2 or later braid asks for several subscribers, so a client that comes later may
+// subscribe beside it (when the driver allows it).
+CUptiResult subscribe_braid(char* holder, size_t holder_size, const char** what) {
+  *what = "finding libcupti's functions";
+  if (!real().subscribe_v2 || !real().register_callbacks || !real().disable || !real().unsubscribe)
+    return CUPTI_ERROR_NOT_INITIALIZED;
+  if (!g_cupti_version && cuptiGetVersion(&g_cupti_version) != CUPTI_SUCCESS) g_cupti_version = 0;
+  SubscriberParams132 params{};
+  params.structSize = g_cupti_version >= kCuptiWithSeveralSubscribers
+                          ? offsetof(SubscriberParams132, allowMultipleSubscribers) + 1
+                          : CUpti_SubscriberParams_STRUCT_SIZE;
   params.subscriberName = "braid";
   params.oldSubscriberName = holder;
-  params.oldSubscriberSize = sizeof holder - 1;
-  CUptiResult rc = real().subscribe_v2(&g_subscriber, on_callback, nullptr, &params);
-  if (rc != CUPTI_SUCCESS) return fail("cuptiSubscribe", rc);
+  params.oldSubscriberSize = holder_size;
+  params.allowMultipleSubscribers = 1;
+  *what = "cuptiSubscribe";
+  CUptiResult rc = real().subscribe_v2(&g_subscriber, on_callback, nullptr,
+                                       reinterpret_cast<CUpti_SubscriberParams*>(&params));
+  if (rc != CUPTI_SUCCESS) return rc;
   // Before any kind is enabled (CUPTI's rule): API and marker records then carry gettid(), the
   // thread ids the NCCL rows and the rest of the system use, instead of pthread_self().
-  rc = cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
-  if (rc != CUPTI_SUCCESS) warn("cuptiSetThreadIdType", rc);
+  CUptiResult tid = cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+  if (tid != CUPTI_SUCCESS) warn("cuptiSetThreadIdType", tid);
+  *what = "cuptiActivityRegisterCallbacks";
   rc = real().register_callbacks(buffer_requested, buffer_completed);
-  if (rc != CUPTI_SUCCESS) return fail("cuptiActivityRegisterCallbacks", rc);
+  if (rc != CUPTI_SUCCESS) {
+    real().unsubscribe(g_subscriber);
+    g_subscriber = nullptr;
+    return rc;
+  }
   g_registered.store(true);
-  pthread_key_create(&g_nvtx_key, free_nvtx_stack);
-  const WindowSpec& w = a.config().window;
-  {
-    std::lock_guard lk(g_window_mu);
-    g_window = new WindowController(w);
-    g_start = std::chrono::steady_clock::now();
+  return CUPTI_SUCCESS;
+}
+
+// What braid records for the whole run and the callbacks it needs, switched on (after its
+// subscription) or off (before it hands CUPTI over). The window's kinds follow reconcile().
+void switch_for_run(const CaptureConfig& cfg, bool on) {
+  // External correlation comes only with API records, so it goes with `api`.
+  const WindowKind kind = cfg.window.kind;
+  auto kind_for_run = [on](CUpti_ActivityKind k) {
+    if (on)
+      enable_for_run(k);
+    else
+      real().disable(k);
+  };
+  if (cfg.trace.api) {
+    switch_api_records(on);
+    kind_for_run(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
   }
-  // On for the run; the collector keeps the window's rows. External correlation comes only with
-  // API records, so it goes with `api`.
-  const TraceSet& trace = a.config().trace;
-  g_trace_cuda = trace.cuda;
-  g_trace_nvtx = trace.nvtx;
-  if (trace.api) {
-    enable_api_records();
-    enable_for_run(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
-  }
-  enable_for_run(CUPTI_ACTIVITY_KIND_DEVICE);
-  if (trace.nvtx && (w.kind == WindowKind::Nvtx || w.kind == WindowKind::Steps)) {
-    g_markers_for_run.store(true);
-    enable_for_run(CUPTI_ACTIVITY_KIND_MARKER);
-  }
+  kind_for_run(CUPTI_ACTIVITY_KIND_DEVICE);
+  if (!on) return;  // braid's callbacks end with its subscription
   // CUDA graphs holding NCCL calls: node creation and cloning, graph launches (rare calls; the
   // launch callback numbers the replays in program order).
-  if (trace.nccl) {
+  if (cfg.trace.nccl) {
     for (CUpti_CallbackId id :
          {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
-          CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED})
+          CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATE_STARTING, CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED})
       cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE, id);
     for (CUpti_CallbackId id : {CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
                                 CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000})
@@ -598,7 +578,7 @@ bool start_cupti(Agent& a) {
          {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz})
       cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
   }
-  if (w.kind == WindowKind::ProfilerApi) {
+  if (kind == WindowKind::ProfilerApi) {
     cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API,
                         CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStart_v4000);
     cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API,
@@ -607,10 +587,47 @@ bool start_cupti(Agent& a) {
                         CUPTI_DRIVER_TRACE_CBID_cuProfilerStart);
     cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
                         CUPTI_DRIVER_TRACE_CBID_cuProfilerStop);
-  } else if (w.kind == WindowKind::Nvtx || w.kind == WindowKind::Steps) {
-    cuptiEnableDomain(1, g_subscriber, CUPTI_CB_DOMAIN_NVTX);
   }
+}
 
+// The gap in braid's records: the window open now closes (a whole-run window becomes a stored
+// one), and at its end the window the controller wants opens again. Under g_window_mu, in order
+// with the window's edges.
+void post_gap(bool begins) {
+  Agent* a = Agent::running();
+  if (!a) return;
+  int64_t ts = host_now_ns();
+  bool reopen = !begins && g_want_on.load();
+  a->pipeline().post_control(
+      [begins, ts, reopen](Collector& col) { col.cupti_gap(begins, ts, reopen); });
+}
+
+void say_gap(const std::string& line, const std::string& detail, int64_t count) {
+  std::fprintf(stderr, "braid capture: %s\n", line.c_str());
+  if (Agent* a = Agent::running())
+    a->pipeline().post(diag::make(diag::Code::capture_cupti_yielded, count, detail));
+}
+
+// The gap begins (g_owner_mu held): no window edges or kind switches until braid takes CUPTI
+// back; a switch in progress on another thread finishes first.
+void begin_gap(const std::string& tool, const std::string& how) {
+  {
+    std::lock_guard lk(g_window_mu);
+    g_yielded.store(true);
+    post_gap(true);
+  }
+  while (g_switching.load(std::memory_order_acquire)) std::this_thread::yield();
+  g_owner.store(static_cast<int>(Owner::Yielded));
+  g_gap_detail = "braid handed CUPTI to " + tool + " (its " + how + ") at " + at_seconds();
+  say_gap("handed CUPTI to " + tool + " (its " + how +
+              "): braid records no CUDA activity until that client lets CUPTI go (--cupti yield; "
+              "--cupti hold keeps CUPTI)",
+          g_gap_detail + "; not handed back by the end of the capture", 1);
+}
+
+void try_take_back();
+
+PipelineHooks make_hooks(int canary_ms) {
   PipelineHooks hooks;
   hooks.parse = [](const uint8_t* buf, size_t valid, ActivityHandler& h) {
     CanaryHandler ch(h);
@@ -618,6 +635,7 @@ bool start_cupti(Agent& a) {
     (void)st;
   };
   hooks.request_flush = [](bool forced) {
+    if (g_yielded.load()) return;  // the buffers CUPTI holds now are the other client's
     cuptiActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
   };
   hooks.device_clock = [] {
@@ -631,19 +649,53 @@ bool start_cupti(Agent& a) {
       c.set_count(diag::Code::capture_dropped_records, d,
                   "activity records CUPTI dropped for lack of buffer space (CUPTI's own count)");
   };
-  int canary_ms = a.config().recalibrate_ms;
   hooks.on_tick = [canary_ms] {
+    try_take_back();
     canary_tick(canary_ms);
     Change c;
     {
       std::lock_guard lk(g_window_mu);
       if (!g_window) return;
-      double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count();
-      c = decide(g_window->on_tick(t));
+      c = decide(g_window->on_tick(seconds_in()));
     }
     carry_out(c);
   };
-  a.attach_cupti(std::move(hooks), push_ext, pop_ext);
+  return hooks;
+}
+
+bool start_cupti(Agent& a) {
+  char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {0};
+  const char* what = "";
+  CUptiResult rc = subscribe_braid(holder, sizeof holder - 1, &what);
+  if (rc != CUPTI_SUCCESS) {
+    std::string detail = std::string(what) + " failed: " + result_name(rc);
+    if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+      detail += std::string(" (another profiler holds CUPTI: ") +
+                (holder[0] ? holder : "e.g. Nsight Systems or the PyTorch profiler") + ")";
+    std::fprintf(stderr, "braid capture: %s\n", detail.c_str());
+    a.pipeline().post(diag::make(diag::Code::capture_cupti_unavailable, 1,
+                                 "no CUDA activity captured: " + detail));
+    return false;
+  }
+  g_yield = a.config().cupti == CuptiPolicy::Yield;
+  g_owner.store(static_cast<int>(Owner::Holding));
+  // Several subscribers granted, and one there before braid: both record.
+  if (holder[0]) note_shared(holder);
+  const WindowSpec& w = a.config().window;
+  {
+    std::lock_guard lk(g_window_mu);
+    g_window = new WindowController(w);
+    g_start = std::chrono::steady_clock::now();
+  }
+  // On for the run; the collector keeps the window's rows.
+  const TraceSet& trace = a.config().trace;
+  g_trace_cuda = trace.cuda;
+  if (trace.api) choose_api_records();
+  switch_for_run(a.config(), true);
+  a.attach_cupti(make_hooks(a.config().recalibrate_ms), push_ext, pop_ext);
+  g_nvtx_window_kind = w.kind;
+  g_nvtx_window_name = w.nvtx_name;
+  nvtx_hooks_start(trace.nvtx);
   Change c;
   {
     std::lock_guard lk(g_window_mu);
@@ -660,7 +712,167 @@ bool start_cupti(Agent& a) {
   return true;
 }
 
+// Braid takes CUPTI back on its writer thread once the client it yielded to let go (never inside
+// a CUPTI callback: that client may finalize CUPTI from one of its own).
+void try_take_back() {
+  if (!g_want_back.load() || steady_ns() < g_back_not_before.load()) return;
+  Agent* a = Agent::running();
+  if (!a) return;
+  std::string how;
+  {
+    std::lock_guard lk(g_how_mu);
+    how = g_back_how;
+  }
+  {
+    std::unique_lock ok(g_owner_mu);
+    if (owner() != Owner::Yielded) {
+      g_want_back.store(false);
+      return;
+    }
+    const uint64_t finalized = g_finalized.load();
+    if (g_finalizing.load()) return;  // next tick
+    g_want_back.store(false);
+    char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {0};
+    const char* what = "";
+    if (CUptiResult rc = subscribe_braid(holder, sizeof holder - 1, &what); rc != CUPTI_SUCCESS) {
+      std::string why = std::string(what) + ": " + result_name(rc) +
+                        (holder[0] ? std::string(", held by ") + holder : std::string());
+      say_gap("could not take CUPTI back after " + how + " (" + why + ")",
+              g_gap_detail + "; braid could not take it back after " + how + " (" + why + ")", 0);
+      return;
+    }
+    switch_for_run(a->config(), true);
+    if (g_finalizing.load() || g_finalized.load() != finalized) {
+      // Finalized under braid meanwhile (the client's teardown unsubscribes, then finalizes):
+      // the subscription is gone again; braid tries once the finalize is over.
+      g_registered.store(false);
+      g_subscriber = nullptr;
+      g_want_back.store(true);
+      return;
+    }
+    g_owner.store(static_cast<int>(holder[0] ? Owner::Shared : Owner::Holding));
+    {
+      std::lock_guard lk(g_window_mu);
+      g_yielded.store(false);
+      post_gap(false);
+    }
+    say_gap("took CUPTI back (" + how + "): braid records again",
+            g_gap_detail + "; took it back at " + at_seconds() + " (" + how + ")", 0);
+  }
+  reconcile();  // the window's kinds, as the controller wants them now
+}
+
 }  // namespace
+
+Owner owner() { return static_cast<Owner>(g_owner.load()); }
+bool yield_policy() { return g_yield; }
+bool braid_registered() { return g_registered.load(); }
+bool window_kinds_on() { return g_activity_on.load(); }
+
+bool yield_to(const std::string& tool, const std::string& how) {
+  std::lock_guard ok(g_owner_mu);
+  Agent* a = Agent::running();
+  if (owner() != Owner::Holding || !a) return false;
+  begin_gap(tool, how);
+  // Everything braid switched on goes off, then its records come out (the complete ones, then
+  // the rest: a kernel still running has no end and is counted incomplete), then it unsubscribes.
+  if (g_activity_on.exchange(false)) switch_kinds(false);
+  a->set_window_open(false);
+  switch_for_run(a->config(), false);
+  cuptiActivityFlushAll(0);
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  g_registered.store(false);
+  real().unsubscribe(g_subscriber);
+  g_subscriber = nullptr;
+  return true;
+}
+
+void lost_to(const std::string& tool, const std::string& how) {
+  if (owner() != Owner::Holding && owner() != Owner::Shared) return;
+  std::lock_guard ok(g_owner_mu);
+  Agent* a = Agent::running();
+  if ((owner() != Owner::Holding && owner() != Owner::Shared) || !a) return;
+  begin_gap(tool, how);
+  g_activity_on.store(false);
+  a->set_window_open(false);
+  g_registered.store(false);
+  g_subscriber = nullptr;  // finalize ends every subscription
+}
+
+// May run inside the client's CUPTI callback: no lock that is held across a CUPTI call.
+void take_back_soon(const std::string& how, int after_ms) {
+  if (owner() != Owner::Yielded) return;
+  {
+    std::lock_guard lk(g_how_mu);
+    g_back_how = "its client " + how;
+  }
+  g_back_not_before.store(steady_ns() + int64_t{after_ms} * 1000000);
+  g_want_back.store(true);
+  if (Agent* a = Agent::running()) a->pipeline().request_flush();  // the writer thread wakes
+}
+
+void finalize_begins() { g_finalizing.fetch_add(1); }
+void finalize_ends() {
+  g_finalized.fetch_add(1);
+  g_finalizing.fetch_sub(1);
+}
+
+void note_shared(const std::string& tool) {
+  int holding = static_cast<int>(Owner::Holding);
+  if (!g_owner.compare_exchange_strong(holding, static_cast<int>(Owner::Shared))) return;
+  std::string line = tool + " subscribed to CUPTI beside braid (CUPTI " +
+                     std::to_string(g_cupti_version) +
+                     " serves several subscribers): both record, and --cupti has nothing to decide";
+  std::fprintf(stderr, "braid capture: %s\n", line.c_str());
+  if (Agent* a = Agent::running())
+    a->pipeline().post(diag::make(diag::Code::capture_cupti_shared, 1, line));
+}
+
+void shared_client_left() {
+  int shared = static_cast<int>(Owner::Shared);
+  g_owner.compare_exchange_strong(shared, static_cast<int>(Owner::Holding));
+}
+
+// ---- the window, for the agent's own NVTX handlers (nvtx_hooks.cc) ----
+
+bool nvtx_window_cares(std::string_view name) {
+  switch (g_nvtx_window_kind) {
+    case WindowKind::Nvtx:
+      return name == g_nvtx_window_name;
+    case WindowKind::Steps:
+    case WindowKind::Daemon:  // attach mode's steps windows
+      return step_from_range_name(name).has_value();
+    default:
+      return false;
+  }
+}
+
+void nvtx_window_range(bool start, std::string_view name) {
+  Change c;
+  {
+    std::lock_guard lk(g_window_mu);
+    if (!g_window) return;
+    c = start ? decide(g_window->on_range_start(name), std::string(name))
+              : decide(g_window->on_range_end(name));
+  }
+  carry_out(c);
+}
+
+bool nvtx_window_range_id(bool start, uint64_t id, std::string_view name) {
+  Change c;
+  bool followed = start;
+  {
+    std::lock_guard lk(g_window_mu);
+    if (!g_window) return false;
+    if (start)
+      c = decide(g_window->on_range_start_id(id, name), std::string(name));
+    else if ((followed = g_window->has_range(id)))
+      c = decide(g_window->on_range_end_id(id));
+  }
+  carry_out(c);
+  return followed;
+}
+
 }  // namespace braid::capture::agent
 
 // Called by the CUDA driver at cuInit when CUDA_INJECTION64_PATH names this library.
@@ -671,103 +883,4 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   static std::once_flag once;
   std::call_once(once, [a] { start_cupti(*a); });
   return 1;
-}
-
-// ---- CUPTI as other clients in the process call it (forwarded to the libcupti loaded above) ----
-// A client that reaches these by the process's symbol lookup (libcupti linked dynamically, as
-// PyTorch's wheels do) is seen here; braid's own calls never come through them.
-
-namespace braid::capture::agent {
-namespace {
-bool braid_holds() { return g_subscriber != nullptr; }
-
-void other_subscribed(CUptiResult rc) {
-  if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && braid_holds())
-    report_other_client(false,
-                        "another CUPTI client (e.g. torch.profiler) asked for CUPTI and was "
-                        "refused because braid holds it (CUDA 13.0 CUPTI takes one subscriber): "
-                        "that profiler records no GPU activity in this process; run it without "
-                        "braid record to use it");
-}
-}  // namespace
-}  // namespace braid::capture::agent
-
-extern "C" __attribute__((visibility("default"))) CUptiResult CUPTIAPI
-cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void* userdata) {
-  using namespace braid::capture::agent;
-  if (!real().subscribe) return CUPTI_ERROR_NOT_INITIALIZED;
-  CUptiResult rc = real().subscribe(subscriber, callback, userdata);
-  other_subscribed(rc);
-  return rc;
-}
-
-extern "C" __attribute__((visibility("default"))) CUptiResult CUPTIAPI
-cuptiSubscribe_v2(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void* userdata,
-                  CUpti_SubscriberParams* params) {
-  using namespace braid::capture::agent;
-  if (!real().subscribe_v2) return CUPTI_ERROR_NOT_INITIALIZED;
-  CUptiResult rc = real().subscribe_v2(subscriber, callback, userdata, params);
-  other_subscribed(rc);
-  return rc;
-}
-
-extern "C" __attribute__((visibility("default"))) CUptiResult CUPTIAPI
-cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc requested,
-                               CUpti_BuffersCallbackCompleteFunc completed) {
-  using namespace braid::capture::agent;
-  if (!real().register_callbacks) return CUPTI_ERROR_NOT_INITIALIZED;
-  CUptiResult rc = real().register_callbacks(requested, completed);
-  if (g_registered.load()) {
-    if (rc == CUPTI_SUCCESS)
-      report_other_client(true,
-                          "another CUPTI client (e.g. torch.profiler) registered its own activity "
-                          "buffers: braid's kernel, copy and API records stop here");
-    else
-      report_other_client(false, "another CUPTI client's activity buffers were refused (" +
-                                     result_name(rc) +
-                                     "): that profiler records no GPU activity in this process");
-  }
-  return rc;
-}
-
-extern "C" __attribute__((visibility("default"))) CUptiResult CUPTIAPI
-cuptiActivityDisable(CUpti_ActivityKind kind) {
-  using namespace braid::capture::agent;
-  if (!real().disable) return CUPTI_ERROR_NOT_INITIALIZED;
-  CUptiResult rc = real().disable(kind);
-  bool braids = false;
-  int kinds[16];
-  int n = braid::capture::enabled_activity_kinds(kinds, 16, true);
-  for (int i = 0; i < n; ++i) braids = braids || kinds[i] == static_cast<int>(kind);
-  // The window's kinds matter while it is open; API, external-correlation and marker records are
-  // on for the run.
-  bool for_run = kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER ||
-                 kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION ||
-                 kind == CUPTI_ACTIVITY_KIND_MARKER;
-  if (rc == CUPTI_SUCCESS && braids && g_registered.load() && (for_run || g_activity_on.load()))
-    report_other_client(true,
-                        "another CUPTI client (e.g. torch.profiler stopping) switched off "
-                        "CUPTI activity kind " +
-                            std::to_string(static_cast<int>(kind)) +
-                            ", which braid records: its records of that kind stop here");
-  return rc;
-}
-
-extern "C" __attribute__((visibility("default"))) CUptiResult CUPTIAPI cuptiFinalize(void) {
-  using namespace braid::capture::agent;
-  if (!real().finalize) return CUPTI_ERROR_NOT_INITIALIZED;
-  if (g_registered.load())
-    report_other_client(true,
-                        "another CUPTI client finalized CUPTI: braid's CUDA records stop here");
-  return real().finalize();
-}
-
-// NVTX's injection hook. `braid record` names this library in NVTX_INJECTION64_PATH, and it hands
-// NVTX to the libcupti it loaded itself, so NVTX's ranges reach the CUPTI instance braid
-// subscribed to whichever libcupti the job's library path finds (a path fixed at build time could
-// name another copy, whose CUPTI nobody listens to).
-extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
-    void* get_export_table) {
-  using namespace braid::capture::agent;
-  return real().nvtx_init ? real().nvtx_init(get_export_table) : 0;
 }

@@ -342,7 +342,7 @@ StrId DaemonSink::intern(std::string_view s) {
   return id;
 }
 
-void DaemonSink::flush() {
+void DaemonSink::send_batch() {
   if (enc_.empty()) return;
   int64_t rows = rows_in_batch_;
   rows_in_batch_ = 0;
@@ -359,7 +359,7 @@ void DaemonSink::flush() {
 void DaemonSink::close() {
   if (closed_) return;
   closed_ = true;
-  flush();
+  send_batch();
   client_.done(capture_, dropped_, "window closed");
 }
 

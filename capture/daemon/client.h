@@ -137,8 +137,8 @@ class DaemonSink final : public capture::Sink {
   void set_diagnostic(const Diagnostic& d) override { enc_.diagnostic(d); }
   void set_meta(std::string_view k, std::string_view v) override { enc_.meta(k, v); }
   void renumber_rank(int32_t from, int32_t to) override { enc_.renumber(from, to); }
-  void checkpoint() override { flush(); }
-  void close() override;  // flushes and sends Done
+  void checkpoint() override { send_batch(); }
+  void close() override;  // sends the last batch, then Done
 
   int64_t sent_rows() const { return sent_rows_; }
   int64_t dropped() const { return dropped_; }
@@ -146,9 +146,9 @@ class DaemonSink final : public capture::Sink {
  private:
   void after_add() {
     ++rows_in_batch_;
-    if (enc_.bytes() >= batch_bytes_) flush();
+    if (enc_.bytes() >= batch_bytes_) send_batch();
   }
-  void flush();
+  void send_batch();
 
   AgentClient& client_;
   uint64_t capture_;

@@ -214,7 +214,7 @@ void Daemon::run() {
         if (it == conns_.end()) continue;
         Conn& c = *it->second;
         short re = fds[i + 2].revents;
-        if (re & POLLOUT) flush_out(c);
+        if (re & POLLOUT) write_pending(c);
         if (re & (POLLIN | POLLHUP | POLLERR)) on_readable(c);
       }
       if (fds[0].revents & POLLIN) accept_new();
@@ -235,7 +235,7 @@ void Daemon::run() {
   for (auto& [id, c] : conns_)
     if (c->role == Conn::Role::Agent) agent_gone(*c, "daemon stopping");
   for (auto& [id, c] : conns_) {
-    flush_out(*c);
+    write_pending(*c);
     if (c->fd >= 0) close(c->fd);
   }
   conns_.clear();
@@ -648,10 +648,10 @@ void Daemon::send(Conn& c, std::string bytes) {
     return;
   }
   c.out.append(bytes);
-  flush_out(c);
+  write_pending(c);
 }
 
-void Daemon::flush_out(Conn& c) {
+void Daemon::write_pending(Conn& c) {
   while (c.fd >= 0 && c.out_pos < c.out.size()) {
     ssize_t n = ::send(c.fd, c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL);
     if (n > 0) {

@@ -82,7 +82,7 @@ class Daemon {
   // c's rows are stored under afterwards.
   int32_t rerank(Capture& cap, const Conn& c, int32_t to);
   void send(Conn& c, std::string bytes);
-  void flush_out(Conn& c);
+  void write_pending(Conn& c);
   void drop(Conn& c, const std::string& why);  // closes after sending what is queued
   void agent_gone(Conn& c, const std::string& why);
   void check_deadlines();

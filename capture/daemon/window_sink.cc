@@ -88,7 +88,7 @@ void WindowSink::replace_window(Ns old_start, const CaptureWindow& w) {
   if (state_ == State::Closed) return;  // outside any window: not captured
   enc_.replace_window(old_start, w);
   ++rows_in_batch_;
-  if (enc_.bytes() >= batch_bytes_) flush();
+  if (enc_.bytes() >= batch_bytes_) send_batch();
 }
 
 void WindowSink::replay() {
@@ -111,7 +111,7 @@ void WindowSink::open_window(uint64_t capture_id) {
   for (auto& [k, d] : diags_) diag_base_[k] = d.count;
   enc_ = RecordEncoder();
   replay();
-  flush();  // the window's identity reaches the daemon now, records or not
+  send_batch();  // the window's identity reaches the daemon now, records or not
 }
 
 void WindowSink::close_window(uint64_t capture_id, std::string reason) {
@@ -121,7 +121,7 @@ void WindowSink::close_window(uint64_t capture_id, std::string reason) {
   close_reason_ = std::move(reason);
 }
 
-void WindowSink::flush() {
+void WindowSink::send_batch() {
   if (enc_.empty()) return;
   int64_t rows = rows_in_batch_;
   rows_in_batch_ = 0;
@@ -138,7 +138,7 @@ void WindowSink::flush() {
 void WindowSink::finish(const std::string& reason) {
   if (state_ == State::Closed) return;
   if (before_done_) before_done_();  // may add rows: the window still takes them
-  flush();
+  send_batch();
   int64_t dropped = dropped_;
   for (auto& [k, d] : diags_) {
     if (!is_drop_counter(k.second)) continue;
@@ -158,7 +158,7 @@ void WindowSink::checkpoint() {
     finish(close_reason_);
     return;
   }
-  flush();
+  send_batch();
 }
 
 void WindowSink::close() {

@@ -77,11 +77,11 @@ class WindowSink final : public capture::Sink {
     if (state_ == State::Closed) return;  // outside any window: not captured
     enc_.add(r);
     ++rows_in_batch_;
-    if (enc_.bytes() >= batch_bytes_) flush();
+    if (enc_.bytes() >= batch_bytes_) send_batch();
   }
   void replay();  // every string and the small tables, into the current batch
   void send_diagnostic(const Diagnostic& d);
-  void flush();
+  void send_batch();
   void finish(const std::string& reason);
 
   AgentClient& client_;

@@ -13,9 +13,9 @@ namespace {
 TEST(CaptureOverheadSummary, MediansRatiosAndAddedCostPerWorkload) {
   std::istringstream in(
       "# interleaved runs\n"
-      "none launch_sync 9700\nbraid launch_sync 11000\n"
-      "none launch_sync 9600\nbraid launch_sync 10900\n"
-      "none launch_sync 9800\nbraid launch_sync 12000\n"
+      "none launch_sync 9700\nfloor launch_sync 10500\nbraid launch_sync 11000\n"
+      "none launch_sync 9600\nfloor launch_sync 10400\nbraid launch_sync 10900\n"
+      "none launch_sync 9800\nfloor launch_sync 10600\nbraid launch_sync 12000\n"
       "none launch_step 2.0\nbraid launch_step 2.4\ntorch launch_step 3.6\n"
       "none launch_step 4.0\nbraid launch_step 4.4\ntorch launch_step 5.6\n");
   auto rows = summarize_overhead(in, "m");
@@ -26,16 +26,23 @@ TEST(CaptureOverheadSummary, MediansRatiosAndAddedCostPerWorkload) {
   EXPECT_EQ(rows[0].runs.at("braid"), 3);
   EXPECT_DOUBLE_EQ(rows[1].median.at("none"), 3.0);  // even count: mean of the middle two
   EXPECT_DOUBLE_EQ(rows[1].median.at("torch"), 4.6);
+  EXPECT_DOUBLE_EQ(rows[0].median.at("floor"), 10500);
   std::string t = overhead_table(rows);
-  EXPECT_NE(t.find("| launch_sync | 9700 | 11000 | +1300 | 1.13x |  |  |"), std::string::npos) << t;
-  EXPECT_NE(t.find("| launch_step | 3.00 | 3.40 | +0.40 | 1.13x | 4.60 | 1.53x |"),
+  EXPECT_NE(t.find("| workload | plain | CUPTI floor | braid | braid - floor | braid - plain |"),
+            std::string::npos)
+      << t;
+  // braid - floor 500 ns: braid's own cost per launch above CUPTI's for the same records.
+  EXPECT_NE(t.find("| launch_sync | 9700 | 10500 | 11000 | +500 | +1300 | 1.13x | 1.08x |  |  |"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("| launch_step | 3.00 |  | 3.40 |  | +0.40 | 1.13x |  | 4.60 | 1.53x |"),
             std::string::npos)
       << t;
 }
 
 TEST(CaptureOverheadSummary, MalformedLineNamesFileAndLine) {
-  for (const char* bad :
-       {"none launch_sync\n", "perf launch_sync 3\n", "none x 3 4\n", "none x -1\n"}) {
+  for (const char* bad : {"none launch_sync\n", "perf launch_sync 3\n", "none x 3 4\n",
+                          "none x -1\n", "cupti x 3\n"}) {
     std::istringstream in(std::string("none ok 1\n") + bad);
     try {
       summarize_overhead(in, "runs/m.txt");

@@ -2,12 +2,15 @@
 // Collector into a FileSink, read back with TraceReader. Covers linking a collective to its
 // kernel through CUPTI external correlation in either arrival order, grouped calls sharing one
 // launch, profiler-plugin details, host-only fallbacks counted in diagnostics, NVTX ranges and
-// steps, clock mapping and late rank renumbering.
+// steps (CUPTI's markers and the agent's own NVTX log), clock mapping, late rank renumbering, and
+// the gap a hand-over of CUPTI leaves (--cupti yield).
+#include "capture/collector.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
-#include "capture/collector.h"
 #include "capture/file_sink.h"
 #include "trace/reader.h"
 #include "trace/sqlite_util.h"
@@ -341,6 +344,123 @@ TEST(Collector, AWindowsRowCoversEveryRowTheWindowKept) {
   EXPECT_EQ(windows[0].start, first);  // no wider than what it kept
   EXPECT_LT(windows[0].start, 1'000'001'500);
   EXPECT_EQ(windows[0].end, last);  // the copy, past the closing edge
+}
+
+// Issue 32, item 5: braid hands CUPTI to the job's profiler and takes it back. A whole-run
+// capture's window (not stored until then) is stored up to the hand-over, and a second window
+// starts when braid has CUPTI again: the gap is the hole between them.
+TEST(Collector, ACuptiGapSplitsTheWholeRunIntoStoredWindows) {
+  Fixture f;                                        // host = device + 1'000'000
+  f.col->window_edge(true, 11'000'000, "", false);  // the whole run: not stored
+  f.col->on_kernel({0, 1, 7, 601, 12'000'000, 12'100'000, "gemm_kernel"});
+  f.col->end_cycle(false);
+  f.col->cupti_gap(true, 13'500'000, false);
+  // The agent's diagnostic, as it posts it at the hand-over and again when it takes CUPTI back.
+  f.col->count(diag::make(diag::Code::capture_cupti_yielded, 1,
+                          "braid handed CUPTI to X (its cuptiSubscribe) at 1.000 s; not handed "
+                          "back by the end of the capture"));
+  f.col->end_cycle(false);
+  f.col->cupti_gap(false, 15'000'000, true);
+  f.col->count(diag::make(diag::Code::capture_cupti_yielded, 0,
+                          "braid handed CUPTI to X (its cuptiSubscribe) at 1.000 s; took it back "
+                          "at 2.000 s (its client finalized CUPTI)"));
+  f.col->on_kernel({0, 1, 7, 602, 15'100'000, 15'200'000, "gemm_kernel"});
+  f.col->window_edge(false, 15'300'000, "", true);
+  f.close();
+  TraceReader r(f.path);
+  auto w = r.capture_windows(1);
+  ASSERT_EQ(w.size(), 2u);
+  std::sort(w.begin(), w.end(), [](auto& a, auto& b) { return a.start < b.start; });
+  // The first from the run's opening (host 12'000'000) to the hand-over (host 14'500'000), the
+  // second from the take-back to its closing.
+  EXPECT_EQ(w[0].start, 12'000'000);
+  EXPECT_EQ(w[0].end, 14'500'000);
+  EXPECT_EQ(w[1].start, 16'000'000);
+  EXPECT_EQ(w[1].end, 16'300'000);
+  EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM kernels"), 2);
+  // One hand-over, said as a warning, with the take-back's detail.
+  auto diags = r.diagnostics(1);
+  auto yielded = std::find_if(diags.begin(), diags.end(),
+                              [](auto& d) { return d.code == "capture.cupti_yielded"; });
+  ASSERT_NE(yielded, diags.end());
+  EXPECT_EQ(yielded->count, 1);
+  EXPECT_EQ(yielded->severity, Severity::Warning);
+  EXPECT_NE(yielded->detail.find("took it back at 2.000 s"), std::string::npos) << yielded->detail;
+  // A stored window (a steps window inside a step) open at the hand-over ends there and opens
+  // again at the take-back.
+  Fixture s;
+  s.col->window_edge(true, 11'000'000, "step 1", true);
+  s.col->on_kernel({0, 1, 7, 601, 11'100'000, 11'200'000, "gemm_kernel"});
+  s.col->cupti_gap(true, 12'000'000, false);
+  s.col->cupti_gap(false, 14'000'000, true);
+  s.col->on_kernel({0, 1, 7, 602, 14'100'000, 14'200'000, "gemm_kernel"});
+  s.col->window_edge(false, 14'500'000, "", true);
+  s.close();
+  auto sw = TraceReader(s.path).capture_windows(1);
+  ASSERT_EQ(sw.size(), 2u);
+  std::sort(sw.begin(), sw.end(), [](auto& a, auto& b) { return a.start < b.start; });
+  EXPECT_EQ(sw[0].start, 12'000'000);
+  EXPECT_EQ(sw[0].end, 13'000'000);
+  EXPECT_EQ(sw[1].start, 15'000'000);
+  EXPECT_EQ(sw[1].end, 15'500'000);
+  // A gap taken while no window is open (a steps window between steps) reopens nothing.
+  Fixture g;
+  g.col->window_edge(false, 11'000'000, "", true);
+  g.col->cupti_gap(true, 12'000'000, false);
+  g.col->cupti_gap(false, 13'000'000, false);
+  g.close();
+  EXPECT_EQ(TraceReader(g.path).capture_windows(1).size(), 0u);
+}
+
+// The agent's own NVTX events (host clock): pushes pair with the next pop of their thread and
+// domain, starts with the end of their range id; a window opened by a step range keeps it.
+TEST(Collector, NvtxLogEventsBecomeRangesAndSteps) {
+  Fixture f;
+  f.col->window_edge(false, 10'000'000, "", true);  // a steps window, closed
+  auto ev = [](NvtxEvent::Kind k, int64_t ts, int64_t tid, std::string_view name = {},
+               std::string_view domain = {}, uint64_t id = 0) {
+    NvtxEvent e;
+    e.kind = k;
+    e.ts = ts;
+    e.tid = tid;
+    e.name = name;
+    e.domain = domain;
+    e.id = id;
+    return e;
+  };
+  f.col->on_nvtx(ev(NvtxEvent::Push, 20'000'000, 5, "step 3"));  // before the opening edge
+  f.col->window_edge(true, 20'000'100, "step 3", true);
+  f.col->on_nvtx(ev(NvtxEvent::Push, 20'100'000, 5, "inner"));
+  f.col->on_nvtx(ev(NvtxEvent::Push, 20'150'000, 6, "other thread"));
+  f.col->on_nvtx(ev(NvtxEvent::Push, 20'160'000, 5, "in a domain", "dom"));
+  f.col->on_nvtx(ev(NvtxEvent::Start, 20'170'000, 6, "async", {}, 77));
+  f.col->on_nvtx(ev(NvtxEvent::Pop, 20'180'000, 5, {}, "dom"));
+  f.col->on_nvtx(ev(NvtxEvent::Pop, 20'200'000, 5));              // "inner", not the domain's range
+  f.col->on_nvtx(ev(NvtxEvent::End, 20'250'000, 5, {}, {}, 77));  // ended on another thread
+  f.col->on_nvtx(ev(NvtxEvent::Pop, 20'300'000, 6));
+  f.col->on_nvtx(ev(NvtxEvent::Pop, 20'900'000, 5));  // "step 3"
+  f.col->window_edge(false, 20'900'100, "", true);
+  f.col->on_nvtx(ev(NvtxEvent::Pop, 21'000'000, 9));  // pushed before the capture
+  f.close();
+  TraceReader r(f.path);
+  std::map<std::string, std::pair<int64_t, int64_t>> ranges;
+  sql::Stmt q(r.db(),
+              "SELECT s.text, n.start_ns, n.end_ns FROM nvtx_ranges n JOIN strings s ON "
+              "s.id = n.name_id");
+  while (q.step()) ranges[q.text(0)] = {q.i64(1), q.i64(2)};
+  ASSERT_EQ(ranges.size(), 5u);
+  // Host times as logged: no clock mapping.
+  EXPECT_EQ(ranges["step 3"], std::make_pair(int64_t{20'000'000}, int64_t{20'900'000}));
+  EXPECT_EQ(ranges["inner"], std::make_pair(int64_t{20'100'000}, int64_t{20'200'000}));
+  EXPECT_EQ(ranges["in a domain"], std::make_pair(int64_t{20'160'000}, int64_t{20'180'000}));
+  EXPECT_EQ(ranges["async"], std::make_pair(int64_t{20'170'000}, int64_t{20'250'000}));
+  EXPECT_EQ(ranges["other thread"], std::make_pair(int64_t{20'150'000}, int64_t{20'300'000}));
+  auto steps = r.steps(1);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].step, 3);
+  std::map<std::string, int64_t> d;
+  for (auto& x : r.diagnostics(1)) d[x.code] = x.count;
+  EXPECT_EQ(d["capture.unmatched_marker_end"], 1);
 }
 
 }  // namespace

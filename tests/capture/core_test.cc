@@ -1,17 +1,21 @@
 // CPU tests of the capture agent's CUDA-free core: buffer pool, clock fit, configuration and
-// capture windows, communicator identities, and the launcher's environment.
+// capture windows, communicator identities, the CUDA-graph book, and the launcher's environment.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "capture/buffer_pool.h"
 #include "capture/clock_fit.h"
 #include "capture/comm_book.h"
 #include "capture/config.h"
+#include "capture/graph_book.h"
 #include "capture/launcher.h"
+#include "capture/nvtx_log.h"
 #include "trace/error.h"
 
 namespace braid::capture {
@@ -191,11 +195,20 @@ TEST(Config, ParsesTraceChoices) {
   }
 }
 
+TEST(Config, ParsesCuptiPolicy) {
+  EXPECT_EQ(parse_cupti_policy("yield"), CuptiPolicy::Yield);
+  EXPECT_EQ(parse_cupti_policy("hold"), CuptiPolicy::Hold);
+  EXPECT_STREQ(to_string(CuptiPolicy::Hold), "hold");
+  for (const char* bad : {"", "share", "Hold"}) EXPECT_THROW(parse_cupti_policy(bad), Error) << bad;
+  EXPECT_EQ(CaptureConfig{}.cupti, CuptiPolicy::Yield);  // the job's own profiler first
+}
+
 TEST(Config, FromEnvironmentWithBoundsOnBuffers) {
   std::map<std::string, std::string> m{{"BRAID_CAPTURE_OUTPUT", "/o/job.braid"},
                                        {"BRAID_CAPTURE_WINDOW", "steps:2-4"},
                                        {"BRAID_CAPTURE_BUFFER_MB", "64"},
-                                       {"BRAID_CAPTURE_TRACE", "nvtx,api"}};
+                                       {"BRAID_CAPTURE_TRACE", "nvtx,api"},
+                                       {"BRAID_CAPTURE_CUPTI", "hold"}};
   auto c = config_from_env([&](const char* k) -> const char* {
     auto it = m.find(k);
     return it == m.end() ? nullptr : it->second.c_str();
@@ -204,6 +217,7 @@ TEST(Config, FromEnvironmentWithBoundsOnBuffers) {
   EXPECT_EQ(c.window.kind, WindowKind::Steps);
   EXPECT_EQ(c.buffer_bytes, 10u << 20);  // clamped to CUPTI's useful 1-10 MB
   EXPECT_EQ(to_string(c.trace), "nvtx,api");
+  EXPECT_EQ(c.cupti, CuptiPolicy::Hold);
   EXPECT_FALSE(config_from_env([](const char*) -> const char* { return nullptr; }).enabled);
 }
 
@@ -291,6 +305,115 @@ TEST(CommBook, IdentitiesAgreeAcrossRanksAndDifferAcrossCommunicators) {
   EXPECT_EQ(u->next_seq.load(), 1);
 }
 
+// What each launch of an executable graph replays, told in the order CUPTI 13 reports an
+// instantiation (capture/graph_book.h): the copies cloned before the executable exists, in a
+// graph whose id the executable then takes.
+TEST(GraphBook, LaunchesFindTheExecutablesCopies) {
+  auto replays = [](GraphBook& b, uint32_t exec) {
+    std::map<int64_t, std::set<uint64_t>> out;  // call id -> node ids
+    b.launched(exec, [&](const NcclCall& c, const std::vector<uint64_t>& nodes) {
+      out[c.call_id].insert(nodes.begin(), nodes.end());
+    });
+    return out;
+  };
+  NcclCall allreduce, grouped_a, grouped_b;
+  allreduce.call_id = 10;
+  grouped_a.call_id = 11;
+  grouped_b.call_id = 12;
+  {
+    GraphBook b;  // told which executable the copies belong to (GRAPHEXEC_CREATE_STARTING ...)
+    b.captured(1, {101}, allreduce);
+    b.captured(1, {103}, grouped_a);
+    b.captured(1, {103}, grouped_b);  // a group's calls share its node
+    EXPECT_TRUE(b.cloned(101, 201, 5, 0));
+    EXPECT_FALSE(b.cloned(102, 202, 5, 0));  // the compute kernel: no NCCL call's node
+    EXPECT_TRUE(b.cloned(103, 203, 5, 0));
+    b.exec_created(5, 1);
+    b.exec_holds(5, {201, 203});
+    auto r = replays(b, 5);
+    ASSERT_EQ(r.size(), 3u);
+    EXPECT_EQ(r[10], (std::set<uint64_t>{101, 201}));  // the copy's id, and the original's
+    EXPECT_EQ(r[11], (std::set<uint64_t>{103, 203}));
+    EXPECT_EQ(r[12], (std::set<uint64_t>{103, 203}));
+    EXPECT_TRUE(replays(b, 6).empty());  // another executable holds none of them
+  }
+  {
+    GraphBook b;  // not told: the copies' graph shares the executable's id
+    b.captured(1, {101}, allreduce);
+    EXPECT_TRUE(b.cloned(101, 201, 5, 0));
+    b.exec_created(5, 1);
+    EXPECT_EQ(replays(b, 5)[10], (std::set<uint64_t>{101, 201}));
+  }
+  {
+    GraphBook b;  // a CUPTI that names the executable in the clone callback
+    b.captured(1, {101}, allreduce);
+    EXPECT_TRUE(b.cloned(101, 201, 0, 7));
+    EXPECT_EQ(replays(b, 7)[10], (std::set<uint64_t>{201}));
+    b.exec_created(7, 1);  // and the originals once the executable's graph is known
+    EXPECT_EQ(replays(b, 7)[10], (std::set<uint64_t>{101, 201}));
+  }
+  {
+    GraphBook b;  // cudaGraphClone, then instantiation of the clone: a copy of a copy
+    b.captured(1, {101}, allreduce);
+    EXPECT_TRUE(b.cloned(101, 301, 3, 0));
+    EXPECT_TRUE(b.cloned(301, 401, 8, 0));
+    b.exec_created(8, 3);
+    b.exec_holds(8, {401});
+    EXPECT_EQ(replays(b, 8)[10], (std::set<uint64_t>{301, 401}));
+  }
+}
+
+// The agent's NVTX log: threads append without a lock, the reader gets each thread's events in
+// order, only up to its last freeze, and whole (names with them), across chunk boundaries.
+TEST(NvtxLog, ThreadsAppendReaderGetsFrozenEventsInOrder) {
+  constexpr int kThreads = 4, kEvents = 20000;  // several 64 KiB chunks each
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  std::map<int64_t, std::vector<std::pair<uint64_t, std::string>>> seen;  // tid -> (id, name)
+  auto read = [&] {
+    NvtxLog::read([&](const NvtxEvent& e) {
+      seen[e.tid].emplace_back(e.id, std::string(e.name) + "/" + std::string(e.domain));
+    });
+  };
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      for (int i = 0; i < kEvents; ++i)
+        NvtxLog::add(NvtxEvent::Start, i, static_cast<uint64_t>(i),
+                     "range " + std::to_string(t) + "." + std::to_string(i), i % 2 ? "d" : "");
+    });
+  go.store(true);
+  // Read while they write: every read hands over a prefix of each thread's events.
+  for (int round = 0; round < 50; ++round) {
+    NvtxLog::freeze();
+    read();
+  }
+  for (auto& th : threads) th.join();
+  NvtxLog::freeze();
+  read();
+  ASSERT_EQ(seen.size(), static_cast<size_t>(kThreads));
+  for (auto& [tid, events] : seen) {
+    ASSERT_EQ(events.size(), static_cast<size_t>(kEvents)) << tid;
+    const std::string prefix = events[0].second.substr(0, events[0].second.find('.') + 1);
+    for (int i = 0; i < kEvents; ++i) {
+      EXPECT_EQ(events[i].first, static_cast<uint64_t>(i));
+      EXPECT_EQ(events[i].second, prefix + std::to_string(i) + "/" + (i % 2 ? "d" : ""));
+    }
+  }
+  // Nothing written since the last freeze: nothing more to read.
+  size_t before = 0;
+  for (auto& [tid, events] : seen) before += events.size();
+  NvtxLog::add(NvtxEvent::Push, 1, 0, "after", "");
+  read();  // not frozen yet
+  size_t after = 0;
+  for (auto& [tid, events] : seen) after += events.size();
+  EXPECT_EQ(after, before);
+  NvtxLog::freeze();
+  read();
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kThreads) + 1);  // this thread's one event
+  EXPECT_EQ(NvtxLog::dropped(), 0);
+}
+
 TEST(Launcher, EnvironmentInjectsTheAgentAndSettings) {
   RecordOptions o;
   o.output = "/tmp/out/job.braid";
@@ -303,6 +426,11 @@ TEST(Launcher, EnvironmentInjectsTheAgentAndSettings) {
   EXPECT_EQ(m["BRAID_CAPTURE_OUTPUT"], "/tmp/out/job.braid");
   EXPECT_EQ(m["BRAID_CAPTURE_WINDOW"], "steps:1-2");
   EXPECT_EQ(m["BRAID_CAPTURE_COMMAND"], "python train.py --lr '1e-3 x'");
+  EXPECT_EQ(m["BRAID_CAPTURE_CUPTI"], "yield");  // --cupti's default
+  o.cupti = CuptiPolicy::Hold;
+  auto held = capture_environment(o);
+  m = std::map<std::string, std::string>(held.begin(), held.end());
+  EXPECT_EQ(m["BRAID_CAPTURE_CUPTI"], "hold");
 }
 
 TEST(Config, AttachModeFromEnvironment) {

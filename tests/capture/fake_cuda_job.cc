@@ -25,12 +25,27 @@
 //              does, calling CUPTI through the process's symbols (subscribe, register its buffers,
 //              enable kernels), 5 kernels, its flush and its stop (kernels disabled); prints the
 //              results CUPTI gave it and the kernel records it received.
+//   kineto     torch.profiler's Kineto under braid, call for call as libkineto makes them: 5
+//              kernels; then Kineto's init subscribes (cuptiSubscribe), its profile starts
+//              (cuptiActivityRegisterCallbacks, CONCURRENT_KERNEL enabled), 5 kernels, its stop
+//              flushes (forced) and switches the kind off, and its teardown (TEARDOWN_CUPTI=1)
+//              runs from its callback at the exit of the next runtime call: cuptiUnsubscribe,
+//              cuptiFinalize; after a pause, 5 more kernels. Prints the results CUPTI gave it and
+//              the kernel records it received.
+//   markers    a CUPTI client of the job recording NVTX as CUPTI MARKER records: subscribes,
+//              registers its buffers, enables MARKER, 3 push/pop ranges and 1 start/end range,
+//              a forced flush, then unsubscribes and finalizes CUPTI; prints the results CUPTI
+//              gave it and the marker records it received ("profiler markers 8").
 //   hidden     kernels for a while, then a client that holds its own handle on libcupti (dlopen +
 //              dlsym, as ctypes bindings do) registers its buffers; kernels for a while longer.
 //   alone [MS] kernels for MS milliseconds (400), nothing else; prints "alone done".
 //   graph      on a two-rank communicator, captures into a CUDA graph an all-reduce, a compute
 //              kernel and a group of 2 all-reduces (the group's kernel launches at ncclGroupEnd),
 //              instantiates it, makes 1 ordinary all-reduce, then launches the graph 40 times.
+//   graph1     the GPU test's graph (capture_cuda_streams_nccl graph N): on a one-rank
+//              communicator, captures a compute kernel and an out-of-place all-reduce (NCCL 2.28
+//              copies inside the call: a copy node) into a CUDA graph, instantiates it and launches
+//              it N times (40).
 //   nonblocking  non-blocking communicators (config.blocking = 0; run with NCCL_PROFILER_PLUGIN
 //              naming the agent): a two-rank one, 2 all-reduces and a group of 2; a one-rank one
 //              split (non-blocking) into a one-rank child, 1 out-of-place all-reduce on the child.
@@ -47,10 +62,15 @@
 //              N steps, each an NVTX range "step <i>" with 3 kernels, an all-reduce on the world
 //              communicator and a copy, MS ms apart (0); stops early once $FAKE_NCCL_DIR/stop
 //              exists. Prints "train <steps run> steps".
-//   fork N     a thread opening and closing NVTX ranges without pause (each one a CUPTI callback
-//              into the agent, which takes its window lock) while the main thread forks N
-//              children that each open and close a range and make an NCCL call; prints how many
-//              children did not finish within 5 s (stuck on a lock held at the fork).
+//   nvtxbench N [R] [MS]  R rounds (5) of N NVTX push/pop pairs ("braid-bench", as the GPU
+//              benchmark braid-bench-capture-ops does), after a warm-up round, each followed by a
+//              pause of MS ms (0); prints "nvtx <wall ns per pair> <the thread's CPU ns per pair>"
+//              per round (bench/capture_nvtx_cpu.sh: the agent's own NVTX path on CPU).
+//   fork N     a thread opening and closing NVTX ranges "busy" without pause (run it with the
+//              window nvtx:busy: each one goes to the agent's window controller, under its lock)
+//              while the main thread forks N children that each open and close ranges ("busy"
+//              and "child") and make an NCCL call; prints how many children did not finish within
+//              5 s (stuck on a lock held at the fork).
 #include <cupti.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -58,6 +78,7 @@
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -80,8 +101,10 @@ void fakecuda_launch(uint32_t stream, const char* kernel);
 void fakecuda_memcpy(uint32_t stream, uint64_t bytes);
 void fakecuda_sync(uint32_t stream);
 void fakecuda_get_device();
-void fakenvtx_push(const char* name);
-void fakenvtx_pop();
+int fakenvtx_push(const char* name);
+int fakenvtx_pop();
+uint64_t fakenvtx_start(const char* name);
+void fakenvtx_end(uint64_t id);
 }
 
 #define CHECK(x)                                                         \
@@ -248,7 +271,7 @@ int run_onerank() {
 }
 
 // The job's own profiler: its buffers, counting the kernel records it receives.
-int g_profiler_kernels = 0;
+int g_profiler_kernels = 0, g_profiler_markers = 0;
 void CUPTIAPI profiler_requested(uint8_t** buf, size_t* size, size_t* max_records) {
   *size = 1 << 16;
   *buf = static_cast<uint8_t*>(std::malloc(*size));
@@ -257,7 +280,10 @@ void CUPTIAPI profiler_requested(uint8_t** buf, size_t* size, size_t* max_record
 void CUPTIAPI profiler_completed(CUcontext, uint32_t, uint8_t* buf, size_t, size_t valid) {
   CUpti_Activity* rec = nullptr;
   while (cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS)
-    if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) ++g_profiler_kernels;
+    if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
+      ++g_profiler_kernels;
+    else if (rec->kind == CUPTI_ACTIVITY_KIND_MARKER)
+      ++g_profiler_markers;
   std::free(buf);
 }
 void CUPTIAPI profiler_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
@@ -284,6 +310,67 @@ int run_profiler() {
   std::printf("profiler kernels %d\n", g_profiler_kernels);
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   std::printf("profiler done\n");
+  return 0;
+}
+
+// Kineto's teardown: its callback, at the exit of the next runtime API call, unsubscribes and
+// finalizes CUPTI (CuptiCallbackApi::__callback_switchboard with teardownCupti_ set).
+CUpti_SubscriberHandle g_kineto = nullptr;
+std::atomic<bool> g_teardown{false};
+void CUPTIAPI kineto_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId,
+                              const void* data) {
+  auto* info = static_cast<const CUpti_CallbackData*>(data);
+  if (domain != CUPTI_CB_DOMAIN_RUNTIME_API || info->callbackSite != CUPTI_API_EXIT) return;
+  if (!g_teardown.exchange(false)) return;
+  cuptiUnsubscribe(g_kineto);
+  cuptiFinalize();
+}
+
+int run_kineto() {
+  for (int i = 0; i < 5; ++i) fakecuda_launch(7, "gemm_kernel");
+  fakecuda_sync(7);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // braid drains
+  CUptiResult sub = cuptiSubscribe(&g_kineto, kineto_callback, nullptr);
+  std::printf("subscribe %d\n", static_cast<int>(sub));
+  std::printf("register %d\n", static_cast<int>(cuptiActivityRegisterCallbacks(
+                                   profiler_requested, profiler_completed)));
+  cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  for (int i = 0; i < 5; ++i) fakecuda_launch(7, "gemm_kernel");
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  std::printf("profiler kernels %d\n", g_profiler_kernels);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (sub == CUPTI_SUCCESS) {  // a refused Kineto has no callback to tear down from
+    g_teardown.store(true);
+    cuptiEnableDomain(1, g_kineto, CUPTI_CB_DOMAIN_RUNTIME_API);
+    fakecuda_get_device();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // braid takes CUPTI back
+  for (int i = 0; i < 5; ++i) fakecuda_launch(7, "gemm_kernel");
+  fakecuda_sync(7);
+  std::printf("kineto done\n");
+  return 0;
+}
+
+// A CUPTI client of the job that records NVTX through CUPTI (MARKER records), as an Nsight-style
+// tool does: it takes CUPTI (braid yields), opens 3 push/pop ranges and 1 start/end range, flushes,
+// and gives CUPTI back (unsubscribe, finalize).
+int run_markers() {
+  CUpti_SubscriberHandle h = nullptr;
+  std::printf("subscribe %d\n", static_cast<int>(cuptiSubscribe(&h, profiler_callback, nullptr)));
+  std::printf("register %d\n", static_cast<int>(cuptiActivityRegisterCallbacks(
+                                   profiler_requested, profiler_completed)));
+  cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER);
+  for (int i = 0; i < 3; ++i) {
+    fakenvtx_push("mine");
+    fakenvtx_pop();
+  }
+  fakenvtx_end(fakenvtx_start("mine async"));
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  std::printf("profiler markers %d\n", g_profiler_markers);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MARKER);
+  cuptiUnsubscribe(h);
+  cuptiFinalize();
+  std::printf("markers done\n");
   return 0;
 }
 
@@ -325,6 +412,21 @@ int run_graph() {
   fakecuda_sync(7);
   CHECK(ncclCommDestroy(two));
   std::printf("graph done\n");
+  return 0;
+}
+
+int run_graph1(long n) {
+  float x[64], y[64];
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(7));
+  ncclComm_t one = make_comm(1);
+  fakecuda_begin_capture(7);
+  fakecuda_launch(7, "braid_scale");
+  CHECK(ncclAllReduce(x, y, 64, ncclFloat32, ncclSum, one, s));
+  uint32_t exec = fakecuda_graph_instantiate(fakecuda_end_capture(7));
+  for (long i = 0; i < n; ++i) fakecuda_graph_launch(exec, 7);
+  fakecuda_sync(7);
+  CHECK(ncclCommDestroy(one));
+  std::printf("graph %ld\n", n);
   return 0;
 }
 
@@ -406,7 +508,9 @@ int run_fork(long n) {
   for (long i = 0; i < n; ++i) {
     pid_t pid = fork();
     if (pid == 0) {
+      fakenvtx_push("busy");
       fakenvtx_push("child");
+      fakenvtx_pop();
       fakenvtx_pop();
       ncclAllReduce(a, b, 64, ncclFloat32, ncclSum, two, nullptr);
       _exit(0);
@@ -427,6 +531,29 @@ int run_fork(long n) {
   ranges.join();
   CHECK(ncclCommDestroy(two));
   std::printf("stuck %d\n", stuck);
+  return 0;
+}
+
+double thread_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
+int run_nvtxbench(long n, long rounds, long pause_ms) {
+  for (long r = 0; r <= rounds; ++r) {  // round 0 warms up and is not printed
+    auto t0 = std::chrono::steady_clock::now();
+    const double c0 = thread_cpu_ns();
+    for (long i = 0; i < n; ++i) {
+      fakenvtx_push("braid-bench");
+      fakenvtx_pop();
+    }
+    const double c1 = thread_cpu_ns();
+    auto t1 = std::chrono::steady_clock::now();
+    double ns = std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(n);
+    if (r > 0) std::printf("nvtx %.1f %.1f\n", ns, (c1 - c0) / static_cast<double>(n));
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+  }
   return 0;
 }
 
@@ -463,12 +590,18 @@ int main(int argc, char** argv) {
   if (scenario == "simulate") return run_simulate();
   if (scenario == "profiler") return run_profiler();
   if (scenario == "hidden") return run_hidden();
+  if (scenario == "kineto") return run_kineto();
+  if (scenario == "markers") return run_markers();
   if (scenario == "alone") return run_alone(n);
   if (scenario == "stale") return run_stale();
   if (scenario == "sqlite") return run_sqlite();
   if (scenario == "graph") return run_graph();
+  if (scenario == "graph1") return run_graph1(n > 0 ? n : 40);
   if (scenario == "nonblocking") return run_nonblocking();
   if (scenario == "fork") return run_fork(n);
+  if (scenario == "nvtxbench")
+    return run_nvtxbench(n > 0 ? n : 100000, argc > 3 ? std::atol(argv[3]) : 5,
+                         argc > 4 ? std::atol(argv[4]) : 0);
   if (scenario == "train") return run_train(n, argc > 3 ? std::atol(argv[3]) : 0);
   return 2;
 }

@@ -10,25 +10,46 @@
 //    external-correlation record per kind whose per-thread stack is not empty, before it;
 //  - thread ids in records are pthread_self() unless cuptiSetThreadIdType(SYSTEM) was called
 //    (then gettid()), as CUPTI documents;
-//  - NVTX calls make MARKER records when MARKER is enabled (the record is taken before the
-//    callbacks run) and call the subscriber for the NVTX domain when it is enabled;
+//  - NVTX as NVTX v3 works: a library's NVTX calls (fakenvtx_*) go through a function table whose
+//    range slots the injection library fills at the first call (NVTX_INJECTION64_PATH's
+//    InitializeInjectionNvtx2, handed NVTX's export table); with no tool the calls do nothing.
+//    CUPTI's own InitializeInjectionNvtx2 puts CUPTI's handlers there, which make MARKER records
+//    when MARKER is enabled (the record is taken before the callbacks run) and call the
+//    subscribers for the NVTX domain when it is enabled;
 //  - cuptiSubscribe(_v2) fails with CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED while another
 //    subscriber holds CUPTI (FAKE_CUPTI_OTHER_SUBSCRIBER=NAME models a profiler named NAME there
 //    first), writing "CUPTI for <holder>" where cuptiSubscribe_v2 asks for the holder's name;
+//    cuptiUnsubscribe ends a subscription (its callbacks stop; the activity API is untouched);
+//    callbacks are enabled per subscriber;
 //  - the activity API is one per process, as CUDA 13.0 documents it (a single subscriber's):
 //    cuptiActivityRegisterCallbacks by a second client replaces the first client's buffer
 //    callbacks (the partly filled buffer goes back to the first), cuptiActivityDisable switches a
 //    kind off for everyone, cuptiActivityEnableAndDump(DEVICE) dumps a DEVICE record;
+//  - cuptiFinalize tears CUPTI down as CUPTI documents it: each client gets its partly filled
+//    buffer, then every subscription, buffer registration, kind and callback is gone;
+//  - several subscribers, modelled on CUPTI 13.2's cuptiSubscribe_v2 (allowMultipleSubscribers:
+//    "If multiple subscribers are allowed, [oldSubscriberName] will be the name of the first
+//    subscriber, but CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED will not be returned"):
+//    with FAKE_CUPTI_VERSION >= 130200 (cuptiGetVersion) and FAKE_CUPTI_MULTI_SUBSCRIBER=1 (a
+//    driver that allows it) a subscription is admitted beside subscribers that all asked for
+//    several, and a buffer registration made while several are subscribed adds a client that
+//    receives every record beside the others (kinds stay process-wide: CUPTI 13.5's
+//    per-subscriber activity calls are not modelled);
 //  - CUDA graphs (fakecuda_begin_capture ... fakecuda_graph_launch): a launch or copy on a stream
 //    being captured makes its API record but no device record; it becomes a graph node, reported
-//    through the resource callback GRAPHNODE_CREATED on the capturing thread; instantiation
-//    reports GRAPHEXEC_CREATED and clones every node (GRAPHNODE_CLONED); a graph launch makes one
-//    API record and, per node, a kernel or copy record carrying the launch's correlation id, the
-//    clone's node id and the graph's id (cuptiGetGraphNodeId/GraphId/GraphExecId read the ids);
-//  - NVTX reaches CUPTI only through NVTX's injection: the first fakenvtx_* call loads the library
-//    NVTX_INJECTION64_PATH names and calls its InitializeInjectionNvtx2, and markers and NVTX
-//    callbacks come from this CUPTI only when that call arrived here (another copy of libcupti,
-//    or no such library, leaves NVTX unheard, as a real mismatch does);
+//    through the resource callback GRAPHNODE_CREATED on the capturing thread. Instantiation, as
+//    CUPTI 13 reports it on the instantiating thread: GRAPHEXEC_CREATE_STARTING; per node, the
+//    executable's copy created (GRAPHNODE_CREATED) and cloned (GRAPHNODE_CLONED with `graph` the
+//    copies' graph, whose id is the one the executable gets, `originalGraph`/`originalNode` the
+//    captured ones, and no `graphExec`: it does not exist yet); then GRAPHEXEC_CREATED (`graph` the
+//    captured graph, `graphExec` the executable). A graph launch makes one API record and, per
+//    node, a kernel or copy record carrying the launch's correlation id, the copy's node id
+//    (graphNodeId) and the executable's id (graphId). What real CUPTI gives, and the sources
+//    (NVIDIA's cuda_graphs_trace sample, Triton's Proton profiler): capture/graph_book.h.
+//    cuptiGetGraphNodeId/GraphId/GraphExecId read the ids (the handles are the ids);
+//  - NVTX reaches CUPTI only through NVTX's injection: a library named in NVTX_INJECTION64_PATH
+//    that does not hand NVTX to this CUPTI (another copy of libcupti, or no such library) leaves
+//    CUPTI's handlers out of the table, as a real mismatch does;
 //  - a kernel runs 1 us and a copy 0.5 us from its launch; FAKE_CUPTI_KERNEL_NS=N models a GPU
 //    behind the host instead: each stream runs its kernels (N ns each) and copies one after the
 //    other, so the work of a step ends after the host has moved on (past the NVTX range that
@@ -52,6 +73,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -69,22 +91,34 @@
 namespace {
 
 std::mutex g_mu;  // guards the state below; never held while calling the client
-CUpti_CallbackFunc g_callback = nullptr;
-void* g_callback_user = nullptr;
-bool g_subscribed = false;
-std::set<int> g_domains;
-std::set<std::pair<int, uint32_t>> g_callbacks;
+// Subscribers (the handle is the Subscriber's address). CUDA 13.0 admits one; with
+// FAKE_CUPTI_MULTI_SUBSCRIBER=1 and FAKE_CUPTI_VERSION >= 130200 (CUPTI 13.2 on a driver that
+// allows several) a subscription is admitted beside the others when every one of them asked for
+// several subscribers (CUpti_SubscriberParams::allowMultipleSubscribers, CUPTI 13.2's field).
+struct Subscriber {
+  CUpti_CallbackFunc callback = nullptr;
+  void* user = nullptr;
+  std::string name;
+  bool allow_multiple = false;
+  std::set<int> domains;
+  std::set<std::pair<int, uint32_t>> callbacks;
+};
+std::vector<Subscriber*> g_subs;
 bool g_kinds[CUPTI_ACTIVITY_KIND_COUNT] = {};
 std::set<uint32_t> g_runtime_api, g_driver_api;  // per callback id
 CUpti_ActivityThreadIdType g_tid_type = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT;
-CUpti_BuffersCallbackRequestFunc g_request = nullptr;
-CUpti_BuffersCallbackCompleteFunc g_complete = nullptr;
-uint8_t* g_buf = nullptr;
-size_t g_size = 0, g_used = 0;
+// The activity API's clients: one per process (a second registration replaces the first), or,
+// with several subscribers admitted, one per registration, each receiving every record.
+struct Client {
+  CUpti_BuffersCallbackRequestFunc request = nullptr;
+  CUpti_BuffersCallbackCompleteFunc complete = nullptr;
+  uint8_t* buf = nullptr;
+  size_t size = 0, used = 0;
+};
+std::vector<Client> g_clients;
 uint64_t g_dropped = 0;
 std::atomic<uint32_t> g_corr{0};
 std::atomic<uint32_t> g_marker_id{0};
-std::string g_subscriber_name;             // guarded by g_mu
 std::atomic<bool> g_nvtx_attached{false};  // InitializeInjectionNvtx2 reached this instance
 thread_local int t_in_callback = 0;
 thread_local std::vector<uint64_t> t_ext[CUPTI_EXTERNAL_CORRELATION_KIND_SIZE];
@@ -147,9 +181,9 @@ void probe_lock(const char* fn) {
   void* user;
   {
     std::lock_guard lk(g_mu);
-    if (!g_subscribed || !g_callback) return;
-    cb = g_callback;
-    user = g_callback_user;
+    if (g_subs.empty()) return;
+    cb = g_subs.front()->callback;
+    user = g_subs.front()->user;
   }
   struct Probe {
     std::mutex mu;
@@ -206,49 +240,67 @@ size_t record_size(CUpti_ActivityKind k) {
   }
 }
 
-// Appends one record; a full buffer is handed to the client after the lock is let go.
+// Appends one record to every client's buffer; a full buffer is handed to its client after the
+// lock is let go.
 template <typename T>
 void emit(const T& rec) {
-  uint8_t* full = nullptr;
-  size_t full_used = 0;
-  CUpti_BuffersCallbackCompleteFunc complete = nullptr;
+  struct Full {
+    CUpti_BuffersCallbackCompleteFunc complete;
+    uint8_t* buf;
+    size_t size, used;
+  };
+  std::vector<Full> full;
   {
     std::lock_guard lk(g_mu);
-    if (!g_request || !g_complete) return;
-    if (g_buf && g_used + sizeof rec > g_size) {
-      full = g_buf;
-      full_used = g_used;
-      complete = g_complete;
-      g_buf = nullptr;
-    }
-    if (!g_buf) {
-      size_t max_records = 0;
-      g_request(&g_buf, &g_size, &max_records);
-      g_used = 0;
-      if (g_buf && g_size < sizeof rec) g_buf = nullptr;
-    }
-    if (g_buf) {
-      std::memcpy(g_buf + g_used, &rec, sizeof rec);
-      g_used += sizeof rec;
-    } else {
-      ++g_dropped;
+    for (Client& c : g_clients) {
+      if (!c.request || !c.complete) continue;
+      if (c.buf && c.used + sizeof rec > c.size) {
+        full.push_back({c.complete, c.buf, c.size, c.used});
+        c.buf = nullptr;
+      }
+      if (!c.buf) {
+        size_t max_records = 0;
+        c.request(&c.buf, &c.size, &max_records);
+        c.used = 0;
+        if (c.buf && c.size < sizeof rec) c.buf = nullptr;
+      }
+      if (c.buf) {
+        std::memcpy(c.buf + c.used, &rec, sizeof rec);
+        c.used += sizeof rec;
+      } else {
+        ++g_dropped;
+      }
     }
   }
-  if (full) complete(nullptr, 0, full, g_size, full_used);
+  for (const Full& f : full) f.complete(nullptr, 0, f.buf, f.size, f.used);
+}
+
+// Hands every client its partly filled buffer (cuptiActivityFlushAll; also at cuptiFinalize).
+void flush_clients() {
+  std::vector<Client> out;
+  {
+    std::lock_guard lk(g_mu);
+    for (Client& c : g_clients)
+      if (c.buf && c.used > 0) {
+        out.push_back(c);
+        c.buf = nullptr;
+        c.used = 0;
+      }
+  }
+  for (const Client& c : out)
+    if (c.complete) c.complete(nullptr, 0, c.buf, c.size, c.used);
 }
 
 void deliver(int domain, uint32_t cbid, const void* data) {
-  CUpti_CallbackFunc cb = nullptr;
-  void* user = nullptr;
+  std::vector<std::pair<CUpti_CallbackFunc, void*>> to;
   {
     std::lock_guard lk(g_mu);
-    if (!g_subscribed || !g_callback) return;
-    if (!g_domains.count(domain) && !g_callbacks.count({domain, cbid})) return;
-    cb = g_callback;
-    user = g_callback_user;
+    for (Subscriber* sub : g_subs)
+      if (sub->callback && (sub->domains.count(domain) || sub->callbacks.count({domain, cbid})))
+        to.emplace_back(sub->callback, sub->user);
   }
   ++t_in_callback;
-  cb(user, static_cast<CUpti_CallbackDomain>(domain), cbid, data);
+  for (auto& [cb, user] : to) cb(user, static_cast<CUpti_CallbackDomain>(domain), cbid, data);
   --t_in_callback;
 }
 
@@ -336,9 +388,10 @@ uint64_t g_next_node = 100;
 uint32_t g_next_graph = 0;
 
 void graph_callback(CUpti_CallbackId cbid, uint32_t graph, uint64_t node, uint64_t original,
-                    uint32_t exec) {
+                    uint32_t exec, uint32_t original_graph = 0) {
   CUpti_GraphData g{};
   g.graph = reinterpret_cast<CUgraph>(static_cast<uintptr_t>(graph));
+  g.originalGraph = reinterpret_cast<CUgraph>(static_cast<uintptr_t>(original_graph));
   g.node = reinterpret_cast<CUgraphNode>(static_cast<uintptr_t>(node));
   g.originalNode = reinterpret_cast<CUgraphNode>(static_cast<uintptr_t>(original));
   g.graphExec = reinterpret_cast<CUgraphExec>(static_cast<uintptr_t>(exec));
@@ -375,71 +428,133 @@ FAKE CUptiResult cuptiGetResultString(CUptiResult r, const char** s) {
   return CUPTI_SUCCESS;
 }
 
+namespace {
+// CUpti_SubscriberParams as CUPTI 13.2 lays it out (allowMultipleSubscribers after the fields CUDA
+// 13.0's header has).
+struct SubscriberParams132 {
+  size_t structSize;
+  const char* subscriberName;
+  char* oldSubscriberName;
+  size_t oldSubscriberSize;
+  uint8_t allowMultipleSubscribers;
+};
+
+uint32_t version() {
+  const char* v = std::getenv("FAKE_CUPTI_VERSION");
+  return v && *v ? static_cast<uint32_t>(std::atoll(v)) : 130001;  // CUDA 13.0.1's CUPTI
+}
+bool several_subscribers() {
+  const char* m = std::getenv("FAKE_CUPTI_MULTI_SUBSCRIBER");
+  return version() >= 130200 && m && *m == '1';
+}
+
+// Admits a subscriber (g_mu held), or says who holds CUPTI.
+CUptiResult subscribe(CUpti_SubscriberHandle* handle, CUpti_CallbackFunc cb, void* user,
+                      const std::string& name, bool allow_multiple, std::string* holder) {
+  const char* other = std::getenv("FAKE_CUPTI_OTHER_SUBSCRIBER");  // a profiler there first
+  if (other && *other) {
+    *holder = std::string("CUPTI for ") + other;
+    return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+  }
+  if (!g_subs.empty()) *holder = "CUPTI for " + g_subs.front()->name;
+  bool admitted = g_subs.empty() || several_subscribers();
+  for (Subscriber* sub : g_subs) admitted = admitted && sub->allow_multiple;
+  if (!admitted) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+  auto* sub = new Subscriber();
+  sub->callback = cb;
+  sub->user = user;
+  sub->name = name;
+  sub->allow_multiple = allow_multiple;
+  g_subs.push_back(sub);
+  *handle = reinterpret_cast<CUpti_SubscriberHandle>(sub);
+  return CUPTI_SUCCESS;
+}
+
+Subscriber* find(CUpti_SubscriberHandle h) {
+  for (Subscriber* sub : g_subs)
+    if (reinterpret_cast<CUpti_SubscriberHandle>(sub) == h) return sub;
+  return nullptr;
+}
+}  // namespace
+
+FAKE CUptiResult cuptiGetVersion(uint32_t* v) {
+  *v = version();
+  return CUPTI_SUCCESS;
+}
+
 FAKE CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* s, CUpti_CallbackFunc cb, void* user) {
   log_call("cuptiSubscribe");
-  const char* other = std::getenv("FAKE_CUPTI_OTHER_SUBSCRIBER");
   std::lock_guard lk(g_mu);
-  if (g_subscribed || (other && *other)) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
-  g_subscribed = true;
-  g_subscriber_name = "";
-  g_callback = cb;
-  g_callback_user = user;
-  *s = reinterpret_cast<CUpti_SubscriberHandle>(&g_subscribed);
-  return CUPTI_SUCCESS;
+  std::string holder;
+  return subscribe(s, cb, user, "", false, &holder);
 }
 
 FAKE CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle* s, CUpti_CallbackFunc cb, void* user,
                                    CUpti_SubscriberParams* params) {
   const char* name = params && params->subscriberName ? params->subscriberName : "";
-  log_call("cuptiSubscribe_v2", name);
-  const char* other = std::getenv("FAKE_CUPTI_OTHER_SUBSCRIBER");
+  auto* p132 = reinterpret_cast<SubscriberParams132*>(params);
+  const bool allow = version() >= 130200 && p132 &&
+                     p132->structSize > offsetof(SubscriberParams132, allowMultipleSubscribers) &&
+                     p132->allowMultipleSubscribers;
+  log_call("cuptiSubscribe_v2", std::string(name) + (allow ? " allow-multiple" : ""));
   std::lock_guard lk(g_mu);
-  if (g_subscribed || (other && *other)) {
-    std::string holder = "CUPTI for " + (g_subscribed ? g_subscriber_name : std::string(other));
-    if (params && params->oldSubscriberName && params->oldSubscriberSize > 0)
-      std::snprintf(params->oldSubscriberName, params->oldSubscriberSize, "%s", holder.c_str());
-    return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
-  }
-  g_subscribed = true;
-  g_subscriber_name = name;
-  g_callback = cb;
-  g_callback_user = user;
-  *s = reinterpret_cast<CUpti_SubscriberHandle>(&g_subscribed);
-  return CUPTI_SUCCESS;
+  std::string holder;
+  CUptiResult rc = subscribe(s, cb, user, name, allow, &holder);
+  // The holder's name on a refusal; beside others, the first subscriber's (CUPTI 13.2).
+  if (params && params->oldSubscriberName && params->oldSubscriberSize > 0 && !holder.empty())
+    std::snprintf(params->oldSubscriberName, params->oldSubscriberSize, "%s", holder.c_str());
+  return rc;
 }
 
+// As CUPTI: every resource is released (each client gets its partly filled buffer first), every
+// subscription ends, every kind and callback is off; the next call starts CUPTI afresh.
 FAKE CUptiResult cuptiFinalize() {
   log_call("cuptiFinalize");
+  flush_clients();
+  std::lock_guard lk(g_mu);
+  for (Subscriber* sub : g_subs) delete sub;
+  g_subs.clear();
+  g_clients.clear();
+  for (bool& k : g_kinds) k = false;
+  g_runtime_api.clear();
+  g_driver_api.clear();
+  g_tid_type = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT;
   return CUPTI_SUCCESS;
 }
 
-FAKE CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle) {
+FAKE CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle h) {
   log_call("cuptiUnsubscribe");
   std::lock_guard lk(g_mu);
-  g_subscribed = false;
-  g_callback = nullptr;
+  Subscriber* sub = find(h);
+  if (!sub) return CUPTI_ERROR_INVALID_PARAMETER;
+  g_subs.erase(std::find(g_subs.begin(), g_subs.end(), sub));
+  delete sub;
   return CUPTI_SUCCESS;
 }
 
-FAKE CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle,
+FAKE CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle h,
                                    CUpti_CallbackDomain d) {
   log_call("cuptiEnableDomain", std::to_string(d) + " " + std::to_string(enable));
   std::lock_guard lk(g_mu);
+  Subscriber* sub = find(h);
+  if (!sub) return CUPTI_ERROR_INVALID_PARAMETER;
   if (enable)
-    g_domains.insert(d);
+    sub->domains.insert(d);
   else
-    g_domains.erase(d);
+    sub->domains.erase(d);
   return CUPTI_SUCCESS;
 }
 
-FAKE CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle,
+FAKE CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle h,
                                      CUpti_CallbackDomain d, CUpti_CallbackId cbid) {
   log_call("cuptiEnableCallback", std::to_string(d) + ":" + std::to_string(cbid));
   std::lock_guard lk(g_mu);
+  Subscriber* sub = find(h);
+  if (!sub) return CUPTI_ERROR_INVALID_PARAMETER;
   if (enable)
-    g_callbacks.insert({d, cbid});
+    sub->callbacks.insert({d, cbid});
   else
-    g_callbacks.erase({d, cbid});
+    sub->callbacks.erase({d, cbid});
   return CUPTI_SUCCESS;
 }
 
@@ -461,23 +576,23 @@ FAKE CUptiResult cuptiSetThreadIdType(CUpti_ActivityThreadIdType type) {
 FAKE CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc req,
                                                 CUpti_BuffersCallbackCompleteFunc done) {
   log_call("cuptiActivityRegisterCallbacks");
-  uint8_t* buf = nullptr;
-  size_t used = 0, size = 0;
-  CUpti_BuffersCallbackCompleteFunc previous = nullptr;
+  Client previous;
   {
     std::lock_guard lk(g_mu);
-    if (g_buf && g_complete && g_complete != done) {  // the first client's partly filled buffer
-      buf = g_buf;
-      used = g_used;
-      size = g_size;
-      previous = g_complete;
-      g_buf = nullptr;
-      g_used = 0;
+    for (const Client& c : g_clients)
+      if (c.complete == done) return CUPTI_SUCCESS;  // registered already
+    Client fresh;
+    fresh.request = req;
+    fresh.complete = done;
+    if (g_subs.size() > 1) {  // several subscribers: one set of buffers each
+      g_clients.push_back(fresh);
+    } else {  // one per process: it replaces the first client's (which gets its partial buffer)
+      if (!g_clients.empty()) previous = g_clients.front();
+      g_clients.assign(1, fresh);
     }
-    g_request = req;
-    g_complete = done;
   }
-  if (buf) previous(nullptr, 0, buf, size, used);
+  if (previous.buf && previous.used > 0)
+    previous.complete(nullptr, 0, previous.buf, previous.size, previous.used);
   return CUPTI_SUCCESS;
 }
 
@@ -541,21 +656,7 @@ FAKE CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t ena
 FAKE CUptiResult cuptiActivityFlushAll(uint32_t flag) {
   log_call("cuptiActivityFlushAll", std::to_string(flag));
   probe_lock("cuptiActivityFlushAll");
-  uint8_t* buf = nullptr;
-  size_t used = 0, size = 0;
-  CUpti_BuffersCallbackCompleteFunc complete = nullptr;
-  {
-    std::lock_guard lk(g_mu);
-    if (g_buf && g_used > 0) {
-      buf = g_buf;
-      used = g_used;
-      size = g_size;
-      complete = g_complete;
-      g_buf = nullptr;
-      g_used = 0;
-    }
-  }
-  if (buf && complete) complete(nullptr, 0, buf, size, used);
+  flush_clients();
   return CUPTI_SUCCESS;
 }
 
@@ -712,14 +813,14 @@ FAKE uint32_t fakecuda_end_capture(uint32_t stream) {
   g_capturing.erase(stream);
   return g;
 }
-// Executable ids count from 1000 (distinct from graph ids).
+// The executable's copies of the nodes live in a graph of their own, whose id (from the graph ids)
+// the executable takes, as CUPTI numbers them.
 FAKE uint32_t fakecuda_graph_instantiate(uint32_t graph) {
-  static uint32_t next_exec = 1000;
   uint32_t exec;
   std::vector<std::pair<uint64_t, uint64_t>> clones;  // original, clone
   {
     std::lock_guard lk(g_graph_mu);
-    exec = ++next_exec;
+    exec = ++g_next_graph;
     auto& e = g_execs[exec];
     e.first = graph;
     for (const Node& n : g_graphs[graph]) {
@@ -729,17 +830,18 @@ FAKE uint32_t fakecuda_graph_instantiate(uint32_t graph) {
       clones.emplace_back(n.id, c.id);
     }
   }
+  graph_callback(CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATE_STARTING, graph, 0, 0, 0);
+  for (auto& [original, clone] : clones) {
+    graph_callback(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, exec, clone, 0, 0);
+    graph_callback(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, exec, clone, original, 0, graph);
+  }
   graph_callback(CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, graph, 0, 0, exec);
-  for (auto& [original, clone] : clones)
-    graph_callback(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, graph, clone, original, exec);
   return exec;
 }
 FAKE void fakecuda_graph_launch(uint32_t exec, uint32_t stream) {
-  uint32_t graph;
   std::vector<Node> nodes;
   {
     std::lock_guard lk(g_graph_mu);
-    graph = g_execs[exec].first;
     nodes = g_execs[exec].second;
   }
   cudaGraphLaunch_v10000_params params{
@@ -762,7 +864,7 @@ FAKE void fakecuda_graph_launch(uint32_t exec, uint32_t stream) {
             m.streamId = stream;
             m.correlationId = corr;
             m.graphNodeId = n.id;
-            m.graphId = graph;
+            m.graphId = exec;  // the executable's id, though the field says graph
             emit(m);
           } else {
             if (!kind_on(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) continue;
@@ -775,7 +877,7 @@ FAKE void fakecuda_graph_launch(uint32_t exec, uint32_t stream) {
             k.correlationId = corr;
             k.name = n.name;
             k.graphNodeId = n.id;
-            k.graphId = graph;
+            k.graphId = exec;
             emit(k);
           }
         }
@@ -796,29 +898,9 @@ FAKE void fakecuda_profiler(int start) {
 
 // NVTX's injection entry point (libcupti exports it; NVTX_INJECTION64_PATH names libcupti, or a
 // library that hands NVTX on to it).
-FAKE int InitializeInjectionNvtx2(void* get_export_table) {
-  log_call("InitializeInjectionNvtx2");
-  if (!get_export_table) return 0;
-  g_nvtx_attached.store(true);
-  return 1;
-}
+// ---- NVTX: CUPTI's handlers, and NVTX itself as a library compiled with its headers has it ----
 
 namespace {
-void* nvtx_export_table(const void*) { return nullptr; }
-
-// As NVTX at its first call: loads the injection library and calls its init, once.
-bool nvtx_heard() {
-  static const bool attached = [] {
-    const char* path = std::getenv("NVTX_INJECTION64_PATH");
-    if (!path || !*path) return false;
-    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return false;
-    auto init = reinterpret_cast<int (*)(void*)>(dlsym(h, "InitializeInjectionNvtx2"));
-    return init && init(reinterpret_cast<void*>(&nvtx_export_table)) != 0;
-  }();
-  return attached && g_nvtx_attached.load();
-}
-
 void marker(CUpti_ActivityFlag flag, uint32_t id, const char* name) {
   if (!kind_on(CUPTI_ACTIVITY_KIND_MARKER)) return;
   CUpti_ActivityMarker2 m{};
@@ -833,20 +915,19 @@ void marker(CUpti_ActivityFlag flag, uint32_t id, const char* name) {
   m.domain = nullptr;
   emit(m);
 }
-}  // namespace
 
-FAKE void fakenvtx_push(const char* name) {
-  if (!nvtx_heard()) return;
+// CUPTI's NVTX handlers: a MARKER record when the kind is on (taken before the callbacks run),
+// then the subscribers' NVTX callbacks.
+int NVTX_API cupti_push_a(const char* name) {
   uint32_t id = ++g_marker_id;
   t_ranges.push_back(id);
   marker(CUPTI_ACTIVITY_FLAG_MARKER_START, id, name);
   nvtxRangePushA_params p{name};
   CUpti_NvtxData d{"nvtxRangePushA", &p, nullptr};
   deliver(CUPTI_CB_DOMAIN_NVTX, CUPTI_CBID_NVTX_nvtxRangePushA, &d);
+  return static_cast<int>(t_ranges.size()) - 1;
 }
-
-FAKE void fakenvtx_pop() {
-  if (!nvtx_heard()) return;
+int NVTX_API cupti_pop() {
   uint32_t id = 0;
   if (!t_ranges.empty()) {
     id = t_ranges.back();
@@ -855,4 +936,112 @@ FAKE void fakenvtx_pop() {
   marker(CUPTI_ACTIVITY_FLAG_MARKER_END, id, nullptr);
   CUpti_NvtxData d{"nvtxRangePop", nullptr, nullptr};
   deliver(CUPTI_CB_DOMAIN_NVTX, CUPTI_CBID_NVTX_nvtxRangePop, &d);
+  return static_cast<int>(t_ranges.size());
+}
+nvtxRangeId_t NVTX_API cupti_start_a(const char* name) {
+  uint32_t id = ++g_marker_id;
+  marker(CUPTI_ACTIVITY_FLAG_MARKER_START, id, name);
+  nvtxRangeId_t rid = id;
+  nvtxRangeStartA_params p{name};
+  CUpti_NvtxData d{"nvtxRangeStartA", &p, &rid};
+  deliver(CUPTI_CB_DOMAIN_NVTX, CUPTI_CBID_NVTX_nvtxRangeStartA, &d);
+  return rid;
+}
+void NVTX_API cupti_end(nvtxRangeId_t id) {
+  marker(CUPTI_ACTIVITY_FLAG_MARKER_END, static_cast<uint32_t>(id), nullptr);
+  nvtxRangeEnd_params p{id};
+  CUpti_NvtxData d{"nvtxRangeEnd", &p, nullptr};
+  deliver(CUPTI_CB_DOMAIN_NVTX, CUPTI_CBID_NVTX_nvtxRangeEnd, &d);
+}
+}  // namespace
+
+// NVTX's injection entry point (libcupti exports it; NVTX_INJECTION64_PATH names libcupti, or a
+// library that hands NVTX on to it): as CUPTI, fills the range slots of NVTX's table.
+FAKE int InitializeInjectionNvtx2(void* get_export_table) {
+  log_call("InitializeInjectionNvtx2");
+  if (!get_export_table) return 0;
+  auto get = reinterpret_cast<NvtxGetExportTableFunc_t>(get_export_table);
+  auto* cb = static_cast<const NvtxExportTableCallbacks*>(get(NVTX_ETID_CALLBACKS));
+  NvtxFunctionTable core = nullptr;
+  unsigned n = 0;
+  if (!cb || !cb->GetModuleFunctionTable(NVTX_CB_MODULE_CORE, &core, &n)) return 0;
+  auto put = [&](unsigned id, auto fn) {
+    if (id < n && core[id]) *core[id] = reinterpret_cast<NvtxFunctionPointer>(fn);
+  };
+  put(NVTX_CBID_CORE_RangePushA, &cupti_push_a);
+  put(NVTX_CBID_CORE_RangePop, &cupti_pop);
+  put(NVTX_CBID_CORE_RangeStartA, &cupti_start_a);
+  put(NVTX_CBID_CORE_RangeEnd, &cupti_end);
+  g_nvtx_attached.store(true);
+  return 1;
+}
+
+namespace {
+// NVTX's function table, one instance: the slots the injection library fills (NVTX's own
+// initializing functions are modelled by nvtx_init() before each call), read through NVTX's
+// export table as real NVTX hands it out.
+NvtxFunctionPointer g_core[NVTX_CBID_CORE_SIZE] = {};
+NvtxFunctionPointer g_core2[NVTX_CBID_CORE2_SIZE] = {};
+NvtxFunctionPointer* g_core_slots[NVTX_CBID_CORE_SIZE];
+NvtxFunctionPointer* g_core2_slots[NVTX_CBID_CORE2_SIZE];
+int NVTX_API module_table(NvtxCallbackModule m, NvtxFunctionTable* out, unsigned* size) {
+  if (m == NVTX_CB_MODULE_CORE) {
+    for (unsigned i = 0; i < NVTX_CBID_CORE_SIZE; ++i) g_core_slots[i] = &g_core[i];
+    *out = g_core_slots;
+    *size = NVTX_CBID_CORE_SIZE;
+    return 1;
+  }
+  if (m == NVTX_CB_MODULE_CORE2) {
+    for (unsigned i = 0; i < NVTX_CBID_CORE2_SIZE; ++i) g_core2_slots[i] = &g_core2[i];
+    *out = g_core2_slots;
+    *size = NVTX_CBID_CORE2_SIZE;
+    return 1;
+  }
+  return 0;
+}
+const NvtxExportTableCallbacks g_callbacks_table{sizeof(NvtxExportTableCallbacks), module_table};
+const void* NVTX_API nvtx_export_table(uint32_t id) {
+  return id == NVTX_ETID_CALLBACKS ? &g_callbacks_table : nullptr;
+}
+
+// As NVTX at its first call: loads the injection library and calls its init, once; a refusal
+// leaves every slot empty.
+void nvtx_init() {
+  static const bool once = [] {
+    const char* path = std::getenv("NVTX_INJECTION64_PATH");
+    void* h = path && *path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : nullptr;
+    auto init = h ? reinterpret_cast<int (*)(NvtxGetExportTableFunc_t)>(
+                        dlsym(h, "InitializeInjectionNvtx2"))
+                  : nullptr;
+    if (!init || init(&nvtx_export_table) == 0) {
+      for (auto& f : g_core) f = nullptr;
+      for (auto& f : g_core2) f = nullptr;
+    }
+    return true;
+  }();
+  (void)once;
+}
+template <typename Fn>
+Fn slot(unsigned id) {
+  nvtx_init();
+  return reinterpret_cast<Fn>(g_core[id]);
+}
+}  // namespace
+
+// The model programs' NVTX calls: what nvtxRangePushA & co. do in a library compiled with NVTX's
+// headers (call the slot; nothing without a tool).
+FAKE int fakenvtx_push(const char* name) {
+  auto f = slot<nvtxRangePushA_impl_fntype>(NVTX_CBID_CORE_RangePushA);
+  return f ? f(name) : -1;
+}
+FAKE int fakenvtx_pop() {
+  auto f = slot<nvtxRangePop_impl_fntype>(NVTX_CBID_CORE_RangePop);
+  return f ? f() : -1;
+}
+FAKE uint64_t fakenvtx_start(const char* name) {
+  auto f = slot<nvtxRangeStartA_impl_fntype>(NVTX_CBID_CORE_RangeStartA);
+  return f ? f(name) : 0;
+}
+FAKE void fakenvtx_end(uint64_t id) {
+  if (auto f = slot<nvtxRangeEnd_impl_fntype>(NVTX_CBID_CORE_RangeEnd)) f(id);
 }

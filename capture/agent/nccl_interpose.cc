@@ -4,6 +4,8 @@
 // CUPTI's external correlation around the launch (the call's own id, or its group's id for calls
 // inside ncclGroupStart/End, whose kernels launch at ncclGroupEnd) and hands the record to the
 // writer thread. Calls NCCL makes into its own API (ncclBcast -> ncclBroadcast) pass through.
+#include "capture/agent/nccl_interpose.h"
+
 #include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
@@ -15,7 +17,6 @@
 #include <vector>
 
 #include "capture/agent/agent.h"
-#include "capture/nccl_interpose.h"
 
 #define BRAID_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -24,8 +25,8 @@ namespace {
 
 using agent::Agent;
 
-thread_local int t_depth = 0;          // nesting of interposed calls on this thread
-thread_local int t_group_depth = 0;    // ncclGroupStart nesting
+thread_local int t_depth = 0;        // nesting of interposed calls on this thread
+thread_local int t_group_depth = 0;  // ncclGroupStart nesting
 thread_local int64_t t_group_id = 0;
 thread_local std::vector<NcclCall>* t_group_calls = nullptr;
 thread_local int64_t t_current_call = 0;
@@ -115,30 +116,62 @@ Fn real(const char* name) {
 
 const char* dtype_name(ncclDataType_t t, int& bytes) {
   switch (t) {
-    case ncclInt8: bytes = 1; return "int8";
-    case ncclUint8: bytes = 1; return "uint8";
-    case ncclInt32: bytes = 4; return "int32";
-    case ncclUint32: bytes = 4; return "uint32";
-    case ncclInt64: bytes = 8; return "int64";
-    case ncclUint64: bytes = 8; return "uint64";
-    case ncclFloat16: bytes = 2; return "float16";
-    case ncclFloat32: bytes = 4; return "float32";
-    case ncclFloat64: bytes = 8; return "float64";
-    case ncclBfloat16: bytes = 2; return "bfloat16";
-    case ncclFloat8e4m3: bytes = 1; return "float8_e4m3";
-    case ncclFloat8e5m2: bytes = 1; return "float8_e5m2";
-    default: bytes = 0; return "unknown";
+    case ncclInt8:
+      bytes = 1;
+      return "int8";
+    case ncclUint8:
+      bytes = 1;
+      return "uint8";
+    case ncclInt32:
+      bytes = 4;
+      return "int32";
+    case ncclUint32:
+      bytes = 4;
+      return "uint32";
+    case ncclInt64:
+      bytes = 8;
+      return "int64";
+    case ncclUint64:
+      bytes = 8;
+      return "uint64";
+    case ncclFloat16:
+      bytes = 2;
+      return "float16";
+    case ncclFloat32:
+      bytes = 4;
+      return "float32";
+    case ncclFloat64:
+      bytes = 8;
+      return "float64";
+    case ncclBfloat16:
+      bytes = 2;
+      return "bfloat16";
+    case ncclFloat8e4m3:
+      bytes = 1;
+      return "float8_e4m3";
+    case ncclFloat8e5m2:
+      bytes = 1;
+      return "float8_e5m2";
+    default:
+      bytes = 0;
+      return "unknown";
   }
 }
 
 const char* redop_name(ncclRedOp_t op) {
   switch (op) {
-    case ncclSum: return "sum";
-    case ncclProd: return "prod";
-    case ncclMax: return "max";
-    case ncclMin: return "min";
-    case ncclAvg: return "avg";
-    default: return "premulsum";  // ops made by ncclRedOpCreatePreMulSum
+    case ncclSum:
+      return "sum";
+    case ncclProd:
+      return "prod";
+    case ncclMax:
+      return "max";
+    case ncclMin:
+      return "min";
+    case ncclAvg:
+      return "avg";
+    default:
+      return "premulsum";  // ops made by ncclRedOpCreatePreMulSum
   }
 }
 
@@ -207,8 +240,10 @@ ncclResult_t record_call(const Args& a, Call&& call) {
   c.result = static_cast<int32_t>(r);
   if (end_graph_watch(ag, c)) c.graph = kGraphCaptured;
   if (!grouped && c.graph != kGraphCaptured) c.seq = take_seq(c);
-  if (grouped && t_group_calls) t_group_calls->push_back(c);  // posted at ncclGroupEnd
-  else ag->pipeline().post(c);
+  if (grouped && t_group_calls)
+    t_group_calls->push_back(c);  // posted at ncclGroupEnd
+  else
+    ag->pipeline().post(c);
   return r;
 }
 
@@ -216,7 +251,8 @@ void note_comm(ncclComm_t comm, std::string identity, const char* how, int rank,
                std::string parent = "") {
   Agent* ag = Agent::get();
   if (!ag || !comm) return;
-  CommRecord* rec = ag->comms().add(comm, std::move(identity), how, rank, nranks, std::move(parent));
+  CommRecord* rec =
+      ag->comms().add(comm, std::move(identity), how, rank, nranks, std::move(parent));
   ag->on_comm(rec);
 }
 
@@ -250,7 +286,8 @@ void note_version() {
   });
 }
 
-#define BRAID_REAL(fn) static auto real_fn = real<decltype(&::fn)>(#fn); \
+#define BRAID_REAL(fn)                              \
+  static auto real_fn = real<decltype(&::fn)>(#fn); \
   if (!real_fn) return ncclSystemError
 
 }  // namespace
@@ -287,7 +324,8 @@ using braid::CollOp;
 
 // ---- communicators ----
 
-BRAID_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+BRAID_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id,
+                                           int rank) {
   BRAID_REAL(ncclCommInitRank);
   ++t_depth;
   ncclResult_t r = real_fn(comm, nranks, id, rank);
@@ -537,9 +575,8 @@ BRAID_EXPORT ncclResult_t ncclGather(const void* send, void* recv, size_t count,
                      [&] { return real_fn(send, recv, count, dt, root, comm, stream); });
 }
 
-BRAID_EXPORT ncclResult_t ncclScatter(const void* send, void* recv, size_t count,
-                                      ncclDataType_t dt, int root, ncclComm_t comm,
-                                      cudaStream_t stream) {
+BRAID_EXPORT ncclResult_t ncclScatter(const void* send, void* recv, size_t count, ncclDataType_t dt,
+                                      int root, ncclComm_t comm, cudaStream_t stream) {
   BRAID_REAL(ncclScatter);
   return record_call({CollOp::Scatter, comm, count, dt, "", root, send, recv, stream},
                      [&] { return real_fn(send, recv, count, dt, root, comm, stream); });

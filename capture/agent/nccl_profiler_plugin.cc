@@ -23,7 +23,7 @@
 #include <cstring>
 
 #include "capture/agent/agent.h"
-#include "capture/nccl_interpose.h"
+#include "capture/agent/nccl_interpose.h"
 #include "capture/nccl_profiler_abi.h"
 
 namespace braid::capture {
@@ -200,5 +200,9 @@ ncclResult_t finalize(void* context) {
 
 extern "C" __attribute__((visibility("default")))
 const braid::capture::nccl_profiler::ProfilerV5 ncclProfiler_v5 = {
-    "braid", braid::capture::init, braid::capture::start_event, braid::capture::stop_event,
-    braid::capture::record_event_state, braid::capture::finalize};
+    "braid",
+    braid::capture::init,
+    braid::capture::start_event,
+    braid::capture::stop_event,
+    braid::capture::record_event_state,
+    braid::capture::finalize};
