@@ -148,22 +148,9 @@ void FileSink::set_meta(std::string_view key, std::string_view value) {
 void FileSink::renumber_rank(int32_t from, int32_t to) {
   if (from == to) return;
   rows::renumber_rank(db_, kRun, from, to);
-  auto move_keys = [&](auto& m, auto rank_of, auto rekey) {
-    std::decay_t<decltype(m)> out;
-    for (auto& [k, v] : m) out.emplace(rank_of(k) == from ? rekey(k) : k, v);
-    m.swap(out);
-  };
-  move_keys(streams_, [](auto& k) { return std::get<0>(k); },
-            [&](auto& k) { return std::make_tuple(to, std::get<1>(k), std::get<2>(k)); });
-  move_keys(diags_, [](auto& k) { return k.first; },
-            [&](auto& k) { return std::make_pair(to, k.second); });
-  for (auto& [k, d] : diags_) if (d.rank == from) d.rank = to;
-  if (auto it = ranks_.find(from); it != ranks_.end()) {
-    RankInfo r = it->second;
-    ranks_.erase(it);
-    r.rank = to;
-    ranks_[to] = r;
-  }
+  renumber_keys(streams_, from, to);
+  renumber_keys(diags_, from, to);
+  renumber_keys(ranks_, from, to);
   small_dirty_ = true;
 }
 

@@ -3,8 +3,11 @@
 // (its own issue) will add a sink that forwards records instead.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 
 #include "capture/records.h"
 #include "trace/model.h"
@@ -47,5 +50,36 @@ class Sink {
   // Final checkpoint; the output is complete. Idempotent.
   virtual void close() = 0;
 };
+
+// The rank of a sink's state key: the key itself, or the first member of a pair or tuple.
+inline int32_t& key_rank(int32_t& k) { return k; }
+template <typename T>
+int32_t& key_rank(std::pair<int32_t, T>& k) {
+  return k.first;
+}
+template <typename... T>
+int32_t& key_rank(std::tuple<int32_t, T...>& k) {
+  return std::get<0>(k);
+}
+
+// Sink::renumber_rank on the state a sink keeps in maps keyed by rank first (rank infos,
+// streams, diagnostics): every entry of rank `from` moves to rank `to`, replacing one already
+// there, and a value with a rank of its own (RankInfo, StreamInfo, Diagnostic) is renumbered.
+template <typename Map>
+void renumber_keys(Map& m, int32_t from, int32_t to) {
+  Map out, moved;
+  for (auto& [k, v] : m) {
+    typename Map::key_type key = k;
+    if (key_rank(key) != from) {
+      out.emplace(std::move(key), std::move(v));
+      continue;
+    }
+    key_rank(key) = to;
+    if constexpr (requires { v.rank; }) v.rank = to;
+    moved.emplace(std::move(key), std::move(v));
+  }
+  for (auto& [k, v] : moved) out.insert_or_assign(k, std::move(v));
+  m.swap(out);
+}
 
 }  // namespace braid::capture

@@ -85,12 +85,7 @@ bool Agent::start() {
     sink->set_meta("capture.rank_source", rank_source);
     return sink;
   };
-  PipelineOptions po;
-  po.flush_ms = config_.flush_ms;
-  po.recalibrate_ms = config_.recalibrate_ms;
-  pipeline_ = std::make_unique<Pipeline>(std::move(make_sink), rank_, kNcclExternalKind,
-                                         PipelineHooks{}, po, pool_.get());
-  pipeline_->request_flush();  // open the output now
+  start_pipeline(std::move(make_sink));
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   info_.rank = rank_;
@@ -102,6 +97,16 @@ bool Agent::start() {
   window_open_.store(config_.window.kind == WindowKind::All ||
                      (config_.window.kind == WindowKind::Duration && config_.window.delay_s <= 0));
   return true;
+}
+
+// The writer thread with its sink (made on that thread), told to open the output now.
+void Agent::start_pipeline(SinkFactory make_sink) {
+  PipelineOptions po;
+  po.flush_ms = config_.flush_ms;
+  po.recalibrate_ms = config_.recalibrate_ms;
+  pipeline_ = std::make_unique<Pipeline>(std::move(make_sink), rank_, kNcclExternalKind,
+                                         PipelineHooks{}, po, pool_.get());
+  pipeline_->request_flush();
 }
 
 bool Agent::start_attach(const std::string& rank_source) {
@@ -132,12 +137,7 @@ bool Agent::start_attach(const std::string& rank_source) {
     wsink_ = sink.get();
     return sink;
   };
-  PipelineOptions po;
-  po.flush_ms = config_.flush_ms;
-  po.recalibrate_ms = config_.recalibrate_ms;
-  pipeline_ = std::make_unique<Pipeline>(std::move(make_sink), rank_, kNcclExternalKind,
-                                         PipelineHooks{}, po, pool_.get());
-  pipeline_->request_flush();
+  start_pipeline(std::move(make_sink));
   info_.rank = rank_;
   info_.world_size = env_rank_.world_size;
   info_.host = host;

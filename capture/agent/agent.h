@@ -94,6 +94,7 @@ class Agent {
   Agent() = default;
   bool start();
   bool start_attach(const std::string& rank_source);
+  void start_pipeline(SinkFactory make_sink);
   void on_daemon_open(const daemon::Open& o);
   // Ends capture `id` (when it is still the open one): switches CUPTI off unless it is already,
   // and has the sink finish the window once its last records are in.

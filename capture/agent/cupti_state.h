@@ -61,6 +61,13 @@ void note_shared(const std::string& tool);
 // The other subscriber of a shared CUPTI left: braid holds it alone again.
 void shared_client_left();
 
+// CUDA graphs holding NCCL calls (cupti_graphs.cc), from on_callback: a graph resource callback
+// (node created or cloned, executable instantiated), whether a callback is a graph launch, and
+// a graph launch (its replayed NCCL calls posted).
+void on_graph_resource(CUpti_CallbackId cbid, const void* data);
+bool is_graph_launch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid);
+void on_graph_launch(CUpti_CallbackDomain domain, const CUpti_CallbackData* info);
+
 // NVTX (nvtx_hooks.cc records the ranges; the window controller lives in cupti_agent.cc).
 // Whether a range of this name can open or close the capture window (lock-free).
 bool nvtx_window_cares(std::string_view name);

@@ -113,22 +113,7 @@ ncclResult_t start_event(void* context, void** handle, np::EventDescr* d) {
       *handle = s;
       break;
     }
-    case np::kColl: {
-      Slot* s = claim();
-      s->type = d->type;
-      s->call_id = parent_call(d->parent);
-      if (s->call_id && ag->window_open()) {
-        NcclCallDetail det;
-        det.call_id = s->call_id;
-        det.algo = d->coll.algo ? d->coll.algo : "";
-        det.proto = d->coll.proto ? d->coll.proto : "";
-        det.channels = d->coll.channels;
-        det.nccl_seq = static_cast<int64_t>(d->coll.seq);
-        ag->pipeline().post(std::move(det));
-      }
-      *handle = s;
-      break;
-    }
+    case np::kColl:
     case np::kP2p: {
       Slot* s = claim();
       s->type = d->type;
@@ -136,7 +121,14 @@ ncclResult_t start_event(void* context, void** handle, np::EventDescr* d) {
       if (s->call_id && ag->window_open()) {
         NcclCallDetail det;
         det.call_id = s->call_id;
-        det.channels = d->p2p.channels;
+        if (d->type == np::kColl) {
+          det.algo = d->coll.algo ? d->coll.algo : "";
+          det.proto = d->coll.proto ? d->coll.proto : "";
+          det.channels = d->coll.channels;
+          det.nccl_seq = static_cast<int64_t>(d->coll.seq);
+        } else {
+          det.channels = d->p2p.channels;
+        }
         ag->pipeline().post(std::move(det));
       }
       *handle = s;

@@ -63,25 +63,10 @@ void WindowSink::set_meta(std::string_view k, std::string_view v) {
 void WindowSink::renumber_rank(int32_t from, int32_t to) {
   if (from == to) return;
   if (state_ != State::Closed) enc_.renumber(from, to);
-  auto move_keys = [&](auto& m, auto rank_of, auto rekey) {
-    std::decay_t<decltype(m)> out;
-    for (auto& [k, v] : m) out.emplace(rank_of(k) == from ? rekey(k) : k, v);
-    m.swap(out);
-  };
-  move_keys(streams_, [](auto& k) { return std::get<0>(k); },
-            [&](auto& k) { return std::make_tuple(to, std::get<1>(k), std::get<2>(k)); });
-  for (auto& [k, s] : streams_) s.rank = std::get<0>(k);
-  move_keys(diags_, [](auto& k) { return k.first; },
-            [&](auto& k) { return std::make_pair(to, k.second); });
-  for (auto& [k, d] : diags_) d.rank = k.first;
-  move_keys(diag_base_, [](auto& k) { return k.first; },
-            [&](auto& k) { return std::make_pair(to, k.second); });
-  if (auto it = ranks_.find(from); it != ranks_.end()) {
-    RankInfo r = it->second;
-    ranks_.erase(it);
-    r.rank = to;
-    ranks_[to] = r;
-  }
+  capture::renumber_keys(streams_, from, to);
+  capture::renumber_keys(diags_, from, to);
+  capture::renumber_keys(diag_base_, from, to);
+  capture::renumber_keys(ranks_, from, to);
 }
 
 void WindowSink::replace_window(Ns old_start, const CaptureWindow& w) {

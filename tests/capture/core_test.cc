@@ -16,10 +16,38 @@
 #include "capture/graph_book.h"
 #include "capture/launcher.h"
 #include "capture/nvtx_log.h"
+#include "capture/sink.h"
 #include "trace/error.h"
 
 namespace braid::capture {
 namespace {
+
+// Both sinks renumber their state through renumber_keys: a process that learnt its rank late
+// moves every entry of its placeholder rank, keys and the ranks its values carry, and its entry
+// wins over one already stored under the new rank.
+TEST(SinkState, RenumberKeysMovesOneRanksEntriesAndTheirValues) {
+  std::map<std::pair<int32_t, std::string>, Diagnostic> diags;
+  diags[{0, "a"}] = Diagnostic{0, Severity::Warning, "a", 1, ""};
+  diags[{7, "a"}] = Diagnostic{7, Severity::Warning, "a", 2, ""};
+  diags[{7, "b"}] = Diagnostic{7, Severity::Warning, "b", 3, ""};
+  diags[{9, "b"}] = Diagnostic{9, Severity::Warning, "b", 4, ""};
+  renumber_keys(diags, 7, 0);
+  ASSERT_EQ(diags.size(), 3u);
+  EXPECT_EQ((diags.at({0, "a"}).count), 2);  // rank 7's entry replaced rank 0's
+  EXPECT_EQ((diags.at({0, "b"}).count), 3);
+  EXPECT_EQ((diags.at({0, "b"}).rank), 0);
+  EXPECT_EQ((diags.at({9, "b"}).rank), 9);
+  std::map<int32_t, RankInfo> ranks;
+  ranks[5].rank = 5;
+  ranks[5].world_size = 8;
+  renumber_keys(ranks, 5, 2);
+  ASSERT_EQ(ranks.count(2), 1u);
+  EXPECT_EQ(ranks.at(2).rank, 2);
+  EXPECT_EQ(ranks.at(2).world_size, 8);
+  std::map<std::tuple<int32_t, int64_t, bool>, std::string> streams{{{5, 7, true}, "s"}};
+  renumber_keys(streams, 5, 2);
+  EXPECT_EQ(streams.begin()->first, std::make_tuple(2, int64_t{7}, true));
+}
 
 TEST(BufferPool, PreallocatesReusesAndRefusesAtTheCap) {
   BufferPool pool(1 << 20, 2, 3);
