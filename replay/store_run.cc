@@ -82,8 +82,6 @@ int64_t write_run(TraceWriter& w, const fusion::Schedule& s, const ReplayResult&
           rg.domain = domain;
           w.add(run, rg);
         } else if (const auto* c = op.collective()) {
-          const fusion::Comm* comm = s.find_comm(c->comm);
-          const int n = comm ? static_cast<int>(comm->ranks.size()) : 1;
           const std::string name = c->label.empty() ? std::string(to_string(c->op)) : c->label;
           Kernel kr;
           kr.rank = rk;
