@@ -111,9 +111,28 @@ struct ThreadRanges {
   uint64_t window_bits;
   int depth;
   bool named;
-  std::vector<std::string>* window_names;  // freed at exit: never needed
+  // A plain pointer, so an NVTX call made during exit, after the thread's thread_local
+  // destructors ran, still finds valid memory; freed at thread exit through a pthread key.
+  std::vector<std::string>* window_names;
 };
 thread_local ThreadRanges t_ranges{0, 0, false, nullptr};
+pthread_key_t g_names_key;
+pthread_once_t g_names_once = PTHREAD_ONCE_INIT;
+
+// The names of this thread's open ranges the window cares about (made at the first such range).
+std::vector<std::string>& window_names(ThreadRanges& t) {
+  if (!t.window_names) {
+    pthread_once(&g_names_once, [] {
+      pthread_key_create(&g_names_key, [](void* p) {
+        t_ranges.window_names = nullptr;  // the exiting thread's: a later push makes a new one
+        delete static_cast<std::vector<std::string>*>(p);
+      });
+    });
+    t.window_names = new std::vector<std::string>();
+    pthread_setspecific(g_names_key, t.window_names);
+  }
+  return *t.window_names;
+}
 std::atomic<int> g_window_ranges_open{0};  // start/end ranges the window follows
 
 // Listening: CUPTI started, and not in a forked child (whose agent is off: it must not take a lock
@@ -139,8 +158,7 @@ int on_push(std::string_view name, std::string_view domain) {
   if (recording()) NvtxLog::add(NvtxEvent::Push, now_ns(), 0, name, domain);
   if (level >= 64 || !nvtx_window_cares(name)) return level;
   t.window_bits |= 1ull << level;
-  if (!t.window_names) t.window_names = new std::vector<std::string>();
-  t.window_names->emplace_back(name);
+  window_names(t).emplace_back(name);
   nvtx_window_range(true, name);
   return level;
 }

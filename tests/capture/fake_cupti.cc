@@ -103,7 +103,9 @@ struct Subscriber {
   std::set<int> domains;
   std::set<std::pair<int, uint32_t>> callbacks;
 };
-std::vector<Subscriber*> g_subs;
+// Never destroyed (as CUPTI's own state outlives the process's static destructors): a subscription
+// a client never ended is still reachable at exit, not a leak of the client's.
+std::vector<Subscriber*>& g_subs = *new std::vector<Subscriber*>();
 bool g_kinds[CUPTI_ACTIVITY_KIND_COUNT] = {};
 std::set<uint32_t> g_runtime_api, g_driver_api;  // per callback id
 CUpti_ActivityThreadIdType g_tid_type = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT;
