@@ -44,6 +44,7 @@
 #include "capture/agent/cupti_state.h"
 #include "capture/agent/nccl_interpose.h"
 #include "capture/cupti_parse.h"
+#include "capture/cupti_subscriber.h"
 #include "trace/diagnostics.h"
 
 namespace braid::capture::agent {
@@ -387,18 +388,6 @@ void pop_ext() {
       static_cast<CUpti_ExternalCorrelationKind>(kNcclExternalKind), &last);
 }
 
-// CUpti_SubscriberParams as CUPTI 13.2 lays it out (this build's headers may be older): the
-// request for several subscribers follows the fields CUDA 13.0 has.
-struct SubscriberParams132 {
-  size_t structSize;
-  const char* subscriberName;
-  char* oldSubscriberName;
-  size_t oldSubscriberSize;
-  uint8_t allowMultipleSubscribers;
-};
-static_assert(offsetof(SubscriberParams132, oldSubscriberSize) ==
-              offsetof(CUpti_SubscriberParams, oldSubscriberSize));
-constexpr uint32_t kCuptiWithSeveralSubscribers = 130200;  // cuptiGetVersion of CUPTI 13.2
 uint32_t g_cupti_version = 0;
 
 // Subscribes braid under its name (a client refused later is told who holds CUPTI: "CUPTI for

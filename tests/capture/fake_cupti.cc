@@ -86,6 +86,8 @@
 #include <utility>
 #include <vector>
 
+#include "capture/cupti_subscriber.h"
+
 #define FAKE extern "C" __attribute__((visibility("default")))
 
 namespace {
@@ -431,15 +433,8 @@ FAKE CUptiResult cuptiGetResultString(CUptiResult r, const char** s) {
 }
 
 namespace {
-// CUpti_SubscriberParams as CUPTI 13.2 lays it out (allowMultipleSubscribers after the fields CUDA
-// 13.0's header has).
-struct SubscriberParams132 {
-  size_t structSize;
-  const char* subscriberName;
-  char* oldSubscriberName;
-  size_t oldSubscriberSize;
-  uint8_t allowMultipleSubscribers;
-};
+using braid::capture::kCuptiWithSeveralSubscribers;
+using braid::capture::SubscriberParams132;
 
 uint32_t version() {
   const char* v = std::getenv("FAKE_CUPTI_VERSION");
@@ -447,7 +442,7 @@ uint32_t version() {
 }
 bool several_subscribers() {
   const char* m = std::getenv("FAKE_CUPTI_MULTI_SUBSCRIBER");
-  return version() >= 130200 && m && *m == '1';
+  return version() >= kCuptiWithSeveralSubscribers && m && *m == '1';
 }
 
 // Admits a subscriber (g_mu held), or says who holds CUPTI.
@@ -495,7 +490,7 @@ FAKE CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle* s, CUpti_CallbackFunc
                                    CUpti_SubscriberParams* params) {
   const char* name = params && params->subscriberName ? params->subscriberName : "";
   auto* p132 = reinterpret_cast<SubscriberParams132*>(params);
-  const bool allow = version() >= 130200 && p132 &&
+  const bool allow = version() >= kCuptiWithSeveralSubscribers && p132 &&
                      p132->structSize > offsetof(SubscriberParams132, allowMultipleSubscribers) &&
                      p132->allowMultipleSubscribers;
   log_call("cuptiSubscribe_v2", std::string(name) + (allow ? " allow-multiple" : ""));
