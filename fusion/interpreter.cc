@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "fusion/symmetry.h"
 #include "fusion/validate.h"
 #include "trace/error.h"
 
@@ -450,6 +451,8 @@ std::string Interpretation::deadlock_message() const {
 }
 
 Interpretation interpret(const Schedule& s, const InterpreterOptions& opt) {
+  // Every rank holds its own data (the replicas of a rank class differ in their inputs).
+  if (s.symmetry.on()) return interpret(expand(s), opt);
   ValidateOptions vo;
   vo.check_deadlock = false;
   std::vector<std::string> problems = validate(s, vo);

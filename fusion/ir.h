@@ -185,12 +185,43 @@ struct LiftSource {
   bool operator==(const LiftSource&) const = default;
 };
 
+// Rank symmetry (docs/schedule-ir.md, "Rank classes"): the schedule is invariant under the
+// rank permutation pi that, within each block of `block` consecutive ranks, moves every rank
+// `shift` places on, cyclically (pi(r) = b + (r - b + shift) mod block, b = r - r mod block):
+// rank pi(r)'s schedule is rank r's with every rank number p read as pi(p), every communicator c
+// as pi(c) and every op id x as x + id_stride. The data-parallel replicas of a Megatron layout
+// (rank = tp + tp*(dp + dp*stage)) are such a symmetry with block tp*dp and shift tp (tp*ep
+// with expert parallelism). A schedule with a symmetry stores only its representatives, the
+// ranks r with r mod block < shift (one per rank class); the other ranks are present in
+// `ranks` but empty, and fusion/symmetry.h expands them. block 0: no symmetry.
+struct Symmetry {
+  int32_t block = 0;
+  int32_t shift = 0;
+  int64_t id_stride = 0;  // image i of op id x is x + i * id_stride; every stored id is below it
+
+  bool on() const { return block > 0; }
+  // Ranks per class (the orbit of a representative), 1 without a symmetry.
+  int32_t orbit() const { return on() ? block / shift : 1; }
+  bool stored(int32_t r) const { return !on() || r % block < shift; }
+  int32_t representative(int32_t r) const { return on() ? r - r % block + r % block % shift : r; }
+  // i with pi^i(representative(r)) == r.
+  int32_t image_index(int32_t r) const { return on() ? r % block / shift : 0; }
+  // pi^i(r).
+  int32_t image(int32_t r, int64_t i) const {
+    if (!on()) return r;
+    const int32_t b = r - r % block;
+    return b + static_cast<int32_t>((r % block + i % orbit() * shift) % block);
+  }
+  bool operator==(const Symmetry&) const = default;
+};
+
 struct Schedule {
   std::string name;
   std::vector<std::string> provenance;  // assumptions made when the schedule was built
   LiftSource lifted;
+  Symmetry symmetry;  // JSON: "symmetry": {"block", "shift", "id_stride"}, when on
   std::vector<Comm> comms;
-  std::vector<RankSchedule> ranks;  // ranks[i].rank == i
+  std::vector<RankSchedule> ranks;  // ranks[i].rank == i; with a symmetry, images are empty
 
   const Comm* find_comm(std::string_view id) const;
   const Op& op(OpRef r) const { return ranks[r.rank].streams[r.stream].ops[r.index]; }
@@ -212,8 +243,8 @@ struct Schedule {
   int64_t append(int32_t rank, int stream, decltype(Op::body) body);
 
   bool operator==(const Schedule& o) const {
-    return name == o.name && provenance == o.provenance && lifted == o.lifted && comms == o.comms &&
-           ranks == o.ranks;
+    return name == o.name && provenance == o.provenance && lifted == o.lifted &&
+           symmetry == o.symmetry && comms == o.comms && ranks == o.ranks;
   }
 
  private:

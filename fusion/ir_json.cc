@@ -98,11 +98,21 @@ std::string to_json(const Schedule& s) {
         .field("run", s.lifted.run)
         .field("step", s.lifted.step)
         .end_object();
+  // Only a schedule with rank classes has it; its ranks are then the representatives.
+  if (s.symmetry.on())
+    w.key("symmetry")
+        .begin_object()
+        .field("world", static_cast<int64_t>(s.ranks.size()))
+        .field("block", s.symmetry.block)
+        .field("shift", s.symmetry.shift)
+        .field("id_stride", s.symmetry.id_stride)
+        .end_object();
   w.key("communicators").begin_array(kLines);
   for (const Comm& c : s.comms)
     w.begin_object().field("id", c.id).array_of("ranks", c.ranks).end_object();
   w.end_array().key("ranks").begin_array(kLines);
   for (const RankSchedule& r : s.ranks) {
+    if (!s.symmetry.stored(r.rank)) continue;
     w.begin_object(kLines).field("rank", r.rank).key("buffers").begin_array(kLines);
     for (const Buffer& b : r.buffers) {
       w.begin_object().field("name", b.name).field("dtype", b.dtype).field("size", b.size);
@@ -333,7 +343,8 @@ class Parser {
            "unsupported format \"" + f + "\" (expected \"" + std::string(kScheduleFormat) + "\")",
            other_version ? ErrorCode::Unsupported : ErrorCode::BadFormat);
     }
-    keys(o, path, {"format", "name", "provenance", "lifted_from", "communicators", "ranks"});
+    keys(o, path,
+         {"format", "name", "provenance", "lifted_from", "symmetry", "communicators", "ranks"});
     Schedule s;
     s.name = str(req(o, "name", path), "$.name");
     size_t i = 0;
@@ -344,6 +355,21 @@ class Parser {
       keys(lo, "$.lifted_from", {"run", "step"});
       s.lifted.run = int64(req(lo, "run", "$.lifted_from"), "$.lifted_from.run");
       s.lifted.step = int64(req(lo, "step", "$.lifted_from"), "$.lifted_from.step");
+    }
+    int64_t world = -1;
+    if (std::optional<element> y = opt(o, "symmetry")) {
+      const std::string yp = "$.symmetry";
+      object yo = obj(*y, yp);
+      keys(yo, yp, {"world", "block", "shift", "id_stride"});
+      world = int64(req(yo, "world", yp), yp + ".world");
+      s.symmetry.block = int32(req(yo, "block", yp), yp + ".block");
+      s.symmetry.shift = int32(req(yo, "shift", yp), yp + ".shift");
+      s.symmetry.id_stride = int64(req(yo, "id_stride", yp), yp + ".id_stride");
+      if (s.symmetry.block <= 0 || s.symmetry.shift <= 0 || world <= 0 ||
+          s.symmetry.block % s.symmetry.shift || world % s.symmetry.block)
+        fail(yp, "world " + std::to_string(world) + ", block " + std::to_string(s.symmetry.block) +
+                     " and shift " + std::to_string(s.symmetry.shift) +
+                     " must be > 0 and divide each other");
     }
     i = 0;
     for (element e : arr(req(o, "communicators", path), "$.communicators")) {
@@ -364,9 +390,15 @@ class Parser {
       keys(ro, p, {"rank", "buffers", "outputs", "streams"});
       RankSchedule r;
       r.rank = int32(req(ro, "rank", p), at(p, "rank"));
-      if (r.rank != static_cast<int32_t>(i))
-        fail(at(p, "rank"), "rank " + std::to_string(r.rank) + " listed at position " +
-                                std::to_string(i) + " (ranks must be listed as 0, 1, 2, ...)");
+      // With rank classes the representatives are listed, each after the images before it.
+      while (s.symmetry.on() && r.rank > static_cast<int32_t>(s.ranks.size()) &&
+             !s.symmetry.stored(static_cast<int32_t>(s.ranks.size())))
+        s.add_rank(static_cast<int32_t>(s.ranks.size()));
+      if (r.rank != static_cast<int32_t>(s.ranks.size()) || !s.symmetry.stored(r.rank))
+        fail(at(p, "rank"),
+             "rank " + std::to_string(r.rank) + " listed at position " + std::to_string(i) +
+                 (s.symmetry.on() ? " (the representatives must be listed in rank order)"
+                                  : " (ranks must be listed as 0, 1, 2, ...)"));
       size_t j = 0;
       for (element b : arr(req(ro, "buffers", p), at(p, "buffers"))) {
         std::string bp = at(at(p, "buffers"), j++);
@@ -398,6 +430,13 @@ class Parser {
       }
       s.ranks.push_back(std::move(r));
       ++i;
+    }
+    if (s.symmetry.on()) {
+      if (static_cast<int64_t>(s.ranks.size()) > world)
+        fail("$.ranks", "rank " + std::to_string(s.ranks.size() - 1) +
+                            " is outside the symmetry's world of " + std::to_string(world));
+      while (static_cast<int64_t>(s.ranks.size()) < world)
+        s.add_rank(static_cast<int32_t>(s.ranks.size()));
     }
     return s;
   }

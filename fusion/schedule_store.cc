@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "fusion/pipeline.h"
+#include "fusion/symmetry.h"
 #include "trace/error.h"
 #include "trace/format.h"
 #include "trace/json.h"
@@ -194,7 +195,7 @@ bool has_schedules(const TraceReader& reader) {
          sql::scalar(reader.db(), "SELECT COUNT(*) FROM schedules") > 0;
 }
 
-Schedule load_stored_schedule(const std::string& path, int64_t id) {
+Schedule load_stored_schedule(const std::string& path, int64_t id, bool classes) {
   TraceReader r(path);
   if (!r.has_table("schedules"))
     throw Error(ErrorCode::NotFound,
@@ -209,7 +210,8 @@ Schedule load_stored_schedule(const std::string& path, int64_t id) {
                 path + ": no schedule " + std::to_string(id) +
                     (ids.empty() ? " (the file holds no schedules)" : " (it holds " + ids + ")"));
   }
-  return parse_schedule(st.text(0), path + ": schedule " + std::to_string(id));
+  Schedule s = parse_schedule(st.text(0), path + ": schedule " + std::to_string(id));
+  return classes ? s : expand(s);
 }
 
 std::vector<StoredOpportunity> list_opportunities(const std::string& path, int64_t schedule_id) {

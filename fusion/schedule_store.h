@@ -73,8 +73,11 @@ std::vector<StoredSchedule> list_schedules(const std::string& path);
 // Whether the file open in `reader` holds at least one schedule (false for a file without the
 // table).
 bool has_schedules(const TraceReader& reader);
-// Throws braid::Error(NotFound) naming the ids present when `id` is not stored.
-Schedule load_stored_schedule(const std::string& path, int64_t id);
+// Throws braid::Error(NotFound) naming the ids present when `id` is not stored. A schedule
+// stored as rank classes (fusion/symmetry.h) comes back with every rank (expand(), which says
+// when that is too large) unless `classes`: the representatives and the symmetry, for the
+// commands that work on classes (braid fuse, the simulator).
+Schedule load_stored_schedule(const std::string& path, int64_t id, bool classes = false);
 // Opportunities of one schedule (all schedules when schedule_id < 0), largest saving first.
 std::vector<StoredOpportunity> list_opportunities(const std::string& path,
                                                   int64_t schedule_id = -1);

@@ -3,6 +3,7 @@
 
 #include <sstream>
 
+#include "fusion/symmetry.h"
 #include "fusion/synth_builder.h"
 #include "fusion/validate.h"
 #include "trace/error.h"
@@ -189,7 +190,10 @@ std::string layout_name(const ParallelLayout& p) {
 
 }  // namespace
 
-Schedule synthesize(const ModelShape& m, const ParallelLayout& p, const analysis::CostModel& cost) {
+namespace {
+
+// The schedule's header: name, provenance and communicators, no ranks yet.
+Schedule header(const ModelShape& m, const ParallelLayout& p, const analysis::CostModel& cost) {
   check_layout(m, p);
   Schedule s;
   s.name = "synth " + layout_name(p);
@@ -209,9 +213,59 @@ Schedule synthesize(const ModelShape& m, const ParallelLayout& p, const analysis
       "assumptions: no embedding / LM head, parameter-free norms, no biases, balanced MoE "
       "routing (tokens x top-k / experts per expert), full flash attention (no causal halving)");
   s.comms = communicators(m, p);
+  return s;
+}
+
+}  // namespace
+
+Schedule synthesize(const ModelShape& m, const ParallelLayout& p, const analysis::CostModel& cost) {
+  Schedule s = header(m, p, cost);
   for (int32_t r = 0; r < p.world(); ++r) {
     synth_detail::RankBuilder b(s, m, p, cost, r);
     b.build();
+  }
+  return s;
+}
+
+Schedule synthesize_classes(const ModelShape& m, const ParallelLayout& p,
+                            const analysis::CostModel& cost) {
+  const int ep = std::max(p.ep, 1);
+  // ZeRO gives each DP rank its own shard of the parameters, gradients and optimizer state (at
+  // its own offsets): the replicas differ, and every rank is built.
+  if (p.dp / ep < 2 || p.zero > 0) return synthesize(m, p, cost);
+  Schedule s = header(m, p, cost);
+  Symmetry sym{p.tp * p.dp, p.tp * ep, 0};
+  s.add_rank(p.world() - 1);
+  for (int32_t r = 0; r < p.world(); ++r)
+    if (sym.stored(r)) {
+      synth_detail::RankBuilder b(s, m, p, cost, r);
+      b.build();
+    }
+  sym.id_stride = id_stride_for(s.next_op_id());
+  s.symmetry = sym;
+  // The check: replicas 1 and orbit - 1 of every representative built in a scratch schedule
+  // (same header) and compared with the representative's images.
+  Schedule probe = header(m, p, cost);
+  probe.add_rank(p.world() - 1);
+  SymmetryMap map(s, sym);
+  for (int64_t i : {int64_t{1}, int64_t{sym.orbit() - 1}}) {
+    const std::vector<int> comms = map.comms_after(i);
+    for (int32_t r = 0; r < p.world(); ++r) {
+      if (!sym.stored(r)) continue;
+      const int32_t y = sym.image(r, i);
+      synth_detail::RankBuilder b(probe, m, p, cost, y);
+      b.build();
+      RankSchedule want = map.image(s.ranks[r], i, comms);
+      RankSchedule& got = probe.ranks[y];
+      for (size_t st = 0; st < got.streams.size() && st < want.streams.size(); ++st)
+        for (size_t k = 0; k < got.streams[st].ops.size() && k < want.streams[st].ops.size(); ++k)
+          got.streams[st].ops[k].id = want.streams[st].ops[k].id;
+      if (!(got == want))
+        throw Error(ErrorCode::Internal, "synthesize_classes: rank " + n(y) + " of layout " +
+                                             layout_name(p) + " is not the image of rank " + n(r) +
+                                             " under the DP symmetry");
+      got = RankSchedule{y, {}, {}, {}};
+    }
   }
   return s;
 }

@@ -96,6 +96,18 @@ void check_layout(const ModelShape& m, const ParallelLayout& p);
 Schedule synthesize(const ModelShape& m, const ParallelLayout& p,
                     const analysis::CostModel& cost = analysis::CostModel());
 
+// The same step held as rank classes (fusion/symmetry.h): the DP replicas are one symmetry,
+// pi moving every rank to the next DP index (to the next EP group's with expert parallelism:
+// shift tp * ep within each stage's block of tp * dp ranks), so only the ranks of the first
+// replica (first EP group) are built. Checked before it is returned: the second and the last
+// replica of every class are built too and must be the images of the first (braid::Error
+// (Internal) otherwise). Without DP replicas (dp == ep), and under ZeRO (each DP rank holds its
+// own shard), it is synthesize()'s schedule. Memory
+// and time are one replica's whatever dp is; expand() gives synthesize()'s schedule but for
+// the op ids of the images.
+Schedule synthesize_classes(const ModelShape& m, const ParallelLayout& p,
+                            const analysis::CostModel& cost = analysis::CostModel());
+
 struct Preset {
   std::string name;
   std::string description;

@@ -8,6 +8,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "fusion/symmetry.h"
+
 namespace braid::fusion {
 
 namespace {
@@ -501,6 +503,9 @@ Analysis analyze(const Schedule& s, Problems* out) {
       std::vector<OpRef> members;
       std::vector<int32_t> missing;
       for (int32_t r : comm.ranks) {
+        // An image rank runs its representative's op on this communicator (its own image,
+        // symmetry_problems checks): the group is seen through the stored members.
+        if (!s.symmetry.stored(r)) continue;
         auto it = colls.find({comm.id, r});
         if (it != colls.end() && it->second.size() > k)
           members.push_back(it->second[k]);
@@ -686,7 +691,7 @@ int Matching::group_of(OpRef r) const {
 Matching match_schedule_collectives(const Schedule& s) { return analyze(s, nullptr).matching; }
 
 std::vector<std::string> validate(const Schedule& s, const ValidateOptions& opt) {
-  Problems out;
+  Problems out = symmetry_problems(s);
   check_structure(s, out);
   Analysis a = analyze(s, &out);
   // A local cycle is already reported, and the job-wide graph would report it again.

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "fusion/symmetry.h"
 #include "trace/error.h"
 
 namespace braid::replay {
@@ -26,9 +27,9 @@ std::string stored_list(const std::vector<fusion::StoredSchedule>& all) {
   return t.empty() ? "none" : t;
 }
 
-ScheduleInput from_store(const std::string& path, const fusion::StoredSchedule& st) {
+ScheduleInput from_store(const std::string& path, const fusion::StoredSchedule& st, bool classes) {
   ScheduleInput in;
-  in.schedule = fusion::load_stored_schedule(path, st.id);
+  in.schedule = fusion::load_stored_schedule(path, st.id, classes);
   in.stored = st;
   in.in_store = true;
   return in;
@@ -36,12 +37,13 @@ ScheduleInput from_store(const std::string& path, const fusion::StoredSchedule& 
 
 }  // namespace
 
-ScheduleInput load_schedule_input(const std::string& path, int64_t id) {
+ScheduleInput load_schedule_input(const std::string& path, int64_t id, bool classes) {
   if (!is_store_file(path)) {
     if (id >= 0)
       throw Error(ErrorCode::Usage, path + " is a schedule JSON file; --schedule applies to .braid files");
     ScheduleInput in;
     in.schedule = fusion::load_schedule(path);
+    if (!classes) in.schedule = fusion::expand(in.schedule);
     in.stored.name = in.schedule.name;
     return in;
   }
@@ -56,11 +58,11 @@ ScheduleInput load_schedule_input(const std::string& path, int64_t id) {
   if (id >= 0 && pick->id != id)
     throw Error(ErrorCode::NotFound, path + ": no schedule " + std::to_string(id) +
                                          " (stored: " + stored_list(all) + ")");
-  return from_store(path, *pick);
+  return from_store(path, *pick, classes);
 }
 
-std::pair<ScheduleInput, ScheduleInput> load_ab_pair(const std::string& path,
-                                                     int64_t baseline_id, int64_t fused_id) {
+std::pair<ScheduleInput, ScheduleInput> load_ab_pair(const std::string& path, int64_t baseline_id,
+                                                     int64_t fused_id, bool classes) {
   if (!is_store_file(path))
     throw Error(ErrorCode::Usage, path + " is not a .braid file: braid ab compares a fused "
                                          "schedule with its parent stored in a .braid file");
@@ -90,7 +92,7 @@ std::pair<ScheduleInput, ScheduleInput> load_ab_pair(const std::string& path,
   if (!b)
     throw Error(ErrorCode::NotFound, path + ": no baseline schedule " + std::to_string(base) +
                                          " (stored: " + stored_list(all) + "); use --baseline");
-  return {from_store(path, *b), from_store(path, *fused)};
+  return {from_store(path, *b, classes), from_store(path, *fused, classes)};
 }
 
 }  // namespace braid::replay

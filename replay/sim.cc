@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "fusion/symmetry.h"
 #include "replay/common.h"
 #include "trace/error.h"
 
@@ -423,6 +424,13 @@ class SimPrepared : public PreparedReplay {
 
 SimResult simulate(const fusion::Schedule& s, const fusion::Matching& m,
                    const analysis::CostModel& model, const SimOptions& o) {
+  // Rank classes are simulated through their representatives (every image runs the same ops
+  // at the same times) unless a calibrated host makes ranks differ: siblings staggered by
+  // communicator, collectives sharing the cores their members are pinned to by rank.
+  if (s.symmetry.on() && (o.sibling_stagger > 0 || o.host_cores > 0)) {
+    const fusion::Schedule full = fusion::expand(s);
+    return Simulation(full, checked_matching(full), model, o).run();
+  }
   return Simulation(s, m, model, o).run();
 }
 

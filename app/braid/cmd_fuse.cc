@@ -8,6 +8,7 @@
 #include "fusion/pass.h"
 #include "fusion/pipeline.h"
 #include "fusion/schedule_store.h"
+#include "fusion/symmetry.h"
 #include "replay/fuse.h"
 #include "replay/host_calibration.h"
 #include "trace/error.h"
@@ -111,7 +112,9 @@ fusion::PipelineOptions pipeline_options(const FuseOpts* o) {
   return opt;
 }
 
-void print_json(int64_t id, int64_t fused_id, const fusion::PipelineResult& res) {
+// `classes`: the schedule the passes ran on (the input, or its rank classes).
+void print_json(int64_t id, int64_t fused_id, const fusion::PipelineResult& res,
+                const fusion::Schedule& classes) {
   json::Writer w;
   w.begin_object()
       .field("schedule", id)
@@ -125,6 +128,14 @@ void print_json(int64_t id, int64_t fused_id, const fusion::PipelineResult& res)
   // Only a schedule built under --assume has them (the key is absent otherwise).
   const std::vector<std::string> assumed = fusion::assumed_rewrites(res.schedule);
   if (!assumed.empty()) w.array_of("assumptions", assumed);
+  // Only when the passes ran on rank classes.
+  if (classes.symmetry.on())
+    w.key("rank_classes")
+        .begin_object()
+        .field("ranks", static_cast<int64_t>(classes.ranks.size()))
+        .field("classes", fusion::rank_classes(classes))
+        .field("ranks_per_class", classes.symmetry.orbit())
+        .end_object();
   w.key("findings").begin_array();
   auto add = [&w](const fusion::Finding& f, bool applied) {
     // The assumptions a finding needs: none when proven (applied, skipped, rejected).
@@ -149,8 +160,8 @@ void print_json(int64_t id, int64_t fused_id, const fusion::PipelineResult& res)
 }
 
 void print_table(const FuseOpts* o, const fusion::PipelineOptions& opt,
-                 const fusion::PipelineResult& res, const replay::SimProfile& sp, int64_t id,
-                 int64_t fused_id) {
+                 const fusion::Schedule& classes, const fusion::PipelineResult& res,
+                 const replay::SimProfile& sp, int64_t id, int64_t fused_id) {
   std::printf("%-10s %-16s %-8s %14s %14s  %s\n", "pass", "where", "status", "local ns",
               "saving B/rank", "what");
   auto row = [](const fusion::Finding& f, bool applied) {
@@ -199,6 +210,14 @@ void print_table(const FuseOpts* o, const fusion::PipelineOptions& opt,
         "that validated; nothing was assumed\n",
         o->assume.c_str());
   }
+  const auto world = static_cast<long long>(classes.ranks.size());
+  if (classes.symmetry.on())
+    std::printf(
+        "rank classes: %lld ranks in %d classes of %d; each finding on a class's stored rank "
+        "is made and applied on every rank of its class\n",
+        world, fusion::rank_classes(classes), classes.symmetry.orbit());
+  else
+    std::printf("rank classes: none (%lld ranks, each stored)\n", world);
   if (fused_id >= 0)
     std::printf("fused schedule %lld (parent %lld) in %s\n", static_cast<long long>(fused_id),
                 static_cast<long long>(id), o->file.c_str());
@@ -221,19 +240,25 @@ int run_fuse(const FuseOpts* o) {
       if (st.parent_id < 0 && st.id > id) id = st.id;
     if (id < 0) id = lift_first(o->file, o->dry, o->json);
   }
-  fusion::Schedule s = fusion::load_stored_schedule(o->file, id);
+  // Rank classes stay classes: the passes and the simulator work on the representatives.
+  fusion::Schedule s = fusion::load_stored_schedule(o->file, id, /*classes=*/true);
   // The profile as `braid replay --backend sim --profile` loads it (calibrated compute
   // costs included), so the prediction is the sim backend's difference.
   const replay::SimProfile sp = replay::load_sim_profile(o->profile);
+  // Rank classes as stored (braid synth's DP replicas). A schedule stored with every rank is
+  // fused rank by rank even where fusion::fold finds a symmetry: the passes are proven to act
+  // alike on every replica for the DP symmetry (tests/fusion/symmetry_test.cc), not for the
+  // others fold may find (a TP group's ranks shifted, where a pass needs each member's part).
+  const fusion::Schedule& classes = s;
   fusion::PipelineResult res = replay::fuse_simulated(s, sp, opt);
 
   int64_t fused_id = -1;
   if (!o->dry) fused_id = fusion::store_fused(o->file, id, s, res, sp.profile.name);
 
   if (o->json)
-    print_json(id, fused_id, res);
+    print_json(id, fused_id, res, classes);
   else
-    print_table(o, opt, res, sp, id, fused_id);
+    print_table(o, opt, classes, res, sp, id, fused_id);
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include "app/braid/cli.h"
 #include "fusion/ir.h"
 #include "fusion/schedule_store.h"
+#include "fusion/symmetry.h"
 #include "fusion/synth.h"
 #include "trace/error.h"
 
@@ -38,18 +39,20 @@ std::string summary(const fusion::Schedule& s, const analysis::CostModel& cost) 
   // by the cost model. Cross-rank waiting (pipeline bubbles) is not included.
   double busiest = 0, busiest_compute = 0, busiest_blocking = 0;
   int32_t busiest_rank = 0;
+  // With rank classes every stored rank stands for its class (orbit ranks alike).
+  const int64_t orbit = s.symmetry.orbit();
   for (const fusion::RankSchedule& r : s.ranks) {
     double comp = 0, blocking = 0;
     for (size_t si = 0; si < r.streams.size(); ++si) {
       for (const fusion::Op& op : r.streams[si].ops) {
         if (const fusion::Compute* c = op.compute()) {
-          ++computes;
+          computes += orbit;
           if (si == 0) comp += double(c->duration_ns);
         } else if (const fusion::Collective* c = op.collective()) {
           int64_t bytes = fusion::collective_bytes(s, *c);
           Totals& t = by_op[std::string(to_string(c->op))];
-          ++t.ops;
-          t.bytes += bytes;
+          t.ops += orbit;
+          t.bytes += bytes * orbit;
           if (si == 0) {
             const fusion::Comm* comm = s.find_comm(c->comm);
             std::vector<int32_t> members = comm ? comm->ranks : std::vector<int32_t>{};
@@ -65,9 +68,13 @@ std::string summary(const fusion::Schedule& s, const analysis::CostModel& cost) 
       busiest_rank = r.rank;
     }
   }
-  std::string out = std::to_string(s.ranks.size()) + " ranks, " + std::to_string(s.op_count()) +
-                    " ops (" + std::to_string(computes) + " compute); collectives (ops over all "
-                    "ranks, message bytes):";
+  std::string out = std::to_string(s.ranks.size()) + " ranks";
+  if (s.symmetry.on())
+    out += " in " + std::to_string(fusion::rank_classes(s)) + " rank classes of " +
+           std::to_string(s.symmetry.orbit()) + " (DP replicas; one rank of each stored)";
+  out += ", " + std::to_string(fusion::expanded_op_count(s)) + " ops (" + std::to_string(computes) +
+         " compute); collectives (ops over all "
+         "ranks, message bytes):";
   bool first = true;
   for (const auto& [op, t] : by_op) {
     out += std::string(first ? " " : ", ") + op + " " + std::to_string(t.ops) + " (" +
@@ -91,6 +98,7 @@ struct SynthOpts {
   bool sp = false, sp_allreduce = false, no_sp = false, pp_send_full = false;
   bool pp_moe_cut = false, no_pp_moe_cut = false;
   bool no_recompute = false;
+  bool every_rank = false;
   int tp = 0, pp = 0, ep = 0, dp = 0, zero = -1, world = 0;
   int64_t bucket = 0;
   int64_t layers = 0, hidden = 0, seq = 0, micro_batch = 0, micro_batches = 0, heads = 0, ffn = -1,
@@ -170,7 +178,8 @@ int run_synth(const SynthOpts& o) {
   apply_flags(o, m, l);
   fusion::check_layout(m, l);
   analysis::CostModel cost(analysis::load_profile(o.profile));
-  fusion::Schedule s = fusion::synthesize(m, l, cost);
+  fusion::Schedule s =
+      o.every_rank ? fusion::synthesize(m, l, cost) : fusion::synthesize_classes(m, l, cost);
   if (!o.preset.empty()) s.name = o.preset + ": " + s.name;
   if (!o.json.empty()) {
     if (o.json == "-") {
@@ -248,6 +257,9 @@ void register_synth(CLI::App& app, Action& run) {
   cmd->add_option("-o,--output", o->out, ".braid file to store the schedule in");
   cmd->add_option("--json", o->json, "Write the schedule as braid-schedule/1 JSON ('-': stdout)");
   cmd->add_flag("-q,--quiet", o->quiet, "Print only the schedule id");
+  cmd->add_flag("--every-rank", o->every_rank,
+                "Build and store every rank; by default the DP replicas are one rank class each,\n"
+                "stored once (docs/schedule-ir.md, \"Rank classes\")");
   cmd->callback([o, &run] { run = [o] { return run_synth(*o); }; });
 }
 

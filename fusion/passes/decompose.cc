@@ -2,6 +2,7 @@
 // when the count divides by the communicator size: the reduce-scatter leaves the rank's shard of
 // the sum in place in `out`, the all-gather fills the rest.
 #include "fusion/passes/passes.h"
+#include "fusion/symmetry.h"
 
 namespace braid::fusion::passes {
 namespace {
@@ -23,6 +24,7 @@ class Decompose : public DataflowPass {
       const Comm* comm = s.find_comm(c.comm);
       const int64_t t = static_cast<int64_t>(comm->ranks.size());
       if (t < 2 || c.count % t != 0 || c.count == 0) continue;
+      if (has_images(s, *comm)) continue;  // each image's shard is elsewhere (symmetry.h)
       const int64_t shard = c.count / t;
       const int64_t bytes = c.count * dtype_bytes_of(c.dtype);
       Ns ar = group_ns(s, g, cm);

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "fusion/passes/passes.h"
+#include "fusion/symmetry.h"
 
 namespace braid::fusion::passes {
 namespace {
@@ -393,7 +394,7 @@ void apply_movement(Schedule& s, const MovementPlan& p) {
   // Another rewrite may have taken the id since the plan was made.
   Comm comm = p.comm;
   comm.id = fresh_comm(s, p.comm.id);
-  s.comms.push_back(comm);
+  add_comm(s, comm);  // with its images when the schedule holds rank classes
   int64_t& next = s.op_id_counter();
   for (const MovementPlan::Put& put : p.puts) {
     OpRef at = must_find(s, put.at);

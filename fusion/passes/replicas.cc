@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "fusion/interpreter.h"
+#include "fusion/symmetry.h"
 
 namespace braid::fusion::passes {
 namespace {
@@ -177,7 +178,8 @@ std::optional<uint64_t> Replicas::piece(OpRef op, const Slice& w, int64_t a, int
       const Comm* comm = s.find_comm(c->comm);
       const int idx = comm ? comm->index_of(op.rank) : -1;
       const int64_t k = c->count;
-      if (idx < 0 || k <= 0) return std::nullopt;
+      // Members that are images are not in the schedule to trace (symmetry.h).
+      if (idx < 0 || k <= 0 || has_images(s, *comm)) return std::nullopt;
       uint64_t h = mix(6, static_cast<uint64_t>(idx));
       for (int64_t lo = a - w.offset; lo < b - w.offset;) {
         const int64_t j = lo / k, hi = std::min(b - w.offset, (j + 1) * k);
