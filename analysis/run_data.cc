@@ -1,7 +1,13 @@
 #include "analysis/run_data.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 #include "trace/error.h"
@@ -87,10 +93,58 @@ const RankTrace* RunData::rank(int32_t r) const {
   return it == ranks.end() ? nullptr : &it->second;
 }
 
+int64_t load_bytes(const TraceReader& reader, int64_t run) {
+  const TraceReader::Counts c = reader.counts(run);
+  // An unordered_map node of the launch index: key, value, next pointer, hash, allocator slack.
+  constexpr int64_t kLaunchNode = 48;
+  const int64_t rows = c.kernels * static_cast<int64_t>(sizeof(Kernel)) +
+                       (c.memcpys + c.memsets) * static_cast<int64_t>(sizeof(Memcpy)) +
+                       c.collectives * static_cast<int64_t>(sizeof(Collective)) +
+                       c.steps * static_cast<int64_t>(sizeof(Step)) + c.api_calls * kLaunchNode;
+  return 2 * rows;
+}
+
+int64_t memory_left() {
+  int64_t left = INT64_MAX;
+  if (const char* e = std::getenv("BRAID_MEMORY_LIMIT_MB"); e && *e)
+    left = std::min(left, std::max<int64_t>(0, std::atoll(e)) << 20);
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    long long kb = 0;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+        left = std::min<int64_t>(left, kb * 1024LL);
+    std::fclose(f);
+  }
+  rlimit lim{};
+  if (getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    long long pages = 0;
+    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%lld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    const int64_t mapped = pages * sysconf(_SC_PAGESIZE);
+    left = std::min(left, std::max<int64_t>(0, static_cast<int64_t>(lim.rlim_cur) - mapped));
+  }
+  return left;
+}
+
 RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick) {
   bool exists = false;
   for (const RunRow& r : reader.runs()) exists = exists || r.run_id == run;
   if (!exists) throw Error(ErrorCode::NotFound, reader.path() + ": no run " + std::to_string(run));
+  if (const int64_t need = load_bytes(reader, run), left = memory_left(); need > left) {
+    const TraceReader::Counts c = reader.counts(run);
+    auto mib = [](int64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20) + " MiB"; };
+    throw Error(
+        ErrorCode::Unsupported,
+        reader.path() + ": run " + std::to_string(run) + " has " + std::to_string(c.kernels) +
+            " kernels, " + std::to_string(c.memcpys + c.memsets) + " copies, " +
+            std::to_string(c.collectives) + " collectives and " + std::to_string(c.api_calls) +
+            " API calls; analyzing them needs about " + mib(need) + ", more than the " + mib(left) +
+            " this process may still use (free memory, ulimit -v, "
+            "BRAID_MEMORY_LIMIT_MB)");
+  }
   RunData d;
   d.run_id = run;
   d.reader = &reader;

@@ -85,8 +85,20 @@ struct RunData {
 // false stops the load, which then throws braid::Error (the GUI cancels a load this way).
 using LoadTick = std::function<bool(int64_t rows)>;
 
-// Loads `run` from `reader`. Throws braid::Error(NotFound) when the run does not exist.
+// Loads `run` from `reader`. Throws braid::Error(NotFound) when the run does not exist, and
+// (Unsupported) before it reads a row when the run would not fit: load_bytes() more than
+// memory_left() (a one-line error naming the file, the rows and both sizes, instead of the OOM
+// killer or std::bad_alloc half way).
 RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick = nullptr);
+
+// What loading `run` holds, estimated from its row counts: every row at its in-memory size,
+// twice (vector growth, the launch index and the analysis's own tables over the rows).
+int64_t load_bytes(const TraceReader& reader, int64_t run);
+
+// Bytes this process may still allocate: the least of MemAvailable (/proc/meminfo), the
+// address-space limit (`ulimit -v`) less what is mapped, and BRAID_MEMORY_LIMIT_MB when set
+// (a budget on a shared host).
+int64_t memory_left();
 
 // The run `braid analyze` works on by default: the single run of the file, else the first
 // captured or imported run (replayed and simulated runs come later in the file).

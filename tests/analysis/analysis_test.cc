@@ -1,8 +1,12 @@
 // The analyses on synthetic jobs with planted answers (analysis/synthetic.h: clock skews, a
 // straggler, known overlap and critical path) and on real traces.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -36,6 +40,56 @@ std::unique_ptr<Loaded> load(const SyntheticJob& job) {
   l->run = load_run(*l->reader, id);
   l->match = match_trace_collectives(l->run);
   return l;
+}
+
+// A run larger than the memory the process may take is refused before a row is read, with a
+// one-line error naming the file and the sizes (issue 33: never the OOM killer), under an
+// address-space limit (`ulimit -v`) and under BRAID_MEMORY_LIMIT_MB; with room it loads.
+TEST(LoadRun, SaysHowMuchItNeedsBeforeItAllocates) {
+  test::TempDir tmp;
+  SyntheticJob job;
+  job.nranks = 8;
+  job.steps = 3000;
+  const std::string file = tmp.file("big.braid");
+  const int64_t id = write_synthetic_job(file, job);
+  TraceReader reader(file);
+  const int64_t need = load_bytes(reader, id);
+  ASSERT_GT(need, int64_t{8} << 20);
+  auto refused = [&](const char* how) {
+    SCOPED_TRACE(how);
+    try {
+      load_run(reader, id);
+      ADD_FAILURE() << "loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::Unsupported);
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind(file + ": run " + std::to_string(id) + " has ", 0), 0u) << m;
+      EXPECT_NE(m.find("needs about " + std::to_string((need + (1 << 20) - 1) >> 20) + " MiB"),
+                std::string::npos)
+          << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  };
+  {
+    rlimit old{};
+    ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+    long long pages = 0;
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fscanf(f, "%lld", &pages), 1);
+    std::fclose(f);
+    rlimit lim = old;
+    lim.rlim_cur = static_cast<rlim_t>(pages * sysconf(_SC_PAGESIZE) + need / 2);
+    ASSERT_EQ(setrlimit(RLIMIT_AS, &lim), 0);
+    EXPECT_LT(memory_left(), need);
+    refused("ulimit -v");
+    ASSERT_EQ(setrlimit(RLIMIT_AS, &old), 0);
+  }
+  ASSERT_EQ(setenv("BRAID_MEMORY_LIMIT_MB", "1", 1), 0);
+  refused("BRAID_MEMORY_LIMIT_MB=1");
+  ASSERT_EQ(unsetenv("BRAID_MEMORY_LIMIT_MB"), 0);
+  const RunData run = load_run(reader, id);
+  EXPECT_EQ(run.ranks.size(), 8u);
 }
 
 TEST(Clock, PlantedOffsetsRecoveredWithinOneMicrosecond) {
