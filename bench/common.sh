@@ -1,0 +1,26 @@
+# Sourced by the capture benchmarks (bench/capture_*.sh) after `set -eu`: the pieces each of them
+# starts with. POSIX sh.
+
+# need_built WHO TEST FILE...: exits 1 with "WHO: FILE: not built" unless `test TEST FILE` holds
+# for every FILE (TEST: -x for programs, -e or -f for libraries).
+need_built() {
+  who=$1 t=$2
+  shift 2
+  for f in "$@"; do
+    test "$t" "$f" || { echo "$who: $f: not built" >&2; exit 1; }
+  done
+}
+
+# out_dir [DIR]: prints DIR (a new temporary folder when empty), created.
+out_dir() {
+  d=${1:-}
+  [ -n "$d" ] || d=$(mktemp -d)
+  mkdir -p "$d"
+  echo "$d"
+}
+
+# elapsed START END DECIMALS: END - START (date +%s.%N stamps) with DECIMALS decimals (awk's
+# doubles keep microseconds at today's epoch; sh has no floating point).
+elapsed() {
+  awk -v s="$1" -v e="$2" -v p="$3" 'BEGIN { printf("%." p "f\n", e - s) }'
+}
