@@ -6,12 +6,10 @@
 # the check fails. Needs a GPU machine and the built tree; uses only sh, awk and python3.
 # Usage: bench/capture_launches.sh BUILD_DIR [N] [OUT_DIR]
 set -eu
-build=${1:?usage: bench/capture_launches.sh BUILD_DIR [N] [OUT_DIR]}
-n=${2:-10000000}
 . "$(dirname "$0")/common.sh"
-out=$(out_dir "${3:-}")
-ops=$build/bench/braid-bench-capture-ops
-braid=$build/app/braid
+bench_dirs "bench/capture_launches.sh BUILD_DIR [N] [OUT_DIR]" "$@"
+n=${2:-10000000}
+capture_tools
 need_built capture_launches -x "$ops" "$braid"
 label="$((n / 1000000))M launches"
 [ "$n" -ge 1000000 ] || label="$n launches"

@@ -17,15 +17,13 @@
 # Runs on the lent GPU machine: only sh, awk and python3 beyond the built tree (no bc).
 # Usage: [BRAID_RECORD_ARGS="--trace cuda"] bench/capture_overhead.sh BUILD_DIR [RUNS] [OUT_DIR]
 set -eu
-build=${1:?usage: bench/capture_overhead.sh BUILD_DIR [RUNS] [OUT_DIR]}
-runs=${2:-5}
 . "$(dirname "$0")/common.sh"
-out=$(out_dir "${3:-}")
-ops=$build/bench/braid-bench-capture-ops
+bench_dirs "bench/capture_overhead.sh BUILD_DIR [RUNS] [OUT_DIR]" "$@"
+runs=${2:-5}
+capture_tools
 summary=$build/bench/braid-bench-capture-summary
 floor_lib=$build/bench/libbraid_cupti_floor.so
 prog=$build/tests/capture/capture_cuda_streams_nccl
-braid=$build/app/braid
 here=$(cd "$(dirname "$0")" && pwd)
 m=$out/measurements
 : >"$m"

@@ -1,6 +1,22 @@
 # Sourced by the capture benchmarks (bench/capture_*.sh) after `set -eu`: the pieces each of them
 # starts with. POSIX sh.
 
+# bench_dirs USAGE ARGS...: the benchmark's arguments "BUILD_DIR [X] [OUT_DIR]": sets `build` to
+# the first and `out` to the third (a new temporary folder when absent), created; without a first
+# argument prints USAGE and exits 2.
+bench_dirs() {
+  [ -n "${2:-}" ] || { echo "usage: $1" >&2; exit 2; }
+  build=$2
+  out=$(out_dir "${4:-}")
+}
+
+# capture_tools: the built programs the GPU benchmarks drive, under $build: `ops`
+# (braid-bench-capture-ops) and `braid` (the CLI).
+capture_tools() {
+  ops=$build/bench/braid-bench-capture-ops
+  braid=$build/app/braid
+}
+
 # need_built WHO TEST FILE...: exits 1 with "WHO: FILE: not built" unless `test TEST FILE` holds
 # for every FILE (TEST: -x for programs, -e or -f for libraries).
 need_built() {
