@@ -305,6 +305,16 @@ std::vector<int32_t> comm_members(const RunData& run, const std::string& comm) {
 
 namespace {
 
+// A group's identity: its communicator, its sequence number there, how it was matched and the
+// members the communicator has in the run.
+void set_identity(CollGroup& g, const std::string& comm, int64_t seq, MatchMethod method,
+                  int32_t expected) {
+  g.comm = comm;
+  g.seq = seq;
+  g.method = method;
+  g.expected = expected;
+}
+
 // Builds a MatchResult: each way of matching adds its groups here.
 struct Matcher {
   const RunData& run;
@@ -372,10 +382,7 @@ void Matcher::by_seq(const std::string& comm, const Seqs& seqs, int32_t expected
     for (int32_t i : idx) {
       int64_t s = coll(run, r, i).seq;
       CollGroup& g = groups[s];
-      g.comm = comm;
-      g.seq = s;
-      g.method = MatchMethod::Seq;
-      g.expected = expected;
+      set_identity(g, comm, s, MatchMethod::Seq, expected);
       bool dup = std::any_of(g.members.begin(), g.members.end(),
                              [&](const CollRef& m) { return m.rank == r; });
       if (dup) {
@@ -412,10 +419,7 @@ void Matcher::by_order(const std::string& comm, const Seqs& seqs, int32_t expect
   for (const auto& [_, idx] : seqs) longest = std::max(longest, idx.size());
   for (size_t k = 0; k < longest; ++k) {
     CollGroup g;
-    g.comm = comm;
-    g.seq = static_cast<int64_t>(k);
-    g.method = MatchMethod::Order;
-    g.expected = expected;
+    set_identity(g, comm, static_cast<int64_t>(k), MatchMethod::Order, expected);
     for (const auto& [r, idx] : seqs)
       if (k < idx.size()) g.members.push_back({r, idx[k]});
     add(std::move(g));
@@ -449,10 +453,7 @@ void Matcher::by_alignment(const std::string& comm, const Seqs& seqs, int32_t ex
     for (size_t j = 0; j < b.size(); ++j)
       if (!used[j]) {
         CollGroup g;
-        g.comm = comm;
-        g.seq = -1;
-        g.method = MatchMethod::Aligned;
-        g.expected = expected;
+        set_identity(g, comm, -1, MatchMethod::Aligned, expected);
         g.members.push_back({r, b[j]});
         leftovers.push_back(std::move(g));
       }
@@ -484,10 +485,7 @@ void Matcher::channel(const std::string& comm, int32_t src, int32_t dst,
     for (int32_t i : sends) by_seq[coll(run, src, i).seq].members.push_back({src, i});
     for (int32_t i : recvs) by_seq[coll(run, dst, i).seq].members.push_back({dst, i});
     for (auto& [s, g] : by_seq) {
-      g.comm = comm;
-      g.seq = s;
-      g.method = MatchMethod::PointToPoint;
-      g.expected = expected;
+      set_identity(g, comm, s, MatchMethod::PointToPoint, expected);
       add(std::move(g));
     }
     return;
@@ -495,10 +493,7 @@ void Matcher::channel(const std::string& comm, int32_t src, int32_t dst,
   size_t n = std::max(sends.size(), recvs.size());
   for (size_t k = 0; k < n; ++k) {
     CollGroup g;
-    g.comm = comm;
-    g.seq = static_cast<int64_t>(k);
-    g.method = MatchMethod::PointToPoint;
-    g.expected = expected;
+    set_identity(g, comm, static_cast<int64_t>(k), MatchMethod::PointToPoint, expected);
     if (k < sends.size()) g.members.push_back({src, sends[k]});
     if (k < recvs.size()) g.members.push_back({dst, recvs[k]});
     add(std::move(g));
@@ -507,30 +502,24 @@ void Matcher::channel(const std::string& comm, int32_t src, int32_t dst,
 
 void Matcher::finish(int64_t p2p_no_peer) {
   for (auto& [comm, n] : unmatched_by_comm) {
-    Diagnostic d;
-    diag::set_code(d, diag::Code::analysis_unmatched_collective);
-    d.count = n;
-    d.detail = "collectives on communicator '" + comm +
-               "' without their partner on every member rank of the run (dropped or sampled "
-               "trace, or a rank missing)";
-    res.diagnostics.push_back(d);
+    res.diagnostics.push_back(diag::make(
+        diag::Code::analysis_unmatched_collective, n,
+        "collectives on communicator '" + comm +
+            "' without their partner on every member rank of the run (dropped or sampled "
+            "trace, or a rank missing)"));
   }
   for (auto& [comm, n] : aligned_by_comm) {
-    Diagnostic d;
-    diag::set_code(d, diag::Code::analysis_order_aligned);
-    d.count = n;
-    d.detail = "communicator '" + comm +
-               "': ranks disagree on the order of its collectives and the trace has no sequence "
-               "numbers; matched by aligning each rank's order with the rank that has the most "
-               "(same operation, overlapping in time)";
-    res.diagnostics.push_back(d);
+    res.diagnostics.push_back(diag::make(
+        diag::Code::analysis_order_aligned, n,
+        "communicator '" + comm +
+            "': ranks disagree on the order of its collectives and the trace has no sequence "
+            "numbers; matched by aligning each rank's order with the rank that has the most "
+            "(same operation, overlapping in time)"));
   }
   if (p2p_no_peer > 0) {
-    Diagnostic d;
-    diag::set_code(d, diag::Code::analysis_p2p_without_peer);
-    d.count = p2p_no_peer;
-    d.detail = "send/recv operations whose peer the trace does not give; not matched";
-    res.diagnostics.push_back(d);
+    res.diagnostics.push_back(
+        diag::make(diag::Code::analysis_p2p_without_peer, p2p_no_peer,
+                   "send/recv operations whose peer the trace does not give; not matched"));
     res.unmatched += p2p_no_peer;
   }
 }

@@ -6,15 +6,11 @@
 # the check fails. Needs a GPU machine and the built tree; uses only sh, awk and python3.
 # Usage: bench/capture_launches.sh BUILD_DIR [N] [OUT_DIR]
 set -eu
-build=${1:?usage: bench/capture_launches.sh BUILD_DIR [N] [OUT_DIR]}
+. "$(dirname "$0")/common.sh"
+bench_dirs "bench/capture_launches.sh BUILD_DIR [N] [OUT_DIR]" "$@"
 n=${2:-10000000}
-out=${3:-$(mktemp -d)}
-mkdir -p "$out"
-ops=$build/bench/braid-bench-capture-ops
-braid=$build/app/braid
-for f in "$ops" "$braid"; do
-  [ -x "$f" ] || { echo "capture_launches: $f: not built" >&2; exit 1; }
-done
+capture_tools
+need_built capture_launches -x "$ops" "$braid"
 label="$((n / 1000000))M launches"
 [ "$n" -ge 1000000 ] || label="$n launches"
 
@@ -24,7 +20,7 @@ rc=0
 "$braid" record -q -o "$out/launches.braid" -- "$ops" launches "$n" >"$out/launches.out" \
   2>"$out/launches.err" || rc=$?
 t1=$(date +%s.%N)
-secs=$(awk -v s="$t0" -v e="$t1" 'BEGIN { printf "%.1f", e - s }')
+secs=$(elapsed "$t0" "$t1" 1)
 stored=$(python3 - "$out" <<'PY'
 import glob, sqlite3, sys
 files = sorted(glob.glob(sys.argv[1] + "/launches.rank*.braid") +

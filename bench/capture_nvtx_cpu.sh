@@ -24,10 +24,9 @@ pairs=${3:-20000}
 job=$build/tests/capture/capture_fake_cuda_job
 cupti=$build/tests/capture/libbraid_fake_cupti.so
 agent=$build/tests/capture/libbraid_capture_fakecupti.so
-for f in "$job" "$cupti" "$agent"; do
-  [ -e "$f" ] || { echo "capture_nvtx_cpu: $f: not built" >&2; exit 1; }
-done
-out=$(mktemp -d)
+. "$(dirname "$0")/common.sh"
+need_built capture_nvtx_cpu -e "$job" "$cupti" "$agent"
+out=$(out_dir)
 m=$out/measurements
 : >"$m"
 run() {  # CONFIG [VAR=VALUE ...]: one round set of the given configuration

@@ -17,22 +17,18 @@
 # Runs on the lent GPU machine: only sh, awk and python3 beyond the built tree (no bc).
 # Usage: [BRAID_RECORD_ARGS="--trace cuda"] bench/capture_overhead.sh BUILD_DIR [RUNS] [OUT_DIR]
 set -eu
-build=${1:?usage: bench/capture_overhead.sh BUILD_DIR [RUNS] [OUT_DIR]}
+. "$(dirname "$0")/common.sh"
+bench_dirs "bench/capture_overhead.sh BUILD_DIR [RUNS] [OUT_DIR]" "$@"
 runs=${2:-5}
-out=${3:-$(mktemp -d)}
-mkdir -p "$out"
-ops=$build/bench/braid-bench-capture-ops
+capture_tools
 summary=$build/bench/braid-bench-capture-summary
 floor_lib=$build/bench/libbraid_cupti_floor.so
 prog=$build/tests/capture/capture_cuda_streams_nccl
-braid=$build/app/braid
 here=$(cd "$(dirname "$0")" && pwd)
 m=$out/measurements
 : >"$m"
-for f in "$ops" "$summary" "$prog" "$braid"; do
-  [ -x "$f" ] || { echo "capture_overhead: $f: not built" >&2; exit 1; }
-done
-[ -f "$floor_lib" ] || { echo "capture_overhead: $floor_lib: not built" >&2; exit 1; }
+need_built capture_overhead -x "$ops" "$summary" "$prog" "$braid"
+need_built capture_overhead -f "$floor_lib"
 
 "$braid" record -q -f -o "$out/probe.braid" -- true 2>"$out/why" || true
 if grep -q "nothing captured" "$out/why"; then cat "$out/why"; exit 1; fi
@@ -51,8 +47,7 @@ floor() {
 seconds() {
   s=$(date +%s.%N)
   "$@" >/dev/null 2>&1 || return $?
-  e=$(date +%s.%N)
-  awk -v s="$s" -v e="$e" 'BEGIN { printf "%.6f\n", e - s }'
+  elapsed "$s" "$(date +%s.%N)" 6
 }
 # measure CONFIG WORKLOAD CMD...: one whole-run measurement; a command that fails stops the run
 # (an empty value would only be refused later by the summary).

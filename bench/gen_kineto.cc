@@ -329,20 +329,46 @@ class Gen {
 
   // ---- composite operations ----
   Ns gap(int64_t lo, int64_t hi) { return rng_.in(lo, hi); }
+  // The CPU clock of a thread: the main (forward) one or the backward one.
+  Ns& cpu_of(int64_t tid) { return tid == tid_main_ ? cpu_main_ : cpu_bwd_; }
+
+  // CPU ops nested on one thread (at most 4 deep), the innermost last: open() starts them one
+  // inside the other, close() ends them innermost first and writes them.
+  struct Nest {
+    std::initializer_list<string_view> ops;
+    int64_t tid;
+    Ns start[4] = {}, end[4] = {};
+    int64_t ext[4] = {};
+    int64_t inner_ext() const { return ext[ops.size() - 1]; }
+  };
+  // Starts the ops of `n` after their thread's clock: the outermost within 1-`first_hi` ns, each
+  // next within 0.8-`step_hi` ns of its parent. Returns when the innermost has opened.
+  Ns open(Nest& n, int64_t first_hi, int64_t step_hi) {
+    Ns t = cpu_of(n.tid) + gap(1'000, first_hi);
+    for (size_t i = 0; i < n.ops.size(); ++i) {
+      n.start[i] = t;
+      n.ext[i] = ++ext_;
+      t += gap(800, step_hi);
+    }
+    return t;
+  }
+  // Ends the ops of `n` from `t` on, innermost first (each within 0.3-`close_hi` ns of its child),
+  // moves their thread's clock past them and writes them (sequence number `seq`, -1: none).
+  void close(Nest& n, Ns t, int64_t close_hi, int64_t seq) {
+    for (size_t i = n.ops.size(); i-- > 0;) {
+      n.end[i] = t;
+      t += gap(300, close_hi);
+    }
+    cpu_of(n.tid) = t;
+    for (size_t i = 0; i < n.ops.size(); ++i)
+      cpu_op(*(n.ops.begin() + i), n.tid, n.start[i], n.end[i] - n.start[i], n.ext[i], seq);
+  }
 
   // Nested CPU ops whose innermost launches `kernels` in turn on the compute stream.
   void launch(int64_t tid, std::initializer_list<string_view> ops,
               std::initializer_list<const KernelSpec*> kernels, int64_t seq = -1) {
-    Ns& cpu = tid == tid_main_ ? cpu_main_ : cpu_bwd_;
-    const size_t depth = ops.size();
-    Ns start[4], end[4];
-    int64_t ext[4];
-    Ns t = cpu + gap(1'000, 6'000);
-    for (size_t i = 0; i < depth; ++i) {
-      start[i] = t;
-      ext[i] = ++ext_;
-      t += gap(800, 3'000);
-    }
+    Nest n{ops, tid};
+    Ns t = open(n, 6'000, 3'000);
     struct Launch {
       Ns rt, rt_dur, k, k_dur;
       int64_t corr;
@@ -359,19 +385,13 @@ class Gen {
       fwd_first_ = std::min(fwd_first_, x.k);
       t = x.rt + x.rt_dur + gap(500, 2'000);
     }
-    for (size_t i = depth; i-- > 0;) {
-      end[i] = t;
-      t += gap(300, 1'500);
-    }
-    cpu = t;
-    for (size_t i = 0; i < depth; ++i)
-      cpu_op(*(ops.begin() + i), tid, start[i], end[i] - start[i], ext[i], seq);
+    close(n, t, 1'500, seq);
     size_t i = 0;
     for (const KernelSpec* k : kernels) {
       const Launch& x = l[i++];
-      runtime("cudaLaunchKernel", 211, x.rt, x.rt_dur, tid, ext[depth - 1], x.corr);
+      runtime("cudaLaunchKernel", 211, x.rt, x.rt_dur, tid, n.inner_ext(), x.corr);
       flow(true, x.corr, pid_, tid, x.rt);
-      kernel_head(k->name, kComputeStream, x.k, x.k_dur, ext[depth - 1], x.corr, k->grid, k->block,
+      kernel_head(k->name, kComputeStream, x.k, x.k_dur, n.inner_ext(), x.corr, k->grid, k->block,
                   k->regs, k->smem);
       w_.put("\n    }\n  }");
       flow(false, x.corr, device_, kComputeStream, x.k);
@@ -383,16 +403,8 @@ class Gen {
 
   // A memcpy (HtoD/DtoH) or memset through nested CPU ops.
   void memop(int64_t tid, std::initializer_list<string_view> ops, int kind, int64_t bytes) {
-    Ns& cpu = tid == tid_main_ ? cpu_main_ : cpu_bwd_;
-    const size_t depth = ops.size();
-    Ns start[4], end[4];
-    int64_t ext[4];
-    Ns t = cpu + gap(1'000, 4'000);
-    for (size_t i = 0; i < depth; ++i) {
-      start[i] = t;
-      ext[i] = ++ext_;
-      t += gap(800, 2'500);
-    }
+    Nest n{ops, tid};
+    Ns t = open(n, 4'000, 2'500);
     Ns rt = t, rt_dur = gap(4'000, 12'000);
     int64_t corr = corr_++;
     Ns k = std::max(gpu_[0] + gap(500, 2'000), rt + gap(3'000, 8'000));
@@ -400,28 +412,22 @@ class Gen {
     gpu_[0] = k + k_dur;
     t = rt + rt_dur + gap(500, 1'500);
     if (kind == 1) t = std::max(t, gpu_[0] + gap(1'000, 3'000));  // DtoH is synchronous
-    for (size_t i = depth; i-- > 0;) {
-      end[i] = t;
-      t += gap(300, 1'200);
-    }
-    cpu = t;
-    for (size_t i = 0; i < depth; ++i)
-      cpu_op(*(ops.begin() + i), tid, start[i], end[i] - start[i], ext[i]);
+    close(n, t, 1'200, -1);
     runtime(kind == 2 ? "cudaMemsetAsync" : "cudaMemcpyAsync", kind == 2 ? 51 : 41, rt, rt_dur, tid,
-            ext[depth - 1], corr);
+            n.inner_ext(), corr);
     flow(true, corr, pid_, tid, rt);
     gpu_mem(kind == 2,
             kind == 0   ? "Memcpy HtoD (Pinned -> Device)"
             : kind == 1 ? "Memcpy DtoH (Device -> Pinned)"
                         : "Memset (Device)",
-            kComputeStream, k, k_dur, ext[depth - 1], corr, bytes);
+            kComputeStream, k, k_dur, n.inner_ext(), corr, bytes);
     flow(false, corr, device_, kComputeStream, k);
   }
 
   // c10d op > record_param_comms (with the comm args) > nccl:* annotation > launch; the NCCL
   // kernel runs on the group's stream after the compute stream's last kernel.
   void collective(int64_t tid, const PG& pg, const Coll& c) {
-    Ns& cpu = tid == tid_main_ ? cpu_main_ : cpu_bwd_;
+    Ns& cpu = cpu_of(tid);
     Ns& comm = gpu_[pg.stream == kTpStream ? 1 : 2];
     Ns t0 = cpu + gap(1'000, 5'000);
     Ns t1 = t0 + gap(2'000, 6'000);                                  // record_param_comms

@@ -38,15 +38,8 @@ FileSink::FileSink(std::string path, const FileSinkOptions& opts) : path_(std::m
                                opts.label, rows::now_iso8601());
     sql::exec(db_, "COMMIT");  // from here on the file is a valid (empty) capture
     ins_string_ = rows::StringInserter(db_);
-    ins_kernel_ = rows::Inserter<Kernel>(db_);
-    ins_memcpy_ = rows::Inserter<Memcpy>(db_);
-    ins_api_ = rows::Inserter<ApiCall>(db_);
-    ins_range_ = rows::Inserter<Range>(db_);
-    ins_coll_ = rows::Inserter<Collective>(db_);
-    ins_step_ = rows::Inserter<Step>(db_);
-    ins_call_ = rows::Inserter<NcclCallRow>(db_);
-    ins_proxy_ = rows::Inserter<ProxyOpRow>(db_);
-    ins_window_ = rows::Inserter<CaptureWindow>(db_);
+    std::apply([&](auto&... ins) { ((ins = std::remove_reference_t<decltype(ins)>(db_)), ...); },
+               inserters_);
     sql::exec(db_, "BEGIN");
   } catch (...) {
     sqlite3_close_v2(db_);
@@ -75,44 +68,6 @@ StrId FileSink::intern(std::string_view s) {
 }
 
 // One row at a time, inside the open transaction: checkpoint() only has to commit.
-void FileSink::add(const Kernel& k) {
-  ins_kernel_.add(kRun, k);
-  ++pending_;
-}
-void FileSink::add(const Memcpy& m) {
-  ins_memcpy_.add(kRun, m);
-  ++pending_;
-}
-void FileSink::add(const ApiCall& a) {
-  ins_api_.add(kRun, a);
-  ++pending_;
-}
-void FileSink::add(const Range& r) {
-  ins_range_.add(kRun, r);
-  ++pending_;
-}
-void FileSink::add(const Collective& c) {
-  ins_coll_.add(kRun, c);
-  ++pending_;
-}
-void FileSink::add(const Step& s) {
-  ins_step_.add(kRun, s);
-  ++pending_;
-}
-void FileSink::add(const NcclCallRow& c) {
-  ins_call_.add(kRun, c);
-  ++pending_;
-}
-void FileSink::add(const ProxyOpRow& p) {
-  ins_proxy_.add(kRun, p);
-  ++pending_;
-}
-
-void FileSink::add(const CaptureWindow& w) {
-  ins_window_.add(kRun, w);
-  ++pending_;
-}
-
 void FileSink::replace_window(Ns old_start, const CaptureWindow& w) {
   sql::Stmt del(db_, "DELETE FROM capture_windows WHERE run_id = ? AND rank = ? AND start_ns = ?");
   del.bind(1, kRun);
@@ -189,8 +144,7 @@ void FileSink::close() {
   sqlite3_exec(db_, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
   // Prepared statements must go before the connection.
   ins_string_.reset();
-  ins_kernel_.reset(), ins_memcpy_.reset(), ins_api_.reset(), ins_range_.reset();
-  ins_coll_.reset(), ins_step_.reset(), ins_call_.reset(), ins_proxy_.reset(), ins_window_.reset();
+  std::apply([](auto&... ins) { (ins.reset(), ...); }, inserters_);
   sqlite3_close_v2(db_);
   db_ = nullptr;
   std::error_code ec;

@@ -25,22 +25,13 @@ struct FileSinkOptions {
   std::string label;              // runs.label
 };
 
-class FileSink final : public Sink {
+class FileSink final : public RowSink<FileSink> {
  public:
   // Creates `path` (replacing a file there). Throws braid::Error when it cannot.
   FileSink(std::string path, const FileSinkOptions& opts);
   ~FileSink() override;
 
   StrId intern(std::string_view s) override;
-  void add(const Kernel& k) override;
-  void add(const Memcpy& m) override;
-  void add(const ApiCall& a) override;
-  void add(const Range& r) override;
-  void add(const Collective& c) override;
-  void add(const Step& s) override;
-  void add(const NcclCallRow& c) override;
-  void add(const ProxyOpRow& p) override;
-  void add(const CaptureWindow& w) override;
   void replace_window(Ns old_start, const CaptureWindow& w) override;
   void set_rank_info(const RankInfo& r) override;
   void add_stream(const StreamInfo& s) override;
@@ -65,15 +56,17 @@ class FileSink final : public Sink {
   int64_t pending_ = 0, committed_ = 0;
   rows::StringTable strings_;
   rows::StringInserter ins_string_;
-  rows::Inserter<Kernel> ins_kernel_;
-  rows::Inserter<Memcpy> ins_memcpy_;
-  rows::Inserter<ApiCall> ins_api_;
-  rows::Inserter<Range> ins_range_;
-  rows::Inserter<Collective> ins_coll_;
-  rows::Inserter<Step> ins_step_;
-  rows::Inserter<NcclCallRow> ins_call_;
-  rows::Inserter<ProxyOpRow> ins_proxy_;
-  rows::Inserter<CaptureWindow> ins_window_;
+  // One inserter per event table: RowSink's add() of each row kind comes to row().
+  friend class RowSink<FileSink>;
+  template <typename Row>
+  void row(const Row& r) {
+    std::get<rows::Inserter<Row>>(inserters_).add(kRun, r);
+    ++pending_;
+  }
+  std::tuple<rows::Inserter<Kernel>, rows::Inserter<Memcpy>, rows::Inserter<ApiCall>,
+             rows::Inserter<Range>, rows::Inserter<Collective>, rows::Inserter<Step>,
+             rows::Inserter<NcclCallRow>, rows::Inserter<ProxyOpRow>, rows::Inserter<CaptureWindow>>
+      inserters_;
   // Small tables, rewritten at each checkpoint when they changed.
   bool small_dirty_ = true;
   std::map<int32_t, RankInfo> ranks_;

@@ -51,6 +51,26 @@ class Sink {
   virtual void close() = 0;
 };
 
+// A Sink whose event rows (every add()) all go one way: to Derived's
+// `template <typename Row> void row(const Row& r)` (a friend of RowSink<Derived> when private).
+// The row sinks implement the rest of Sink themselves.
+template <typename Derived>
+class RowSink : public Sink {
+ public:
+  void add(const Kernel& r) final { self().row(r); }
+  void add(const Memcpy& r) final { self().row(r); }
+  void add(const ApiCall& r) final { self().row(r); }
+  void add(const Range& r) final { self().row(r); }
+  void add(const Collective& r) final { self().row(r); }
+  void add(const Step& r) final { self().row(r); }
+  void add(const NcclCallRow& r) final { self().row(r); }
+  void add(const ProxyOpRow& r) final { self().row(r); }
+  void add(const CaptureWindow& r) final { self().row(r); }
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+};
+
 // The rank of a sink's state key: the key itself, or the first member of a pair or tuple.
 inline int32_t& key_rank(int32_t& k) { return k; }
 template <typename T>

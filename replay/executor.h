@@ -69,19 +69,17 @@ struct SizedLink {
   double correction_ns(int64_t bytes) const;
 };
 
-// The sim backend's options (replay/sim.h), here so make_executor can take them.
-struct SimOptions {
-  double compute_scale = 1.0;  // compute and delay durations are multiplied by this
-  // What a compute op of scaled duration d costs the backend, from a calibration:
-  // slowdown · d + overhead. Ops with d below `short_compute_below_ns` use the short_ pair: the
-  // mpi backend spins them (kShortestSleepNs), sharing the cores with the other ranks when the
-  // host is oversubscribed, and sleeps longer ones there, paying the scheduler's wake-up.
-  // short_compute_below_ns 0: one pair for all ops.
+// A backend's costs on this host, as a calibration fits them (replay/host_calibration.h) and the
+// sim prices ops with them (SimOptions).
+struct HostCosts {
+  // What a compute op of scaled duration d costs the backend: slowdown · d + overhead. Ops with d
+  // below SimOptions::short_compute_below_ns use the short_ pair: the mpi backend spins them
+  // (kShortestSleepNs), sharing the cores with the other ranks when the host is oversubscribed,
+  // and sleeps longer ones there, paying the scheduler's wake-up.
   Ns compute_overhead_ns = 0;
   double compute_slowdown = 1.0;
   Ns short_compute_overhead_ns = 0;
   double short_compute_slowdown = 1.0;
-  Ns short_compute_below_ns = 0;
   // A backend's own α-β per collective kind (a calibration fits one per probed op: MPI's
   // algorithms are not NCCL's), used instead of the profile's link with the steps and wire
   // factor of the algorithm the cost model picks; kinds not here use the profile.
@@ -94,11 +92,9 @@ struct SimOptions {
   // world (MPI picks its algorithm by size): used before op_links. A communicator of a size
   // not probed takes the smallest probed size above its own, else the largest.
   std::map<CollOp, std::map<int, SizedLink>> sized_links;
-  // Every stream starts the step at step_start_ns (a backend's wake-up of its stream threads
-  // after the step's barrier), and the first collective each rank takes part in starts
-  // start_skew_ns after its last member arrives (on an oversubscribed host the ranks leave the
-  // step's barrier at different times, and the early ones wait for the late ones there).
-  Ns step_start_ns = 0;
+  // The first collective each rank takes part in starts start_skew_ns after its last member
+  // arrives (on an oversubscribed host the ranks leave the step's barrier at different times,
+  // and the early ones wait for the late ones there).
   Ns start_skew_ns = 0;
   // Processor sharing on an oversubscribed host (a calibration of the mpi backend sets it):
   // rank r runs on core r % host_cores (as the backend pins it), and a collective progresses at
@@ -117,6 +113,16 @@ struct SimOptions {
   // mean is unchanged and their ends spread over ±sibling_stagger of it (default model only;
   // a calibration measures it on its workload). 0: siblings end together.
   double sibling_stagger = 0;
+};
+
+// The sim backend's options (replay/sim.h), here so make_executor can take them.
+struct SimOptions : HostCosts {
+  double compute_scale = 1.0;  // compute and delay durations are multiplied by this
+  // Compute ops of scaled duration below this use HostCosts' short_ pair; 0: one pair for all.
+  Ns short_compute_below_ns = 0;
+  // Every stream starts the step at step_start_ns (a backend's wake-up of its stream threads
+  // after the step's barrier).
+  Ns step_start_ns = 0;
   Ns compute_cost(Ns d) const {
     const bool s = d < short_compute_below_ns;
     return static_cast<Ns>(static_cast<double>(d) *

@@ -376,19 +376,9 @@ Calibration calibrate(Executor& ex, int nranks, const CalibrationOptions& o) {
 
 SimOptions Calibration::sim_options() const {
   SimOptions so;
-  so.compute_overhead_ns = compute_overhead_ns;
-  so.compute_slowdown = compute_slowdown;
-  so.short_compute_overhead_ns = short_compute_overhead_ns;
-  so.short_compute_slowdown = short_compute_slowdown;
+  static_cast<HostCosts&>(so) = *this;
   so.short_compute_below_ns = kShortestSleepNs;
-  so.op_links = op_links;
-  so.reduce_ns_per_element = reduce_ns_per_element;
-  so.sized_links = sized_links;
   so.step_start_ns = step_overhead_ns;
-  so.start_skew_ns = start_skew_ns;
-  so.host_cores = host_cores;
-  so.wait_spin_ns = wait_spin_ns;
-  so.sibling_stagger = sibling_stagger;
   return so;
 }
 

@@ -53,31 +53,15 @@ struct CalibrationSample {
   Ns predicted_ns = 0;  // by the fitted model
 };
 
-struct Calibration {
+// A fit of the sim's host costs (HostCosts, SimOptions' own) to a backend on this host: the
+// short_ compute pair is for ops shorter than kShortestSleepNs; op_links, reduce_ns_per_element
+// and sized_links per probed collective kind (and communicator size), the profile's link being
+// the fit over all of them; start_skew_ns fitted on the collective probes; host_cores is the
+// executor's host_cores() (with more ranks than cores, the links are per dedicated core: the
+// probes' times divided by the ranks per core); sibling_stagger from the workload.
+struct Calibration : HostCosts {
   analysis::HardwareProfile profile;
-  // A compute op of duration d costs slowdown · d + overhead: the first pair for ops of
-  // kShortestSleepNs and longer, the short_ pair for shorter ones (SimOptions::compute_cost).
-  Ns compute_overhead_ns = 0;
-  double compute_slowdown = 1.0;
-  Ns short_compute_overhead_ns = 0;
-  double short_compute_slowdown = 1.0;
-  // α-β per probed collective kind (SimOptions::op_links); the profile's link is the fit over
-  // all of them.
-  std::map<CollOp, analysis::LinkCost> op_links;
-  // Per reducing kind: its cost per element moved (SimOptions::reduce_ns_per_element).
-  std::map<CollOp, double> reduce_ns_per_element;
-  // Per kind and probed communicator size (SimOptions::sized_links).
-  std::map<CollOp, std::map<int, SizedLink>> sized_links;
-  Ns step_overhead_ns = 0;  // the empty step: SimOptions::step_start_ns
-  Ns start_skew_ns = 0;     // SimOptions::start_skew_ns, fitted on the collective probes
-  // The executor's host_cores(): with more ranks than cores, the links above are per dedicated
-  // core (the probes' times divided by the ranks per core) and the sim shares the cores
-  // (SimOptions::host_cores).
-  int host_cores = 0;
-  // With host_cores: how long a rank that waits for its peers spins (SimOptions::wait_spin_ns).
-  Ns wait_spin_ns = 0;
-  // How staggered sibling groups end, from the workload (SimOptions::sibling_stagger).
-  double sibling_stagger = 0;
+  Ns step_overhead_ns = 0;    // the empty step: SimOptions::step_start_ns
   double mean_rel_error = 0;  // of the fitted model on the probes and the workload
   int ranks = 0;
   std::string backend;

@@ -232,24 +232,18 @@ class MpiPrepared : public PreparedReplay {
   }
 
   ReplayResult collect() override {
-    char note[256];
-    std::snprintf(note, sizeof note,
-                  "mpi replay: %d processes, compute %s for %.3g x the recorded duration, %s data",
-                  world_size(), spin_ ? "spinning" : "sleeping (ops under 50 us spin)", opt_.compute_scale,
-                  check_ ? "int64 check" : "timing");
-    return gather_steps(measured_, "mpi", {note});
+    const std::string head = "mpi replay: " + std::to_string(world_size()) + " processes, ";
+    return gather_steps(measured_, "mpi",
+                        {compute_note(head, spin_ ? "spinning" : "sleeping (ops under 50 us spin)",
+                                      opt_.compute_scale, check_ ? "int64 check" : "timing")});
   }
 
   std::vector<fusion::RankBuffers> buffers() const override {
-    std::vector<fusion::RankBuffers> v(s_.ranks.size());
-    if (!check_) return v;
-    for (size_t b = 0; b < rs_->buffers.size(); ++b) {
-      auto& out = v[rank_][rs_->buffers[b].name];
-      out.resize(static_cast<size_t>(rs_->buffers[b].size));
+    return own_buffers(s_, rank_, check_, [&](size_t b, std::vector<int64_t>& values) {
       // A size-0 buffer has no storage to copy (memcpy with its null pointer is undefined).
-      if (!out.empty()) std::memcpy(out.data(), buf_[b].data(), out.size() * sizeof(int64_t));
-    }
-    return v;
+      if (!values.empty())
+        std::memcpy(values.data(), buf_[b].data(), values.size() * sizeof(int64_t));
+    });
   }
 
  private:
@@ -627,6 +621,27 @@ class MpiPrepared : public PreparedReplay {
 }  // namespace
 
 void init_mpi() { ensure_mpi(); }
+
+std::vector<fusion::RankBuffers> own_buffers(
+    const fusion::Schedule& s, int rank, bool check,
+    const std::function<void(size_t b, std::vector<int64_t>& values)>& read) {
+  std::vector<fusion::RankBuffers> v(s.ranks.size());
+  if (!check) return v;
+  const fusion::RankSchedule& rs = s.ranks[rank];
+  for (size_t b = 0; b < rs.buffers.size(); ++b) {
+    auto& values = v[rank][rs.buffers[b].name];
+    values.resize(static_cast<size_t>(rs.buffers[b].size));
+    read(b, values);
+  }
+  return v;
+}
+
+std::string compute_note(const std::string& head, const char* how, double scale, const char* data) {
+  char note[256];
+  std::snprintf(note, sizeof note, "%scompute %s for %.3g x the recorded duration, %s data",
+                head.c_str(), how, scale, data);
+  return note;
+}
 
 ReplayResult gather_steps(const std::vector<StepRecord>& measured, const std::string& backend,
                           std::vector<std::string> notes, int32_t device,

@@ -18,7 +18,10 @@
 //   waited longer than ReplayOptions::timeout_ns; a rank that dies makes mpirun end every rank.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "replay/executor.h"
 
@@ -50,6 +53,17 @@ void init_mpi();
 ReplayResult gather_steps(const std::vector<StepRecord>& measured, const std::string& backend,
                           std::vector<std::string> notes, int32_t device = -1,
                           const std::string& device_name = "");
+
+// What a job's PreparedReplay::buffers() returns on one process: an entry per schedule rank, all
+// empty unless `check` (a data-check run), when the entry of this process's `rank` holds each of
+// its buffers, read by `read(b, values)` into `values` (sized to buffer b's elements).
+std::vector<fusion::RankBuffers> own_buffers(
+    const fusion::Schedule& s, int rank, bool check,
+    const std::function<void(size_t b, std::vector<int64_t>& values)>& read);
+
+// The note of a job's result: "`head`compute `how` for <scale, %.3g> x the recorded duration,
+// `data` data".
+std::string compute_note(const std::string& head, const char* how, double scale, const char* data);
 
 // True when this process was started by mpirun (OpenMPI, MPICH or a PMI launcher).
 bool launched_by_mpirun();

@@ -133,23 +133,17 @@ class NcclPrepared : public PreparedReplay {
   }
 
   ReplayResult collect() override {
-    char note[256];
-    std::snprintf(note, sizeof note,
-                  "nccl replay: compute as spin kernels for %.3g x the recorded duration, %s data",
-                  opt_.compute_scale, check_ ? "uint64 check" : "timing");
-    return gather_steps(measured_, "nccl", {note}, device_, device_name_);
+    return gather_steps(measured_, "nccl",
+                        {compute_note("nccl replay: ", "as spin kernels", opt_.compute_scale,
+                                      check_ ? "uint64 check" : "timing")},
+                        device_, device_name_);
   }
 
   std::vector<fusion::RankBuffers> buffers() const override {
-    std::vector<fusion::RankBuffers> v(s_.ranks.size());
-    if (!check_) return v;
-    cudaDeviceSynchronize();
-    for (size_t b = 0; b < rs_->buffers.size(); ++b) {
-      auto& out = v[rank_][rs_->buffers[b].name];
-      out.resize(static_cast<size_t>(rs_->buffers[b].size));
-      cudaMemcpy(out.data(), dev_[b], out.size() * 8, cudaMemcpyDeviceToHost);
-    }
-    return v;
+    if (check_) cudaDeviceSynchronize();
+    return own_buffers(s_, rank_, check_, [&](size_t b, std::vector<int64_t>& values) {
+      cudaMemcpy(values.data(), dev_[b], values.size() * 8, cudaMemcpyDeviceToHost);
+    });
   }
 
  private:

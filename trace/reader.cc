@@ -11,10 +11,25 @@
 namespace braid {
 namespace {
 
-constexpr const char* kKernelCols =
-    "rank, stream, start_ns, end_ns, name_id, category, correlation, external_id";
-constexpr const char* kMemcpyCols =
-    "rank, stream, start_ns, end_ns, kind, bytes, name_id, correlation";
+// An event table as read back: its columns (what its *_of() converter reads) and the order of a
+// whole run's rows.
+struct Rows {
+  const char* table;
+  const char* cols;
+  const char* order;
+};
+constexpr Rows kKernels{
+    "kernels", "rank, stream, start_ns, end_ns, name_id, category, correlation, external_id",
+    "rank, stream, start_ns"};
+constexpr Rows kMemcpys{"memcpys",
+                        "rank, stream, start_ns, end_ns, kind, bytes, name_id, correlation",
+                        "rank, stream, start_ns"};
+constexpr Rows kApiCalls{"api_calls",
+                         "rank, tid, start_ns, end_ns, name_id, kind, correlation, external_id",
+                         "rank, tid, start_ns"};
+constexpr Rows kRanges{"nvtx_ranges",
+                       "rank, stream, on_gpu, start_ns, end_ns, name_id, domain_id, payload_id",
+                       "rank, stream, start_ns"};
 
 Kernel kernel_of(const sql::Stmt& s) {
   Kernel k;
@@ -49,6 +64,37 @@ Memcpy memcpy_of(const sql::Stmt& s) {
   return m;
 }
 
+ApiCall api_call_of(const sql::Stmt& s) {
+  ApiCall a;
+  a.rank = static_cast<int32_t>(s.i64(0));
+  a.tid = s.i64(1);
+  a.start = s.i64(2);
+  a.end = s.i64(3);
+  a.name = static_cast<StrId>(s.i64(4));
+  std::string k = s.text(5);
+  a.kind = k == "cpu_op"    ? ApiKind::CpuOp
+           : k == "runtime" ? ApiKind::Runtime
+           : k == "driver"  ? ApiKind::Driver
+           : k == "python"  ? ApiKind::Python
+                            : ApiKind::Other;
+  a.correlation = s.i64(6);
+  a.external_id = s.i64(7);
+  return a;
+}
+
+Range range_of(const sql::Stmt& s) {
+  Range r;
+  r.rank = static_cast<int32_t>(s.i64(0));
+  r.stream = s.i64(1);
+  r.on_gpu = s.i64(2) != 0;
+  r.start = s.i64(3);
+  r.end = s.i64(4);
+  r.name = static_cast<StrId>(s.i64(5));
+  r.domain = static_cast<StrId>(s.i64(6));
+  r.payload = static_cast<StrId>(s.i64(7));
+  return r;
+}
+
 // Each row of a query with one parameter, the run, converted by `conv`, until `fn` says stop.
 template <typename T, typename Conv>
 void each_row(sqlite3* db, const std::string& query, int64_t run, Conv conv,
@@ -57,6 +103,41 @@ void each_row(sqlite3* db, const std::string& query, int64_t run, Conv conv,
   s.bind(1, run);
   while (s.step())
     if (!fn(conv(s))) return;
+}
+
+// A whole run's rows of `t`, in its order.
+template <typename T, typename Conv>
+void each_row(sqlite3* db, const Rows& t, int64_t run, Conv conv,
+              const std::function<bool(const T&)>& fn) {
+  each_row(
+      db,
+      std::string("SELECT ") + t.cols + " FROM " + t.table + " WHERE run_id=? ORDER BY " + t.order,
+      run, conv, fn);
+}
+
+// The events of one stream of a rank that overlap [t0, t1): start < t1 and end > t0. The index is
+// on start, so the scan starts at `earliest` (t0 - the table's longest event): nothing that starts
+// earlier can reach t0.
+struct Window {
+  int64_t run;
+  int32_t rank;
+  int64_t stream;
+  Ns earliest, t0, t1;
+};
+template <typename T, typename Conv>
+void window_rows(sqlite3* db, const Rows& t, const Window& w, Conv conv,
+                 const std::function<bool(const T&)>& fn) {
+  sql::Stmt s(db, std::string("SELECT ") + t.cols + " FROM " + t.table +
+                      " WHERE run_id=? AND rank=? AND stream=? AND start_ns>=? AND start_ns<?"
+                      " AND end_ns>? ORDER BY start_ns");
+  s.bind(1, w.run);
+  s.bind(2, w.rank);
+  s.bind(3, w.stream);
+  s.bind(4, w.earliest);
+  s.bind(5, w.t1);
+  s.bind(6, w.t0);
+  while (s.step())
+    if (!fn(conv(s))) break;
 }
 
 }  // namespace
@@ -297,96 +378,47 @@ Ns TraceReader::max_duration(const char* table, int64_t run) const {
   return d;
 }
 
-// An event overlaps [t0, t1) when start < t1 and end > t0. The index is on start, so the scan
-// starts at t0 - (longest event of the table): nothing that starts earlier can reach t0.
-#define BRAID_WINDOW_QUERY(TABLE, COLS, CONV, FN)                                              \
-  sql::Stmt s(db_, std::string("SELECT ") + COLS + " FROM " TABLE                              \
-                       " WHERE run_id=? AND rank=? AND stream=? AND start_ns>=? AND start_ns<?" \
-                       " AND end_ns>? ORDER BY start_ns");                                     \
-  s.bind(1, run);                                                                              \
-  s.bind(2, rank);                                                                             \
-  s.bind(3, stream);                                                                           \
-  s.bind(4, t0 - max_duration(TABLE, run));                                                    \
-  s.bind(5, t1);                                                                               \
-  s.bind(6, t0);                                                                               \
-  while (s.step())                                                                             \
-    if (!FN(CONV(s))) break;
-
 void TraceReader::kernels(int64_t run, const Fn<Kernel>& fn) const {
-  each_row(db_,
-           std::string("SELECT ") + kKernelCols +
-               " FROM kernels WHERE run_id=? ORDER BY rank, stream, start_ns",
-           run, kernel_of, fn);
+  each_row(db_, kKernels, run, kernel_of, fn);
 }
 
 void TraceReader::kernels(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
                           const Fn<Kernel>& fn) const {
-  BRAID_WINDOW_QUERY("kernels", kKernelCols, kernel_of, fn)
+  window_rows(db_, kKernels, {run, rank, stream, t0 - max_duration(kKernels.table, run), t0, t1},
+              kernel_of, fn);
 }
 
 void TraceReader::memcpys(int64_t run, const Fn<Memcpy>& fn) const {
-  each_row(db_,
-           std::string("SELECT ") + kMemcpyCols +
-               " FROM memcpys WHERE run_id=? ORDER BY rank, stream, start_ns",
-           run, memcpy_of, fn);
+  each_row(db_, kMemcpys, run, memcpy_of, fn);
 }
 
 void TraceReader::memcpys(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
                           const Fn<Memcpy>& fn) const {
-  BRAID_WINDOW_QUERY("memcpys", kMemcpyCols, memcpy_of, fn)
+  window_rows(db_, kMemcpys, {run, rank, stream, t0 - max_duration(kMemcpys.table, run), t0, t1},
+              memcpy_of, fn);
 }
 
 void TraceReader::api_calls(int64_t run, const Fn<ApiCall>& fn) const {
-  sql::Stmt s(db_, "SELECT rank, tid, start_ns, end_ns, name_id, kind, correlation, external_id"
-                   " FROM api_calls WHERE run_id=? ORDER BY rank, tid, start_ns");
-  s.bind(1, run);
-  while (s.step()) {
-    ApiCall a;
-    a.rank = static_cast<int32_t>(s.i64(0));
-    a.tid = s.i64(1);
-    a.start = s.i64(2);
-    a.end = s.i64(3);
-    a.name = static_cast<StrId>(s.i64(4));
-    std::string k = s.text(5);
-    a.kind = k == "cpu_op"    ? ApiKind::CpuOp
-             : k == "runtime" ? ApiKind::Runtime
-             : k == "driver"  ? ApiKind::Driver
-             : k == "python"  ? ApiKind::Python
-                              : ApiKind::Other;
-    a.correlation = s.i64(6);
-    a.external_id = s.i64(7);
-    if (!fn(a)) break;
-  }
+  each_row(db_, kApiCalls, run, api_call_of, fn);
 }
 
 void TraceReader::ranges(int64_t run, const Fn<Range>& fn) const {
-  sql::Stmt s(db_, "SELECT rank, stream, on_gpu, start_ns, end_ns, name_id, domain_id,"
-                   " payload_id FROM nvtx_ranges WHERE run_id=? ORDER BY rank, stream, start_ns");
-  s.bind(1, run);
-  while (s.step()) {
-    Range r;
-    r.rank = static_cast<int32_t>(s.i64(0));
-    r.stream = s.i64(1);
-    r.on_gpu = s.i64(2) != 0;
-    r.start = s.i64(3);
-    r.end = s.i64(4);
-    r.name = static_cast<StrId>(s.i64(5));
-    r.domain = static_cast<StrId>(s.i64(6));
-    r.payload = static_cast<StrId>(s.i64(7));
-    if (!fn(r)) break;
-  }
+  each_row(db_, kRanges, run, range_of, fn);
 }
 
+namespace {
+const Rows kCollectives{"collectives", kCollectiveColumns, "rank, start_ns"};
+}  // namespace
+
 void TraceReader::collectives(int64_t run, const Fn<Collective>& fn) const {
-  each_row(db_,
-           std::string("SELECT ") + kCollectiveColumns +
-               " FROM collectives WHERE run_id=? ORDER BY rank, start_ns",
-           run, collective_from_row, fn);
+  each_row(db_, kCollectives, run, collective_from_row, fn);
 }
 
 void TraceReader::collectives(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
                               const Fn<Collective>& fn) const {
-  BRAID_WINDOW_QUERY("collectives", kCollectiveColumns, collective_from_row, fn)
+  window_rows(db_, kCollectives,
+              {run, rank, stream, t0 - max_duration(kCollectives.table, run), t0, t1},
+              collective_from_row, fn);
 }
 
 bool TraceReader::has_table(const std::string& name) const {

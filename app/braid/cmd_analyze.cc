@@ -24,9 +24,8 @@ void register_analyze(CLI::App& app, Action& run) {
       "and bus bandwidth, the critical path, an α-β cost model calibrated on the trace, and the\n"
       "parallelism (TP/SP/EP/PP/DP) of each communicator. Results are stored in the file\n"
       "(tables analysis_*, clock offsets in ranks) for the GUI unless --no-store.");
-  cmd->add_option("file", o->file, ".braid file")->required();
-  cmd->add_option("--run", o->run_id, "Run id (default: the file's captured/imported run)");
-  cmd->add_option("--step", o->step, "Only this step (ProfilerStep number)");
+  add_run_options(*cmd, o->file, ".braid file", o->run_id, o->step,
+                  "Only this step (ProfilerStep number)");
   cmd->add_flag("--json", o->json, "Machine-readable JSON instead of text");
   cmd->add_option("--profile", o->profile,
                   "Hardware profile for the cost model: h100-nvlink, h100-pcie, h100-ib,\n"

@@ -85,6 +85,20 @@ std::pair<int64_t, int64_t> baseline_and_fused(const std::string& file) {
     if (s.parent_id >= 0 && s.id > fused) fused = s.id, base = s.parent_id;
   return {base, fused};
 }
+// `braid ab` of the file `f` (quoted) on the simulator, then on `mpi_ranks` MPI ranks unless 0; a
+// failure names the stage "ab sim (`what`)" or "ab mpi (`what`)".
+void ab_sim_and_mpi(const std::string& braid, const std::string& f, int mpi_ranks,
+                    const std::string& what, const std::string& sim_title,
+                    const std::string& mpi_title) {
+  must(step(sim_title, braid + " ab " + f + " --backend sim --steps 2 --warmup 0"),
+       "ab sim (" + what + ")");
+  if (mpi_ranks > 0)
+    must(step(mpi_title, "mpirun --oversubscribe --allow-run-as-root -np " +
+                             std::to_string(mpi_ranks) + " " + braid + " ab " + f +
+                             " --backend mpi --steps 1 --warmup 0"),
+         "ab mpi (" + what + ")");
+}
+
 // The loop on a user's own job: a small real 2-rank trace shipped in assets/ (HTA's DLRM
 // samples, MIT) imported as a second run of the demo file, lifted (one profiler step), fused,
 // and A/B'd on the sim and, when mpirun is present, on 2 MPI ranks.
@@ -107,14 +121,9 @@ void real_trace_loop(const std::string& braid, const std::string& file, bool mpi
   must(step("10. fuse the lifted schedule", braid + " fuse " + f), "fuse");
   // The data check runs on exact scaled copies of the schedules (the trace's sizes need
   // gigabytes); with opaque compute it compares the collectives' own buffers.
-  must(step("11. A/B on the simulator, priced as `braid analyze` calibrated the trace",
-            braid + " ab " + f + " --backend sim --steps 2 --warmup 0"),
-       "ab sim (real trace)");
-  if (mpi)
-    must(step("12. A/B on real processes (2 MPI ranks, compute as timed busy work)",
-              "mpirun --oversubscribe --allow-run-as-root -np 2 " + braid + " ab " + f +
-                  " --backend mpi --steps 1 --warmup 0"),
-         "ab mpi (real trace)");
+  ab_sim_and_mpi(braid, f, mpi ? 2 : 0, "real trace",
+                 "11. A/B on the simulator, priced as `braid analyze` calibrated the trace",
+                 "12. A/B on real processes (2 MPI ranks, compute as timed busy work)");
 }
 
 // A real job whose findings are facts: the project's 4-rank tensor-parallel MLP with its PyTorch
@@ -144,14 +153,9 @@ void execution_trace_loop(const std::string& braid, const std::string& file, boo
        "lift (execution traces)");
   must(step("15. fuse: rules applied where the data flow proves them", braid + " fuse " + f),
        "fuse (execution traces)");
-  must(step("16. A/B on the simulator, with the data check of the fused pair",
-            braid + " ab " + f + " --backend sim --steps 2 --warmup 0"),
-       "ab sim (execution traces)");
-  if (mpi)
-    must(step("17. A/B on real processes (4 MPI ranks)",
-              "mpirun --oversubscribe --allow-run-as-root -np 4 " + braid + " ab " + f +
-                  " --backend mpi --steps 1 --warmup 0"),
-         "ab mpi (execution traces)");
+  ab_sim_and_mpi(braid, f, mpi ? 4 : 0, "execution traces",
+                 "16. A/B on the simulator, with the data check of the fused pair",
+                 "17. A/B on real processes (4 MPI ranks)");
 }
 
 }  // namespace

@@ -35,9 +35,7 @@ void register_lift(CLI::App& app, Action& run) {
       "(data flow), collectives take their buffers from its tensors, and the step the ETs\n"
       "cover is lifted unless --step says otherwise. Prints ranks, ops, collectives by operation\n"
       "with bytes, what stayed opaque and why, and the provenance; --json prints the counts.");
-  cmd->add_option("file", o->file, ".braid file with the run")->required();
-  cmd->add_option("--run", o->run_id, "Run id (default: the file's captured/imported run)");
-  cmd->add_option("--step", o->step,
+  add_run_options(*cmd, o->file, ".braid file with the run", o->run_id, o->step,
                   "Only this step (ProfilerStep number; default: the step the execution traces "
                   "cover, else the whole run)");
   cmd->add_flag("--json", o->json,

@@ -114,20 +114,11 @@ class AgentClient {
 // A capture::Sink that streams records of one capture window to the daemon. Buffers up to
 // `batch_bytes` before sending; records that cannot be sent (no daemon) are counted in
 // dropped(), never retried, never blocking.
-class DaemonSink final : public capture::Sink {
+class DaemonSink final : public capture::RowSink<DaemonSink> {
  public:
   DaemonSink(AgentClient& client, uint64_t capture_id, size_t batch_bytes = 1u << 20);
 
   StrId intern(std::string_view s) override;
-  void add(const Kernel& k) override { enc_.add(k), after_add(); }
-  void add(const Memcpy& m) override { enc_.add(m), after_add(); }
-  void add(const ApiCall& a) override { enc_.add(a), after_add(); }
-  void add(const Range& r) override { enc_.add(r), after_add(); }
-  void add(const Collective& c) override { enc_.add(c), after_add(); }
-  void add(const Step& s) override { enc_.add(s), after_add(); }
-  void add(const capture::NcclCallRow& c) override { enc_.add(c), after_add(); }
-  void add(const capture::ProxyOpRow& p) override { enc_.add(p), after_add(); }
-  void add(const CaptureWindow& w) override { enc_.add(w), after_add(); }
   void replace_window(Ns old_start, const CaptureWindow& w) override {
     enc_.replace_window(old_start, w), after_add();
   }
@@ -144,6 +135,12 @@ class DaemonSink final : public capture::Sink {
   int64_t dropped() const { return dropped_; }
 
  private:
+  friend class capture::RowSink<DaemonSink>;  // every row kind comes to row()
+  template <typename Row>
+  void row(const Row& r) {
+    enc_.add(r);
+    after_add();
+  }
   void after_add() {
     ++rows_in_batch_;
     if (enc_.bytes() >= batch_bytes_) send_batch();

@@ -157,17 +157,13 @@ void Daemon::stop() {
 }
 
 DaemonStats Daemon::stats() const {
-  DaemonStats s;
-  s.agents_registered = st_agents_registered_;
-  s.agents_now = st_agents_now_;
-  s.captures_started = st_started_;
-  s.captures_completed = st_completed_;
-  s.records = st_records_;
-  s.dropped = st_dropped_;
-  s.agents_lost = st_lost_;
-  s.refused_peers = st_refused_;
-  s.protocol_errors = st_protocol_errors_;
-  return s;
+  std::lock_guard<std::mutex> l(stats_mu_);
+  return stats_;
+}
+
+void Daemon::count(int64_t DaemonStats::*counter, int64_t n) {
+  std::lock_guard<std::mutex> l(stats_mu_);
+  stats_.*counter += n;
 }
 
 void Daemon::log(const std::string& line) const {
@@ -260,7 +256,7 @@ void Daemon::accept_new() {
     Conn& ref = *c;
     conns_.emplace(c->id, std::move(c));
     if (cred.uid != geteuid() && cred.uid != 0) {
-      ++st_refused_;
+      count(&DaemonStats::refused_peers);
       log("refused a connection from uid " + std::to_string(cred.uid) + " (pid " +
           std::to_string(cred.pid) + ")");
       send(ref, encode_error("permission denied: uid " + std::to_string(cred.uid) +
@@ -285,7 +281,7 @@ void Daemon::on_readable(Conn& c) {
           if (c.closing || c.fd < 0) break;
         }
       } catch (const ProtocolError& e) {
-        ++st_protocol_errors_;
+        count(&DaemonStats::protocol_errors);
         send(c, encode_error(std::string("protocol error: ") + e.what()));
         if (c.role == Conn::Role::Agent) agent_gone(c, std::string("protocol error: ") + e.what());
         drop(c, std::string("protocol error: ") + e.what());
@@ -351,8 +347,8 @@ void Daemon::on_hello(Conn& c, std::string_view p) {
   if (h.job_id.empty()) throw ProtocolError("hello without a job id");
   c.role = Conn::Role::Agent;
   c.hello = std::move(h);
-  ++st_agents_registered_;
-  ++st_agents_now_;
+  count(&DaemonStats::agents_registered);
+  count(&DaemonStats::agents_now);
   send(c, encode(Welcome{kProtocolVersion, c.id}));
   log("agent " + std::to_string(c.id) + " registered: job " + c.hello.job_id + " rank " +
       std::to_string(c.hello.rank) + " pid " + std::to_string(c.hello.pid));
@@ -444,7 +440,7 @@ void Daemon::on_trigger(Conn& c, std::string_view p) {
   }
   cap->agents = static_cast<uint32_t>(cap->pending.size());
   cap->sink->checkpoint();
-  ++st_started_;
+  count(&DaemonStats::captures_started);
   log("capture " + std::to_string(cap->id) + " of job " + t.job_id + " started (" +
       window_text(t.mode, t.value) + ", " + std::to_string(cap->agents) + " processes) -> " +
       cap->path);
@@ -458,7 +454,7 @@ void Daemon::on_records(Conn& c, std::string_view p) {
   if (it == captures_.end() || !it->second->pending.count(c.id)) {
     // Late records of a capture already finished (the agent was counted lost): count, ignore.
     if (id >= next_capture_) throw ProtocolError("records for unknown capture " + std::to_string(id));
-    ++st_dropped_;
+    count(&DaemonStats::dropped);
     return;
   }
   Capture& cap = *it->second;
@@ -471,7 +467,7 @@ void Daemon::on_records(Conn& c, std::string_view p) {
   if (cap.grace_until_ms >= 0)
     cap.grace_until_ms =
         std::max(cap.grace_until_ms, std::min(now_ms() + opts_.close_grace_ms, cap.grace_cap_ms));
-  st_records_ += rows;
+  count(&DaemonStats::records, rows);
   cap.sink->checkpoint();
 }
 
@@ -524,7 +520,7 @@ void Daemon::on_done(Conn& c, std::string_view p) {
   if (it == captures_.end() || !it->second->pending.count(c.id)) return;  // already counted lost
   Capture& cap = *it->second;
   cap.dropped += d.dropped;
-  st_dropped_ += d.dropped;
+  count(&DaemonStats::dropped, d.dropped);
   int32_t rank = cap.pending[c.id];
   if (d.dropped > 0)
     cap.sink->set_diagnostic(diag::make(diag::Code::capture_dropped_records, d.dropped,
@@ -537,7 +533,7 @@ void Daemon::on_done(Conn& c, std::string_view p) {
 void Daemon::agent_gone(Conn& c, const std::string& why) {
   if (c.role != Conn::Role::Agent) return;
   c.role = Conn::Role::Unknown;
-  --st_agents_now_;
+  count(&DaemonStats::agents_now, -1);
   log("agent " + std::to_string(c.id) + " (job " + c.hello.job_id + " rank " +
       std::to_string(c.hello.rank) + ") gone: " + why);
   std::vector<uint64_t> done;
@@ -545,7 +541,7 @@ void Daemon::agent_gone(Conn& c, const std::string& why) {
     auto it = cap->pending.find(c.id);
     if (it == cap->pending.end()) continue;
     ++cap->lost;
-    ++st_lost_;
+    count(&DaemonStats::agents_lost);
     cap->sink->set_diagnostic(
         diag::make(diag::Code::daemon_agent_lost, 1,
                    "process " + std::to_string(c.hello.pid) + " " + why +
@@ -585,7 +581,7 @@ void Daemon::check_deadlines() {
     if (cap.pending.empty() || now_ms() < cap.grace_until_ms) continue;  // it spoke: wait more
     for (auto& [agent, rank] : cap.pending) {
       ++cap.lost;
-      ++st_lost_;
+      count(&DaemonStats::agents_lost);
       cap.sink->set_diagnostic(
           diag::make(diag::Code::daemon_agent_timeout, 1,
                      "no end of window from this process within the grace period "
@@ -612,7 +608,7 @@ void Daemon::finish(Capture& cap) {
     result = std::string("error: ") + e.what();
     detail += (detail.empty() ? "" : "; ") + result;
   }
-  ++st_completed_;
+  count(&DaemonStats::captures_completed);
   log("capture " + std::to_string(cap.id) + " finished: " + std::to_string(cap.records) +
       " records, " + std::to_string(cap.dropped) + " dropped, " + std::to_string(cap.lost) +
       " lost -> " + cap.path);

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -99,9 +100,10 @@ class Daemon {
   std::map<uint64_t, std::unique_ptr<Conn>> conns_;
   std::map<uint64_t, std::unique_ptr<Capture>> captures_;
   std::vector<std::string> completed_;  // JSON objects of the last completed captures
-  mutable std::atomic<int64_t> st_agents_registered_{0}, st_agents_now_{0}, st_started_{0},
-      st_completed_{0}, st_records_{0}, st_dropped_{0}, st_lost_{0}, st_refused_{0},
-      st_protocol_errors_{0};
+  // The counters stats() returns: the serving thread adds to them (count), any thread reads them.
+  void count(int64_t DaemonStats::*counter, int64_t n = 1);
+  mutable std::mutex stats_mu_;
+  DaemonStats stats_;
 };
 
 }  // namespace braid::daemon

@@ -1,6 +1,7 @@
 #include "capture/daemon/protocol.h"
 
 #include <cstring>
+#include <tuple>
 
 namespace braid::daemon {
 
@@ -84,16 +85,110 @@ std::optional<FrameReader::Frame> FrameReader::next() {
   return f;
 }
 
+namespace {
+
+WindowMode window_mode(uint8_t v) {
+  if (v != 1 && v != 2) throw ProtocolError("unknown window mode " + std::to_string(v));
+  return static_cast<WindowMode>(v);
+}
+
+// A message field on the wire, by its C++ type: put() writes it, get() reads it back.
+void put(Encoder& e, uint32_t v) { e.u32(v); }
+void put(Encoder& e, int32_t v) { e.i32(v); }
+void put(Encoder& e, int64_t v) { e.i64(v); }
+void put(Encoder& e, uint64_t v) { e.u64(v); }
+void put(Encoder& e, const std::string& v) { e.str(v); }
+void put(Encoder& e, WindowMode v) { e.u8(static_cast<uint8_t>(v)); }
+void get(Decoder& d, uint32_t& v) { v = d.u32(); }
+void get(Decoder& d, int32_t& v) { v = d.i32(); }
+void get(Decoder& d, int64_t& v) { v = d.i64(); }
+void get(Decoder& d, uint64_t& v) { v = d.u64(); }
+void get(Decoder& d, std::string& v) { v = d.str(); }
+void get(Decoder& d, WindowMode& v) { v = window_mode(d.u8()); }
+
+// Each message's type and fields in wire order (docs/daemon-protocol.md): the one list both
+// encode() and its decode_*() follow. Hello's version is not in it: it comes first in every
+// version of the protocol, and only it is read when it is not ours.
+template <typename M>
+struct Wire;
+template <>
+struct Wire<Hello> {
+  static constexpr MsgType type = MsgType::Hello;
+  static constexpr auto fields =
+      std::tuple{&Hello::pid,    &Hello::rank, &Hello::local_rank, &Hello::world_size,
+                 &Hello::job_id, &Hello::host, &Hello::devices};
+};
+template <>
+struct Wire<RankUpdate> {
+  static constexpr MsgType type = MsgType::Rank;
+  static constexpr auto fields = std::tuple{&RankUpdate::rank, &RankUpdate::world_size};
+};
+template <>
+struct Wire<Welcome> {
+  static constexpr MsgType type = MsgType::Welcome;
+  static constexpr auto fields = std::tuple{&Welcome::version, &Welcome::agent_id};
+};
+template <>
+struct Wire<Open> {
+  static constexpr MsgType type = MsgType::Open;
+  static constexpr auto fields = std::tuple{&Open::capture_id, &Open::mode, &Open::value};
+};
+template <>
+struct Wire<Done> {
+  static constexpr MsgType type = MsgType::Done;
+  static constexpr auto fields = std::tuple{&Done::capture_id, &Done::dropped, &Done::reason};
+};
+template <>
+struct Wire<Trigger> {
+  static constexpr MsgType type = MsgType::Trigger;
+  static constexpr auto fields =
+      std::tuple{&Trigger::job_id, &Trigger::mode, &Trigger::value, &Trigger::out_dir};
+};
+template <>
+struct Wire<Triggered> {
+  static constexpr MsgType type = MsgType::Triggered;
+  static constexpr auto fields =
+      std::tuple{&Triggered::capture_id, &Triggered::agents, &Triggered::job_id, &Triggered::path};
+};
+template <>
+struct Wire<CaptureDone> {
+  static constexpr MsgType type = MsgType::CaptureDone;
+  static constexpr auto fields =
+      std::tuple{&CaptureDone::capture_id, &CaptureDone::path,   &CaptureDone::records,
+                 &CaptureDone::dropped,    &CaptureDone::agents, &CaptureDone::agents_lost,
+                 &CaptureDone::detail};
+};
+
+template <typename M>
+void write_fields(Encoder& e, const M& m) {
+  std::apply([&](auto... field) { (put(e, m.*field), ...); }, Wire<M>::fields);
+}
+template <typename M>
+void read_fields(Decoder& d, M& m) {
+  std::apply([&](auto... field) { (get(d, m.*field), ...); }, Wire<M>::fields);
+}
+
+template <typename M>
+std::string encode_message(const M& m) {
+  Encoder e;
+  write_fields(e, m);
+  return frame(Wire<M>::type, e.bytes());
+}
+template <typename M>
+M decode_message(std::string_view p) {
+  Decoder d(p);
+  M m;
+  read_fields(d, m);
+  d.expect_done();
+  return m;
+}
+
+}  // namespace
+
 std::string encode(const Hello& m) {
   Encoder e;
   e.u32(m.version);
-  e.i64(m.pid);
-  e.i32(m.rank);
-  e.i32(m.local_rank);
-  e.i32(m.world_size);
-  e.str(m.job_id);
-  e.str(m.host);
-  e.str(m.devices);
+  write_fields(e, m);
   return frame(MsgType::Hello, e.bytes());
 }
 Hello decode_hello(std::string_view p) {
@@ -105,71 +200,23 @@ Hello decode_hello(std::string_view p) {
     m.pid = -1;
     return m;
   }
-  m.pid = d.i64();
-  m.rank = d.i32();
-  m.local_rank = d.i32();
-  m.world_size = d.i32();
-  m.job_id = d.str();
-  m.host = d.str();
-  m.devices = d.str();
+  read_fields(d, m);
   d.expect_done();
   return m;
 }
 
-std::string encode(const RankUpdate& m) {
-  Encoder e;
-  e.i32(m.rank);
-  e.i32(m.world_size);
-  return frame(MsgType::Rank, e.bytes());
-}
+std::string encode(const RankUpdate& m) { return encode_message(m); }
 RankUpdate decode_rank(std::string_view p) {
-  Decoder d(p);
-  RankUpdate m;
-  m.rank = d.i32();
-  m.world_size = d.i32();
-  d.expect_done();
+  RankUpdate m = decode_message<RankUpdate>(p);
   if (m.rank < 0) throw ProtocolError("rank message with a negative rank");
   return m;
 }
 
-std::string encode(const Welcome& m) {
-  Encoder e;
-  e.u32(m.version);
-  e.u64(m.agent_id);
-  return frame(MsgType::Welcome, e.bytes());
-}
-Welcome decode_welcome(std::string_view p) {
-  Decoder d(p);
-  Welcome m;
-  m.version = d.u32();
-  m.agent_id = d.u64();
-  d.expect_done();
-  return m;
-}
+std::string encode(const Welcome& m) { return encode_message(m); }
+Welcome decode_welcome(std::string_view p) { return decode_message<Welcome>(p); }
 
-namespace {
-WindowMode window_mode(uint8_t v) {
-  if (v != 1 && v != 2) throw ProtocolError("unknown window mode " + std::to_string(v));
-  return static_cast<WindowMode>(v);
-}
-}  // namespace
-
-std::string encode(const Open& m) {
-  Encoder e;
-  e.u64(m.capture_id);
-  e.u8(static_cast<uint8_t>(m.mode));
-  e.i64(m.value);
-  return frame(MsgType::Open, e.bytes());
-}
-Open decode_open(std::string_view p) {
-  Decoder d(p);
-  Open m;
-  m.capture_id = d.u64();
-  m.mode = window_mode(d.u8());
-  m.value = d.i64();
-  d.expect_done();
-  return m;
-}
+std::string encode(const Open& m) { return encode_message(m); }
+Open decode_open(std::string_view p) { return decode_message<Open>(p); }
 
 std::string encode(uint64_t close_capture_id) {
   Encoder e;
@@ -183,86 +230,21 @@ uint64_t decode_close(std::string_view p) {
   return id;
 }
 
-std::string encode(const Done& m) {
-  Encoder e;
-  e.u64(m.capture_id);
-  e.i64(m.dropped);
-  e.str(m.reason);
-  return frame(MsgType::Done, e.bytes());
-}
-Done decode_done(std::string_view p) {
-  Decoder d(p);
-  Done m;
-  m.capture_id = d.u64();
-  m.dropped = d.i64();
-  m.reason = d.str();
-  d.expect_done();
-  return m;
-}
+std::string encode(const Done& m) { return encode_message(m); }
+Done decode_done(std::string_view p) { return decode_message<Done>(p); }
 
-std::string encode(const Trigger& m) {
-  Encoder e;
-  e.str(m.job_id);
-  e.u8(static_cast<uint8_t>(m.mode));
-  e.i64(m.value);
-  e.str(m.out_dir);
-  return frame(MsgType::Trigger, e.bytes());
-}
+std::string encode(const Trigger& m) { return encode_message(m); }
 Trigger decode_trigger(std::string_view p) {
-  Decoder d(p);
-  Trigger m;
-  m.job_id = d.str();
-  m.mode = window_mode(d.u8());
-  m.value = d.i64();
-  m.out_dir = d.str();
-  d.expect_done();
+  Trigger m = decode_message<Trigger>(p);
   if (m.value <= 0) throw ProtocolError("a capture window must be positive");
   return m;
 }
 
-std::string encode(const Triggered& m) {
-  Encoder e;
-  e.u64(m.capture_id);
-  e.u32(m.agents);
-  e.str(m.job_id);
-  e.str(m.path);
-  return frame(MsgType::Triggered, e.bytes());
-}
-Triggered decode_triggered(std::string_view p) {
-  Decoder d(p);
-  Triggered m;
-  m.capture_id = d.u64();
-  m.agents = d.u32();
-  m.job_id = d.str();
-  m.path = d.str();
-  d.expect_done();
-  return m;
-}
+std::string encode(const Triggered& m) { return encode_message(m); }
+Triggered decode_triggered(std::string_view p) { return decode_message<Triggered>(p); }
 
-std::string encode(const CaptureDone& m) {
-  Encoder e;
-  e.u64(m.capture_id);
-  e.str(m.path);
-  e.i64(m.records);
-  e.i64(m.dropped);
-  e.u32(m.agents);
-  e.u32(m.agents_lost);
-  e.str(m.detail);
-  return frame(MsgType::CaptureDone, e.bytes());
-}
-CaptureDone decode_capture_done(std::string_view p) {
-  Decoder d(p);
-  CaptureDone m;
-  m.capture_id = d.u64();
-  m.path = d.str();
-  m.records = d.i64();
-  m.dropped = d.i64();
-  m.agents = d.u32();
-  m.agents_lost = d.u32();
-  m.detail = d.str();
-  d.expect_done();
-  return m;
-}
+std::string encode(const CaptureDone& m) { return encode_message(m); }
+CaptureDone decode_capture_done(std::string_view p) { return decode_message<CaptureDone>(p); }
 
 std::string encode_error(std::string_view message) {
   Encoder e;

@@ -25,7 +25,7 @@
 
 namespace braid::daemon {
 
-class WindowSink final : public capture::Sink {
+class WindowSink final : public capture::RowSink<WindowSink> {
  public:
   explicit WindowSink(AgentClient& client, size_t batch_bytes = 1u << 20);
 
@@ -44,15 +44,6 @@ class WindowSink final : public capture::Sink {
   int64_t windows_done() const { return windows_done_; }
 
   StrId intern(std::string_view s) override;
-  void add(const Kernel& k) override { row(k); }
-  void add(const Memcpy& m) override { row(m); }
-  void add(const ApiCall& a) override { row(a); }
-  void add(const Range& r) override { row(r); }
-  void add(const Collective& c) override { row(c); }
-  void add(const Step& s) override { row(s); }
-  void add(const capture::NcclCallRow& c) override { row(c); }
-  void add(const capture::ProxyOpRow& p) override { row(p); }
-  void add(const CaptureWindow& w) override { row(w); }
   void replace_window(Ns old_start, const CaptureWindow& w) override;
   void set_rank_info(const RankInfo& r) override;
   void add_stream(const StreamInfo& s) override;
@@ -72,6 +63,7 @@ class WindowSink final : public capture::Sink {
 
  private:
   enum class State { Closed, Open, Closing };
+  friend class capture::RowSink<WindowSink>;  // every row kind comes to row()
   template <typename Row>
   void row(const Row& r) {
     if (state_ == State::Closed) return;  // outside any window: not captured

@@ -61,13 +61,8 @@ class Exporter {
       name(k.name, "kernel");
       out_.put(",\"args\":{\"category\":");
       out_.str(to_string(k.category));
-      out_.put(",\"correlation\":");
-      out_.num(k.correlation);
-      if (k.external_id != 0) {
-        out_.put(",\"external_id\":");
-        out_.num(k.external_id);
-      }
-      out_.put("}}");
+      out_.put(",");
+      ids_and_end(k.correlation, k.external_id);
       return true;
     });
     r_.memcpys(run_, [&](const Memcpy& m) {
@@ -84,21 +79,15 @@ class Exporter {
       out_.num(m.bytes);
       out_.put(",\"kind\":");
       out_.str(to_string(m.kind));
-      out_.put(",\"correlation\":");
-      out_.num(m.correlation);
-      out_.put("}}");
+      out_.put(",");
+      ids_and_end(m.correlation, 0);
       return true;
     });
     r_.api_calls(run_, [&](const ApiCall& a) {
       begin_x(a.rank, tid(a.rank, {Space::Cpu, a.tid}), a.start, a.end, api_cat(a.kind));
       name(a.name, "api call");
-      out_.put(",\"args\":{\"correlation\":");
-      out_.num(a.correlation);
-      if (a.external_id != 0) {
-        out_.put(",\"external_id\":");
-        out_.num(a.external_id);
-      }
-      out_.put("}}");
+      out_.put(",\"args\":{");
+      ids_and_end(a.correlation, a.external_id);
       return true;
     });
     r_.ranges(run_, [&](const Range& g) {
@@ -126,32 +115,19 @@ class Exporter {
       out_.str(to_string(c.op));
       out_.put(",\"args\":{\"comm\":");
       out_.str(r_.str(c.comm));
-      out_.put(",\"seq\":");
-      out_.num(c.seq);
-      out_.put(",\"op\":");
-      out_.str(to_string(c.op));
-      out_.put(",\"dtype\":");
-      out_.str(r_.str(c.dtype));
-      out_.put(",\"in_count\":");
-      out_.num(c.in_count);
-      out_.put(",\"out_count\":");
-      out_.num(c.out_count);
-      out_.put(",\"bytes\":");
-      out_.num(c.bytes);
-      out_.put(",\"group_size\":");
-      out_.num(c.group_size);
-      out_.put(",\"peer_or_root\":");
-      out_.num(c.peer_or_root);
-      out_.put(",\"algo\":");
-      out_.str(r_.str(c.algo));
-      out_.put(",\"proto\":");
-      out_.str(r_.str(c.proto));
-      out_.put(",\"channels\":");
-      out_.num(c.channels);
-      out_.put(",\"kernel\":");
-      out_.str(r_.str(c.name));
-      out_.put(",\"kernel_ref\":");
-      out_.num(c.kernel_ref);
+      arg("seq", c.seq);
+      arg("op", to_string(c.op));
+      arg("dtype", r_.str(c.dtype));
+      arg("in_count", c.in_count);
+      arg("out_count", c.out_count);
+      arg("bytes", c.bytes);
+      arg("group_size", c.group_size);
+      arg("peer_or_root", c.peer_or_root);
+      arg("algo", r_.str(c.algo));
+      arg("proto", r_.str(c.proto));
+      arg("channels", c.channels);
+      arg("kernel", r_.str(c.name));
+      arg("kernel_ref", c.kernel_ref);
       if (c.enqueue >= 0) {
         out_.put(",\"enqueue_ts\":");
         out_.us(c.enqueue + offset(c.rank));
@@ -240,6 +216,33 @@ class Exporter {
     out_.put(",\"name\":");
     const std::string& s = r_.str(id);
     out_.str(s.empty() ? fallback : std::string_view(s));
+  }
+
+  // One more arg of an event: ,"key":value.
+  void arg(std::string_view key, int64_t value) {
+    arg_key(key);
+    out_.num(value);
+  }
+  void arg(std::string_view key, std::string_view value) {
+    arg_key(key);
+    out_.str(value);
+  }
+  void arg_key(std::string_view key) {
+    out_.put(",\"");
+    out_.put(key);
+    out_.put("\":");
+  }
+
+  // The last args of a CUDA record, its correlation ids, and the end of its args and event:
+  // "correlation":N, then "external_id":M when known (not 0).
+  void ids_and_end(int64_t correlation, int64_t external_id) {
+    out_.put("\"correlation\":");
+    out_.num(correlation);
+    if (external_id != 0) {
+      out_.put(",\"external_id\":");
+      out_.num(external_id);
+    }
+    out_.put("}}");
   }
 
   void begin_meta(const char* what, int32_t pid, int64_t tid) {
