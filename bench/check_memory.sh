@@ -23,7 +23,8 @@ for p in $presets; do
   f=$out/$p.braid
   (ulimit -v "$limit" && "$braid" synth --preset "$p" -o "$f") >"$out/synth.txt" 2>&1 || {
     echo "| $p | synth failed: $(tail -1 "$out/synth.txt") |"; status=1; continue; }
-  ranks=$(sed -n 's/^\([0-9]*\) ranks,.*/\1/p' "$out/synth.txt" | head -1)
+  # "N ranks, ..." or "N ranks in K rank classes ..." (braid synth's summary)
+  ranks=$(sed -n 's/^\([0-9]*\) ranks[ ,].*/\1/p' "$out/synth.txt" | head -1)
   (ulimit -v "$limit" && /usr/bin/time -f '%e' -o "$out/fuse.time" "$braid" fuse "$f") \
     >"$out/fuse.txt" 2>&1 || { echo "| $p | $ranks | fuse failed: $(tail -1 "$out/fuse.txt") |"; status=1; continue; }
   rc=0
