@@ -291,8 +291,8 @@ inline Schedule allgather_gemm(int t = 2, int64_t n = 32, Ns gemm_ns = 2'000'000
 // A synthesizer preset shrunk to the fusion tests' shape (2 layers per stage, hidden 16, seq 8,
 // 4 heads, ffn 32, at most 2 micro-batches, at most 4 experts and EP 4); its layout otherwise as
 // the preset says. The fusion benchmark (bench/bench_fuse.cc) times the pipeline on it too.
-inline Schedule preset_at_test_shape(const std::string& name,
-                                     const analysis::CostModel& cm = analysis::CostModel()) {
+// The preset `name` at that shape (its layout unchanged).
+inline Preset preset_test_shape(const std::string& name) {
   Preset p = preset(name);
   p.model.layers = p.layout.pp * 2;
   p.model.hidden = 16;
@@ -303,6 +303,12 @@ inline Schedule preset_at_test_shape(const std::string& name,
   if (p.model.experts > 0) p.model.experts = 4;
   if (p.model.experts > 0 && p.layout.ep > 4) p.layout.ep = 4;
   p.layout.bucket_elems = 1 << 20;
+  return p;
+}
+
+inline Schedule preset_at_test_shape(const std::string& name,
+                                     const analysis::CostModel& cm = analysis::CostModel()) {
+  const Preset p = preset_test_shape(name);
   return synthesize(p.model, p.layout, cm);
 }
 

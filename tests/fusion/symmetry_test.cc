@@ -2,6 +2,8 @@
 // the schedule synthesized rank by rank, and `braid fuse`'s work on the classes (passes and
 // simulator) gives the same fused schedule on every rank, the same simulated steps and the
 // same findings as on every rank. A replica that differs in one op is never folded.
+#include "fusion/symmetry.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,8 +11,8 @@
 #include <set>
 #include <tuple>
 
+#include "fusion/pass_schedules.h"
 #include "fusion/pipeline.h"
-#include "fusion/symmetry.h"
 #include "fusion/synth.h"
 #include "fusion/validate.h"
 #include "replay/fuse.h"
@@ -23,16 +25,7 @@ namespace {
 
 // A preset at the fusion tests' small shape with dp raised so the world is `world` ranks.
 Preset at_world(const std::string& name, int world) {
-  Preset p = preset(name);
-  p.model.layers = p.layout.pp * 2;
-  p.model.hidden = 16;
-  p.model.seq = 8;
-  p.model.heads = 4;
-  p.model.ffn = 32;
-  p.model.micro_batches = std::min<int64_t>(p.model.micro_batches, 2);
-  if (p.model.experts > 0) p.model.experts = 4;
-  if (p.model.experts > 0 && p.layout.ep > 4) p.layout.ep = 4;
-  p.layout.bucket_elems = 1 << 20;
+  Preset p = testing::preset_test_shape(name);
   p.layout.dp = world / (p.layout.tp * p.layout.pp);
   return p;
 }
