@@ -66,18 +66,116 @@ std::vector<Diagnostic> path_diagnostics(const std::vector<CriticalPath>& paths)
   return {d};
 }
 
-}  // namespace
+// The per-rank parts of the metrics that each process computed for the ranks it holds
+// (MetricsOptions::holds), gathered so that every process has them all, in the order one process
+// computes them (by rank).
+void gather_metrics(Metrics& m, Exchange& ex, const Job& job) {
+  WireOut w;
+  w.i64(static_cast<int64_t>(m.ranks.size()));
+  for (const RankMetrics& r : m.ranks) {
+    w.i64(r.rank).i64(r.step).i64(r.start).i64(r.end).i64(r.busy_ns).i64(r.idle_ns);
+    w.i64(r.compute_ns).i64(r.comm_ns).i64(r.memory_ns).i64(r.non_compute_ns).i64(r.overlap_ns);
+    w.i64(r.exposed_comm_ns).f64(r.overlap_pct).i64(r.kernels).i64(r.collectives);
+  }
+  w.i64(static_cast<int64_t>(m.kernels.size()));
+  for (const KernelStat& k : m.kernels)
+    w.i64(k.rank)
+        .str(k.name)
+        .i64(static_cast<int64_t>(k.category))
+        .i64(k.count)
+        .i64(k.total_ns)
+        .i64(k.min_ns)
+        .i64(k.max_ns);
+  w.i64(static_cast<int64_t>(m.category_ns.size()));
+  for (const auto& [r, cats] : m.category_ns) {
+    w.i64(r).i64(static_cast<int64_t>(cats.size()));
+    for (const auto& [c, ns] : cats) w.i64(static_cast<int64_t>(c)).i64(ns);
+  }
+  std::vector<int64_t> exposure;  // collective, member, exposed_ns
+  for (size_t i = 0; i < m.collectives.size(); ++i)
+    for (size_t j = 0; j < m.collectives[i].members.size(); ++j)
+      if (job.holds(m.collectives[i].members[j].rank))
+        exposure.insert(exposure.end(), {static_cast<int64_t>(i), static_cast<int64_t>(j),
+                                         m.collectives[i].members[j].exposed_ns});
+  w.i64(static_cast<int64_t>(exposure.size()));
+  for (int64_t v : exposure) w.i64(v);
 
-Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt) {
+  Metrics all;
+  all.collectives = std::move(m.collectives);
+  for (CollectiveMetrics& c : all.collectives) c.exposed_ns = 0;
+  for (const std::string& bytes : ex.allgather(w.take())) {
+    WireIn in(bytes);
+    for (int64_t n = in.i64(); n > 0; --n) {
+      RankMetrics r;
+      r.rank = static_cast<int32_t>(in.i64());
+      r.step = in.i64();
+      r.start = in.i64();
+      r.end = in.i64();
+      r.busy_ns = in.i64();
+      r.idle_ns = in.i64();
+      r.compute_ns = in.i64();
+      r.comm_ns = in.i64();
+      r.memory_ns = in.i64();
+      r.non_compute_ns = in.i64();
+      r.overlap_ns = in.i64();
+      r.exposed_comm_ns = in.i64();
+      r.overlap_pct = in.f64();
+      r.kernels = in.i64();
+      r.collectives = in.i64();
+      all.ranks.push_back(r);
+    }
+    for (int64_t n = in.i64(); n > 0; --n) {
+      KernelStat k;
+      k.rank = static_cast<int32_t>(in.i64());
+      k.name = in.str();
+      k.category = static_cast<Category>(in.i64());
+      k.count = in.i64();
+      k.total_ns = in.i64();
+      k.min_ns = in.i64();
+      k.max_ns = in.i64();
+      all.kernels.push_back(std::move(k));
+    }
+    for (int64_t n = in.i64(); n > 0; --n) {
+      auto& cats = all.category_ns[static_cast<int32_t>(in.i64())];
+      for (int64_t k = in.i64(); k > 0; --k) {
+        const auto c = static_cast<Category>(in.i64());
+        cats[c] = in.i64();
+      }
+    }
+    for (int64_t n = in.i64() / 3; n > 0; --n) {
+      const auto i = static_cast<size_t>(in.i64());
+      const auto j = static_cast<size_t>(in.i64());
+      all.collectives.at(i).members.at(j).exposed_ns = in.i64();
+    }
+  }
+  for (CollectiveMetrics& c : all.collectives)
+    for (const MemberTiming& mt : c.members) c.exposed_ns += mt.exposed_ns;
+  auto by_rank = [](const auto& x, const auto& y) { return x.rank < y.rank; };
+  std::stable_sort(all.ranks.begin(), all.ranks.end(), by_rank);
+  std::stable_sort(all.kernels.begin(), all.kernels.end(), by_rank);
+  m = std::move(all);
+}
+
+std::string job_name(const std::vector<JobFile>& files) {
+  if (files.size() == 1) return files[0].path;
+  return files[0].path + " and " + std::to_string(files.size() - 1) + " more file" +
+         (files.size() > 2 ? "s" : "");
+}
+
+// Everything `braid analyze` computes, on a job loaded by one process or spread over several.
+Analysis analyze_job(const Job& job, const AnalyzeOptions& opt, Exchange& ex) {
   Analysis a;
-  a.path = reader.path();
-  a.run_id = opt.run >= 0 ? opt.run : default_run(reader);
+  a.path = job_name(job.files);
+  a.files = job.files;
+  a.run_id = job.files[0].run;
   a.step = opt.step;
   a.hta_compat = opt.hta_compat;
   a.profile = load_profile(opt.profile);
-  RunData run = load_run(reader, a.run_id);
+  const RunData& run = job.run;
+  const bool spread = ex.size() > 1;
   if (run.ranks.empty())
-    throw Error(ErrorCode::Empty, reader.path() + ": run " + std::to_string(a.run_id) + " has no ranks");
+    throw JobError(ErrorCode::Empty,
+                   a.path + ": run " + std::to_string(a.run_id) + " has no ranks");
   a.ranks = run.rank_ids();
   if (opt.step >= 0) {
     bool any = false;
@@ -89,9 +187,10 @@ Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt) {
         for (const Step& s : t.steps) steps.insert(s.step);
       std::string have;
       for (int64_t s : steps) have += (have.empty() ? "" : ", ") + std::to_string(s);
-      throw Error(ErrorCode::Usage, reader.path() + ": run " + std::to_string(a.run_id) +
-                                        " has no step " + std::to_string(opt.step) +
-                                        (have.empty() ? " (it has no steps)" : " (steps: " + have + ")"));
+      throw JobError(ErrorCode::Usage,
+                     a.path + ": run " + std::to_string(a.run_id) + " has no step " +
+                         std::to_string(opt.step) +
+                         (have.empty() ? " (it has no steps)" : " (steps: " + have + ")"));
     }
   }
   for (const auto& [r, t] : run.ranks)
@@ -105,10 +204,15 @@ Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt) {
   mo.step = opt.step;
   mo.top_kernels = opt.top_kernels;
   mo.hta_compat = opt.hta_compat;
+  if (spread) mo.holds = [&job](int32_t r) { return job.holds(r); };
   a.metrics = compute_metrics(run, a.match, a.clocks, mo);
+  if (spread) gather_metrics(a.metrics, ex, job);
 
   std::map<int32_t, RankTimeline> timelines;
-  for (const auto& [r, t] : run.ranks) timelines[r] = build_timeline(t);
+  for (const auto& [r, t] : run.ranks)
+    if (job.holds(r)) timelines[r] = build_timeline(t);
+  SpreadTimelines where;
+  if (spread) where = {&ex, &job.owner};
   std::set<int64_t> steps;
   for (const auto& [r, t] : run.ranks)
     for (const Step& s : t.steps)
@@ -117,7 +221,7 @@ Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt) {
   for (int64_t s : steps) {
     CriticalPathOptions co;
     co.step = s;
-    a.paths.push_back(critical_path(run, a.match, a.clocks, timelines, co));
+    a.paths.push_back(critical_path(run, a.match, a.clocks, timelines, co, where));
   }
   for (const Diagnostic& d : path_diagnostics(a.paths)) a.diagnostics.push_back(d);
 
@@ -144,6 +248,20 @@ Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt) {
     a.summary.push_back(s);
   }
   return a;
+}
+
+}  // namespace
+
+Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt) {
+  const Job job = single_file_job(reader, opt.run >= 0 ? opt.run : default_run(reader));
+  Exchange alone;
+  return analyze_job(job, opt, alone);
+}
+
+Analysis analyze_files(const std::vector<std::string>& paths, const AnalyzeOptions& opt,
+                       Exchange& ex) {
+  const Job job = load_job(paths, opt.run, ex);
+  return analyze_job(job, opt, ex);
 }
 
 std::string report_text(const Analysis& a) {
@@ -284,6 +402,16 @@ std::string report_json(const Analysis& a) {
       .field("step", a.step)
       .field("hta_compat", a.hta_compat)
       .field("profile", a.profile.name);
+  if (a.files.size() > 1) {  // a job in several files: each with its run and ranks
+    w.key("files").begin_array();
+    for (const JobFile& f : a.files)
+      w.begin_object()
+          .field("path", f.path)
+          .field("run", f.run)
+          .array_of("ranks", f.ranks)
+          .end_object();
+    w.end_array();
+  }
   w.key("clocks")
       .begin_object()
       .field("reference", a.clocks.reference)

@@ -10,7 +10,9 @@
 
 #include "analysis/clock.h"
 #include "analysis/critical_path.h"
+#include "analysis/exchange.h"
 #include "analysis/hardware.h"
+#include "analysis/job.h"
 #include "analysis/matching.h"
 #include "analysis/metrics.h"
 #include "analysis/parallelism.h"
@@ -40,7 +42,8 @@ struct CollectiveSummary {  // per (communicator, op, size)
 };
 
 struct Analysis {
-  std::string path;
+  std::string path;            // the file, or the first of the job's files and how many more
+  std::vector<JobFile> files;  // the job's files: their runs, ranks, and who loaded them
   int64_t run_id = -1;
   int64_t step = -1;
   bool hta_compat = false;
@@ -58,6 +61,12 @@ struct Analysis {
 };
 
 Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt = {});
+
+// A job stored as several files (one per rank or node; analysis/job.h), by this process alone or
+// spread over the processes of `ex` (`mpirun -np N braid analyze FILES...`): every process ends
+// with the same result, that of one process analyzing all the files.
+Analysis analyze_files(const std::vector<std::string>& paths, const AnalyzeOptions& opt,
+                       Exchange& ex);
 
 std::string report_text(const Analysis& a);
 std::string report_json(const Analysis& a);

@@ -1,6 +1,7 @@
 #include "analysis/critical_path.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "trace/format.h"
@@ -123,11 +124,189 @@ PathSegment describe(const RunData& run, const RankTimeline& tl, int32_t rank, O
   return seg;
 }
 
+// The walk's questions about one rank's ops, answered from its timeline: here, or (spread over
+// processes) by the process that holds the rank, which broadcasts the answer to all.
+class Ops {
+ public:
+  struct Op {
+    GpuOp op;
+    int64_t stream = 0;  // the CUDA stream id
+    PathSegment seg;     // kind, name, category, communicator (describe)
+  };
+  struct Pred {
+    bool found = false;
+    OpPos pos;
+    Ns end = INT64_MIN;  // the rank's own clock
+  };
+  using Inside = std::function<bool(int32_t, const GpuOp&)>;
+
+  Ops(const RunData& run, const std::map<int32_t, RankTimeline>& timelines,
+      const SpreadTimelines& spread, Inside inside)
+      : run_(run), tls_(timelines), spread_(spread), inside_(std::move(inside)) {
+    if (spread_.exchange && spread_.exchange->size() <= 1) spread_.exchange = nullptr;
+  }
+
+  Op op(int32_t rank, OpPos p) const {
+    return ask<Op>(
+        rank,
+        [&] {
+          const RankTimeline& tl = tls_.at(rank);
+          return Op{tl.op(p), tl.streams[p.stream].stream, describe(run_, tl, rank, p, -1)};
+        },
+        [](WireOut& w, const Op& o) {
+          put_op(w, o.op);
+          w.i64(o.stream).i64(static_cast<int64_t>(o.seg.kind)).str(o.seg.name);
+          w.str(o.seg.category).str(o.seg.comm);
+        },
+        [](WireIn& in) {
+          Op o;
+          o.op = get_op(in);
+          o.stream = in.i64();
+          o.seg.kind = static_cast<SegmentKind>(in.i64());
+          o.seg.name = in.str();
+          o.seg.category = in.str();
+          o.seg.comm = in.str();
+          return o;
+        });
+  }
+
+  // The op that carries collective `coll` of `rank`, when the rank is known and the op is in the
+  // step; invalid otherwise.
+  OpPos coll_op(int32_t rank, int32_t coll) const {
+    if (spread_.exchange ? !spread_.owner->count(rank) : !tls_.count(rank)) return {};
+    return ask<OpPos>(
+        rank,
+        [&] {
+          const RankTimeline& tl = tls_.at(rank);
+          auto it = tl.coll_pos.find(coll);
+          return it != tl.coll_pos.end() && inside_(rank, tl.op(it->second)) ? it->second : OpPos{};
+        },
+        [](WireOut& w, OpPos p) { w.i64(p.stream).i64(p.index); },
+        [](WireIn& in) {
+          OpPos p;
+          p.stream = static_cast<int32_t>(in.i64());
+          p.index = static_cast<int32_t>(in.i64());
+          return p;
+        });
+  }
+
+  // What `from` waited for in the step: the later-ending of its stream predecessor and its
+  // inferred cross-stream dependency.
+  Pred pred(int32_t rank, OpPos from) const {
+    return ask<Pred>(
+        rank,
+        [&] {
+          const RankTimeline& tl = tls_.at(rank);
+          Pred out;
+          if (from.index > 0) {
+            const GpuOp& p = tl.streams[from.stream].ops[from.index - 1];
+            if (inside_(rank, p)) out = {true, {from.stream, from.index - 1}, p.end};
+          }
+          if (const DepEdge* d = tl.dep_of(from)) {
+            const GpuOp& p = tl.op(d->from);
+            if (inside_(rank, p) && (!out.found || p.end > out.end)) out = {true, d->from, p.end};
+          }
+          return out;
+        },
+        [](WireOut& w, const Pred& p) {
+          w.i64(p.found).i64(p.pos.stream).i64(p.pos.index).i64(p.end);
+        },
+        [](WireIn& in) {
+          Pred p;
+          p.found = in.i64() != 0;
+          p.pos.stream = static_cast<int32_t>(in.i64());
+          p.pos.index = static_cast<int32_t>(in.i64());
+          p.end = in.i64();
+          return p;
+        });
+  }
+
+  // The op that ends last among those `take`s, over every process's ranks.
+  template <typename Take>
+  LastOp last(const ClockFit& clocks, const Take& take) const {
+    LastOp mine = last_op(tls_, clocks, take);
+    if (!spread_.exchange) return mine;
+    WireOut w;
+    w.i64(mine.rank).i64(mine.pos.stream).i64(mine.pos.index).i64(mine.end);
+    LastOp out;
+    for (const std::string& b : spread_.exchange->allgather(w.take())) {
+      WireIn in(b);
+      LastOp o;
+      o.rank = static_cast<int32_t>(in.i64());
+      o.pos.stream = static_cast<int32_t>(in.i64());
+      o.pos.index = static_cast<int32_t>(in.i64());
+      o.end = in.i64();
+      // As last_op over all ranks: the latest end, the lowest rank on ties.
+      if (o.rank >= 0 && (o.end > out.end || (o.end == out.end && o.rank < out.rank))) out = o;
+    }
+    return out;
+  }
+
+  // Every rank's share of the step (step_shares), over every process's ranks.
+  std::map<int32_t, Share> shares(int64_t step) const {
+    std::map<int32_t, Share> mine = step_shares(run_, tls_, step, inside_);
+    if (!spread_.exchange) return mine;
+    WireOut w;
+    for (const auto& [r, sh] : mine) w.i64(r).i64(sh.ops_lo).i64(sh.ops_hi).i64(sh.lo).i64(sh.hi);
+    std::map<int32_t, Share> out;
+    for (const std::string& b : spread_.exchange->allgather(w.take())) {
+      WireIn in(b);
+      while (!in.done()) {
+        const auto r = static_cast<int32_t>(in.i64());
+        Share& sh = out[r];
+        sh.ops_lo = in.i64();
+        sh.ops_hi = in.i64();
+        sh.lo = in.i64();
+        sh.hi = in.i64();
+      }
+    }
+    return out;
+  }
+
+ private:
+  static void put_op(WireOut& w, const GpuOp& o) {
+    w.i64(static_cast<int64_t>(o.type)).i64(o.index).i64(o.coll).i64(o.start).i64(o.end);
+    w.i64(o.launch).i64(static_cast<int64_t>(o.category));
+  }
+  static GpuOp get_op(WireIn& in) {
+    GpuOp o;
+    o.type = static_cast<OpType>(in.i64());
+    o.index = static_cast<int32_t>(in.i64());
+    o.coll = static_cast<int32_t>(in.i64());
+    o.start = in.i64();
+    o.end = in.i64();
+    o.launch = in.i64();
+    o.category = static_cast<Category>(in.i64());
+    return o;
+  }
+
+  // `local()` where the rank is here; else the holder's answer, which every process receives.
+  template <typename T, typename Local, typename Put, typename Get>
+  T ask(int32_t rank, const Local& local, const Put& put, const Get& get) const {
+    if (!spread_.exchange) return local();
+    const int root = spread_.owner->at(rank);
+    std::string bytes;
+    if (root == spread_.exchange->index()) {
+      WireOut w;
+      put(w, local());
+      bytes = w.take();
+    }
+    bytes = spread_.exchange->broadcast(std::move(bytes), root);
+    WireIn in(bytes);
+    return get(in);
+  }
+
+  const RunData& run_;
+  const std::map<int32_t, RankTimeline>& tls_;
+  SpreadTimelines spread_;
+  Inside inside_;
+};
+
 }  // namespace
 
 CriticalPath critical_path(const RunData& run, const MatchResult& match, const ClockFit& clocks,
                            const std::map<int32_t, RankTimeline>& timelines,
-                           const CriticalPathOptions& opt) {
+                           const CriticalPathOptions& opt, const SpreadTimelines& spread) {
   CriticalPath cp;
   cp.step = opt.step;
   // The ops of the step (those it launched: RankTrace::kernel_step), and where each rank's
@@ -135,21 +314,25 @@ CriticalPath critical_path(const RunData& run, const MatchResult& match, const C
   auto inside = [&](int32_t r, const GpuOp& op) {
     return opt.step < 0 || op_step(run.ranks.at(r), op) == opt.step;
   };
+  const Ops ops(run, timelines, spread, inside);
   auto aligned = [&](int32_t r) {
     const RankClock* c = clocks.rank(r);
     return c && c->aligned;
   };
   bool any_aligned = false;
-  for (const auto& [r, _] : timelines) any_aligned = any_aligned || aligned(r);
+  if (spread.exchange)
+    for (const auto& [r, _] : *spread.owner) any_aligned = any_aligned || aligned(r);
+  else
+    for (const auto& [r, _] : timelines) any_aligned = any_aligned || aligned(r);
 
   // The op that ends last, among the ranks whose clocks are aligned when there are any.
-  auto [cur_rank, cur, best_end] = last_op(timelines, clocks, [&](int32_t r, const GpuOp& op) {
+  auto [cur_rank, cur, best_end] = ops.last(clocks, [&](int32_t r, const GpuOp& op) {
     return inside(r, op) && (!any_aligned || aligned(r));
   });
   if (cur_rank < 0) return cp;
   // The ranks on the same axis as that op: its own, and the aligned ones if it is aligned.
   const bool end_aligned = aligned(cur_rank);
-  std::map<int32_t, Share> shares = step_shares(run, timelines, opt.step, inside);
+  std::map<int32_t, Share> shares = ops.shares(opt.step);
   std::erase_if(shares, [&](const auto& kv) {
     return kv.first != cur_rank && !(end_aligned && aligned(kv.first));
   });
@@ -165,15 +348,18 @@ CriticalPath critical_path(const RunData& run, const MatchResult& match, const C
   std::set<std::pair<int32_t, OpPos>> visited;
   Ns explain_until = INT64_MIN;  // the job time the current op's segment starts at
   while (cur_rank >= 0 && visited.insert({cur_rank, cur}).second) {
-    const RankTimeline& tl = timelines.at(cur_rank);
-    const GpuOp& op = tl.op(cur);
+    const Ops::Op here = ops.op(cur_rank, cur);
+    const GpuOp& op = here.op;
     const Ns off = clocks.offset(cur_rank);
     Ns seg_end = explain_until == INT64_MIN ? op.end + off : std::min(op.end + off, explain_until);
     Ns seg_start = op.start + off;
 
     // A matched collective: its transfer from the last arrival, then the late rank.
     int g = op.coll >= 0 ? match.group({cur_rank, op.coll}) : -1;
-    PathSegment seg = describe(run, tl, cur_rank, cur, g);
+    PathSegment seg = here.seg;
+    seg.rank = cur_rank;
+    seg.stream = here.stream;
+    if (op.coll >= 0) seg.group = g;
     int32_t next_rank = cur_rank;
     OpPos from = cur;
     if (g >= 0 && match.groups[g].members.size() >= 2 && !match.groups[g].mismatched) {
@@ -191,14 +377,10 @@ CriticalPath critical_path(const RunData& run, const MatchResult& match, const C
         const CollRef* lm = nullptr;
         for (const CollRef& m : grp.members)
           if (m.rank == late) lm = &m;
-        auto tit = timelines.find(late);
-        if (lm && tit != timelines.end()) {
-          auto pit = tit->second.coll_pos.find(lm->index);
-          if (pit != tit->second.coll_pos.end() && inside(late, tit->second.op(pit->second))) {
-            next_rank = late;
-            from = pit->second;
-            visited.insert({late, from});
-          }
+        if (const OpPos p = lm ? ops.coll_op(late, lm->index) : OpPos{}; p.valid()) {
+          next_rank = late;
+          from = p;
+          visited.insert({late, from});
         }
       }
     }
@@ -207,22 +389,14 @@ CriticalPath critical_path(const RunData& run, const MatchResult& match, const C
     rev.push_back(seg);
 
     // What the op at (next_rank, from) waited for.
-    const RankTimeline& ftl = timelines.at(next_rank);
-    const GpuOp& fop = ftl.op(from);
+    const Ops::Op waiting = next_rank == cur_rank && from == cur ? here : ops.op(next_rank, from);
+    const GpuOp& fop = waiting.op;
     const Ns foff = clocks.offset(next_rank);
     Ns want = next_rank == cur_rank ? seg.start : fop.start + foff;
-    int32_t pred_rank = -1;
-    OpPos pred;
-    Ns pred_end = INT64_MIN;
-    if (from.index > 0) {
-      const GpuOp& p = ftl.streams[from.stream].ops[from.index - 1];
-      if (inside(next_rank, p)) pred_rank = next_rank, pred = {from.stream, from.index - 1}, pred_end = p.end + foff;
-    }
-    if (const DepEdge* d = ftl.dep_of(from)) {
-      const GpuOp& p = ftl.op(d->from);
-      if (inside(next_rank, p) && p.end + foff > pred_end)
-        pred_rank = next_rank, pred = d->from, pred_end = p.end + foff;
-    }
+    const Ops::Pred pr = ops.pred(next_rank, from);
+    const int32_t pred_rank = pr.found ? next_rank : -1;
+    const OpPos pred = pr.pos;
+    const Ns pred_end = pr.found ? pr.end + foff : INT64_MIN;
     // Before a host collective the rank was running host code (a CPU job, or gloo next to the
     // GPU): that time is "host" work on the path; before GPU work it is a gap the GPU waited.
     const bool host = fop.type == OpType::HostCollective;
@@ -234,13 +408,13 @@ CriticalPath critical_path(const RunData& run, const MatchResult& match, const C
         for (const Step& s : run.ranks.at(next_rank).steps)
           if (s.step == opt.step) first = std::min(first, s.start + foff);
       if (opt.step >= 0 && want - first > opt.gap_ns)
-        rev.push_back({SegmentKind::Gap, next_rank, ftl.streams[from.stream].stream, first, want,
-                       gap_name, gap_cat, "", -1, -1});
+        rev.push_back({SegmentKind::Gap, next_rank, waiting.stream, first, want, gap_name, gap_cat,
+                       "", -1, -1});
       break;
     }
     if (want - pred_end > opt.gap_ns)
-      rev.push_back({SegmentKind::Gap, next_rank, ftl.streams[from.stream].stream, pred_end, want,
-                     gap_name, gap_cat, "", -1, -1});
+      rev.push_back({SegmentKind::Gap, next_rank, waiting.stream, pred_end, want, gap_name, gap_cat,
+                     "", -1, -1});
     explain_until = std::min(pred_end, want);
     cur_rank = pred_rank;
     cur = pred;

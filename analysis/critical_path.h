@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "analysis/clock.h"
+#include "analysis/exchange.h"
 #include "analysis/matching.h"
 #include "analysis/timeline.h"
 
@@ -65,8 +66,16 @@ struct CriticalPathOptions {
   Ns gap_ns = 1'000;
 };
 
+// Where the ranks' timelines are when the analysis is spread over processes (analysis/job.h):
+// `timelines` holds this process's ranks, `owner` names the process holding each rank, and the
+// walk asks that process about the rank's ops (every process walks the same path).
+struct SpreadTimelines {
+  Exchange* exchange = nullptr;  // nullptr: every rank's timeline is in `timelines`
+  const std::map<int32_t, int>* owner = nullptr;
+};
+
 CriticalPath critical_path(const RunData& run, const MatchResult& match, const ClockFit& clocks,
                            const std::map<int32_t, RankTimeline>& timelines,
-                           const CriticalPathOptions& opt = {});
+                           const CriticalPathOptions& opt = {}, const SpreadTimelines& spread = {});
 
 }  // namespace braid::analysis

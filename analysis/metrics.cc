@@ -155,6 +155,7 @@ Metrics compute_metrics(const RunData& run, const MatchResult& match, const Cloc
   // Per rank, the merged computation intervals on the job axis (collective exposure).
   std::map<int32_t, std::vector<Interval>> computation;
   for (const auto& [r, t] : run.ranks) {
+    if (opt.holds && !opt.holds(r)) continue;
     const Ns off = clocks.offset(r);
     {
       std::vector<Interval>& comp = computation[r];
@@ -259,6 +260,7 @@ Metrics compute_metrics(const RunData& run, const MatchResult& match, const Cloc
     if (grp.members.size() < 2) cm.late_rank = -1;
     for (MemberTiming& mt : cm.members) {
       mt.wait_ns = cm.last_arrival - mt.arrival;
+      if (opt.holds && !opt.holds(mt.rank)) continue;  // its holder adds it
       mt.exposed_ns = uncovered(mt.arrival, std::max(mt.arrival, mt.end), computation[mt.rank]);
       cm.exposed_ns += mt.exposed_ns;
     }

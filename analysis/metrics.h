@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -95,6 +96,10 @@ struct MetricsOptions {
   // call that is in the trace, times rounded to whole µs (start up, end down) as HTA's parser
   // does. Step rows are unchanged.
   bool hta_compat = false;
+  // Spread over processes (analysis/job.h): whether this process holds a rank's timeline. Rows,
+  // kernels and members' exposure only for the ranks held (members' exposure 0 for the others);
+  // empty: every rank.
+  std::function<bool(int32_t)> holds;
 };
 
 Metrics compute_metrics(const RunData& run, const MatchResult& match, const ClockFit& clocks,

@@ -79,7 +79,8 @@ int64_t RankTrace::collective_step(const Collective& c) const {
 
 const std::string& RunData::str(StrId id) const {
   static const std::string kEmpty;
-  return reader ? reader->str(id) : kEmpty;
+  if (reader) return reader->str(id);
+  return id < strings.size() ? strings[id] : kEmpty;
 }
 
 std::vector<int32_t> RunData::rank_ids() const {

@@ -73,6 +73,7 @@ struct RankTrace {
 struct RunData {
   int64_t run_id = -1;
   const TraceReader* reader = nullptr;  // for names; must outlive the RunData
+  std::vector<std::string> strings;     // the names by id when there is no reader (load_job)
   std::map<int32_t, RankTrace> ranks;   // by global rank
   std::vector<Communicator> comms;
 

@@ -36,13 +36,6 @@ void register_verbs(CLI::App& app, Action& run) {
   for (const Verb& verb : v) verb.fn(app, run);
 }
 
-void add_run_options(CLI::App& cmd, std::string& file, const std::string& file_help,
-                     int64_t& run_id, int64_t& step, const std::string& step_help) {
-  cmd.add_option("file", file, file_help)->required();
-  cmd.add_option("--run", run_id, "Run id (default: the file's captured/imported run)");
-  cmd.add_option("--step", step, step_help);
-}
-
 std::vector<std::string> wrap_lines(const std::string& prefix, const std::string& text) {
   std::vector<std::string> out;
   const std::string indent(std::min<size_t>(prefix.size(), 40), ' ');

@@ -24,10 +24,16 @@ struct VerbRegistration {
 // Registers every verb on `app`, in order.
 void register_verbs(CLI::App& app, Action& run);
 
-// The options of a verb that reads one run of a .braid file: the file (positional, required;
-// `file_help`), --run (default: the file's captured/imported run) and --step (`step_help`).
-void add_run_options(CLI::App& cmd, std::string& file, const std::string& file_help,
-                     int64_t& run_id, int64_t& step, const std::string& step_help);
+// The options of a verb that reads one run of a .braid file (or of each of several files, when
+// `Files` is a vector): the file (positional, required; `file_help`), --run (default: the file's
+// captured/imported run) and --step (`step_help`).
+template <typename Files>
+void add_run_options(CLI::App& cmd, Files& file, const std::string& file_help, int64_t& run_id,
+                     int64_t& step, const std::string& step_help) {
+  cmd.add_option("file", file, file_help)->required();
+  cmd.add_option("--run", run_id, "Run id (default: the file's captured/imported run)");
+  cmd.add_option("--step", step, step_help);
+}
 
 // Progress on stderr when it is a terminal (and not --quiet): one line, rewritten in place.
 class Progress {

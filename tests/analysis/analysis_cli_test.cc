@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "analysis/synthetic.h"
@@ -72,6 +73,54 @@ TEST(AnalysisCli, MergePerRankFilesThenAnalyze) {
     EXPECT_GT(sql::scalar(r.db(), "SELECT COUNT(*) FROM analysis_collectives"), 0);
     EXPECT_GT(sql::scalar(r.db(), "SELECT COUNT(*) FROM analysis_ranks"), 0);
   }
+}
+
+// A real 8-rank gloo job (tests/data/gloo_straggler) imported one file per rank, analyzed by one
+// process and by `mpirun -np 4`: the same report to the byte, and each process stores the job's
+// results into the files it loaded.
+TEST(AnalysisCli, PerRankFilesUnderMpirunGiveWhatOneProcessGives) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no mpirun on this machine";
+  TempDir tmp;
+  std::string files;
+  for (int r = 0; r < 8; ++r) {
+    const std::string f = tmp.file("rank" + std::to_string(r) + ".braid");
+    test::CliResult imp = test::run_braid(tmp, "import " + std::string(BRAID_TEST_DATA_DIR) +
+                                                   "/gloo_straggler/rank-" + std::to_string(r) +
+                                                   ".json.gz -o " + f + " -q");
+    ASSERT_EQ(imp.code, 0) << imp.err;
+    files += " " + f;
+  }
+  const std::string mpirun =
+      "mpirun --oversubscribe --allow-run-as-root -np 4 " + std::string(BRAID_CLI);
+  test::CliResult one = test::run_braid(tmp, "analyze" + files + " --json --no-store");
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_THAT(one.out, HasSubstr("and 7 more files"));
+  const std::string out = tmp.file("mpi.json"), err = tmp.file("mpi.err");
+  int st = std::system((mpirun + " analyze" + files + " --json >" + out + " 2>" + err).c_str());
+  ASSERT_EQ(st, 0) << test::slurp(err);
+  EXPECT_EQ(test::slurp(out), one.out);
+  // What each file stored: the job's rows under its own run, its own rank's clock offset.
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  ASSERT_EQ(p.parse(one.out).get(doc), simdjson::SUCCESS);
+  std::map<int64_t, int64_t> offset;
+  for (simdjson::dom::element c : doc["clocks"]["ranks"].get_array())
+    offset[c["rank"].get_int64().value()] = c["offset_ns"].get_int64().value();
+  ASSERT_EQ(offset.size(), 8u);
+  for (int r = 0; r < 8; ++r) {
+    TraceReader reader(tmp.file("rank" + std::to_string(r) + ".braid"));
+    EXPECT_EQ(sql::scalar(reader.db(), "SELECT COUNT(DISTINCT rank) FROM analysis_ranks"), 8) << r;
+    EXPECT_EQ(sql::scalar(reader.db(), "SELECT clock_offset_ns FROM ranks"), offset[r]) << r;
+  }
+  // A file that is not there: one line naming it, a non-zero exit, under mpirun too.
+  st = std::system(
+      (mpirun + " analyze" + files + " " + tmp.file("gone.braid") + " >" + out + " 2>" + err)
+          .c_str());
+  EXPECT_NE(st, 0);
+  const std::string said = test::slurp(err);
+  EXPECT_THAT(said, HasSubstr("braid: error: " + tmp.file("gone.braid")));
+  EXPECT_EQ(said.find("braid: error:"), said.rfind("braid: error:")) << said;
 }
 
 TEST(AnalysisCli, ErrorsAreOneLineWithAnExitCode) {

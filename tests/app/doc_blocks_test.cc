@@ -229,6 +229,10 @@ Binding binding_for(const std::string& doc) {
   } else if (doc == "docs/analysis.md") {
     b.links = {{"negative_queue_length_values_check/rank0.json.gz",
                 test::traces("hta/tests/data/negative_queue_length_values_check/rank0.json.gz")}};
+    for (int r = 0; r < 4; ++r)  // the project's 4-rank gloo job, one file per rank
+      b.links.push_back(
+          {"rank-" + std::to_string(r) + ".json.gz",
+           std::string(BRAID_TEST_DATA_DIR) + "/et_tp/a/rank-" + std::to_string(r) + ".json.gz"});
   } else if (doc == "docs/import-kineto.md") {
     for (int r = 0; r < 3; ++r)
       b.links.push_back(
@@ -295,6 +299,9 @@ const std::vector<Expect> kExpect = {
      "mpirun -np 8 --oversubscribe build/app/braid ab small.braid --backend mpi --steps 3", 1,
      "data check passed: 10569736 elements of 40 buffers identical"},
     {"docs/cli.md", "braid replay job.braid", 1, "median replayed/original over ranks"},
+    {"docs/analysis.md",
+     "mpirun -np 4 --oversubscribe braid analyze rank0.braid rank1.braid rank2.braid rank3.braid",
+     1, "rank0.braid and 3 more files: run 1, 4 ranks"},
     {"docs/import-et.md",
      "braid import rank-0.json.gz rank-1.json.gz --et rank-0.et.json.gz rank-1.et.json.gz -o "
      "job.braid",
