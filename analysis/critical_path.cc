@@ -27,6 +27,19 @@ struct Share {
   Ns lo = INT64_MAX, hi = INT64_MIN;
 };
 
+// Calls f(op) for each op of `tl` that can be in `step`: the ops the step launched (the
+// timeline's index), or every op for the whole run (or a timeline built without the index).
+template <typename F>
+void for_step_ops(const RankTimeline& tl, int64_t step, const F& f) {
+  if (step < 0 || tl.by_step.empty()) {
+    for (int32_t s = 0; s < static_cast<int32_t>(tl.streams.size()); ++s)
+      for (int32_t i = 0; i < static_cast<int32_t>(tl.streams[s].ops.size()); ++i) f(OpPos{s, i});
+    return;
+  }
+  if (auto it = tl.by_step.find(step); it != tl.by_step.end())
+    for (OpPos p : it->second) f(p);
+}
+
 template <typename Inside>
 std::map<int32_t, Share> step_shares(const RunData& run,
                                      const std::map<int32_t, RankTimeline>& timelines, int64_t step,
@@ -36,13 +49,13 @@ std::map<int32_t, Share> step_shares(const RunData& run,
     if (!run.ranks.count(r)) continue;
     Share sh;
     bool host = false;
-    for (const StreamOps& so : tl.streams)
-      for (const GpuOp& op : so.ops) {
-        if (!inside(r, op)) continue;
-        sh.ops_lo = std::min(sh.ops_lo, op.start);
-        sh.ops_hi = std::max(sh.ops_hi, op.end);
-        host = host || op.type == OpType::HostCollective;
-      }
+    for_step_ops(tl, step, [&](OpPos p) {
+      const GpuOp& op = tl.op(p);
+      if (!inside(r, op)) return;
+      sh.ops_lo = std::min(sh.ops_lo, op.start);
+      sh.ops_hi = std::max(sh.ops_hi, op.end);
+      host = host || op.type == OpType::HostCollective;
+    });
     sh.lo = sh.ops_lo, sh.hi = sh.ops_hi;
     if (step >= 0 && (host || sh.ops_lo > sh.ops_hi))
       for (const Step& s : run.ranks.at(r).steps)
@@ -83,15 +96,14 @@ struct LastOp {
 
 template <typename Take>
 LastOp last_op(const std::map<int32_t, RankTimeline>& timelines, const ClockFit& clocks,
-               const Take& take) {
+               int64_t step, const Take& take) {
   LastOp out;
   for (const auto& [r, tl] : timelines) {
     const Ns off = clocks.offset(r);
-    for (int32_t s = 0; s < static_cast<int32_t>(tl.streams.size()); ++s)
-      for (int32_t i = 0; i < static_cast<int32_t>(tl.streams[s].ops.size()); ++i) {
-        const GpuOp& op = tl.streams[s].ops[i];
-        if (take(r, op) && op.end + off > out.end) out = {r, {s, i}, op.end + off};
-      }
+    for_step_ops(tl, step, [&](OpPos p) {
+      const GpuOp& op = tl.op(p);
+      if (take(r, op) && op.end + off > out.end) out = {r, p, op.end + off};
+    });
   }
   return out;
 }
@@ -223,8 +235,8 @@ class Ops {
 
   // The op that ends last among those `take`s, over every process's ranks.
   template <typename Take>
-  LastOp last(const ClockFit& clocks, const Take& take) const {
-    LastOp mine = last_op(tls_, clocks, take);
+  LastOp last(const ClockFit& clocks, int64_t step, const Take& take) const {
+    LastOp mine = last_op(tls_, clocks, step, take);
     if (!spread_.exchange) return mine;
     WireOut w;
     w.i64(mine.rank).i64(mine.pos.stream).i64(mine.pos.index).i64(mine.end);
@@ -326,7 +338,7 @@ CriticalPath critical_path(const RunData& run, const MatchResult& match, const C
     for (const auto& [r, _] : timelines) any_aligned = any_aligned || aligned(r);
 
   // The op that ends last, among the ranks whose clocks are aligned when there are any.
-  auto [cur_rank, cur, best_end] = ops.last(clocks, [&](int32_t r, const GpuOp& op) {
+  auto [cur_rank, cur, best_end] = ops.last(clocks, opt.step, [&](int32_t r, const GpuOp& op) {
     return inside(r, op) && (!any_aligned || aligned(r));
   });
   if (cur_rank < 0) return cp;

@@ -129,6 +129,7 @@ RankTrace get_rank(WireIn& in, Pool& pool) {
     c.kernel_ref = in.i64();
     t.collectives.push_back(c);
   }
+  t.index_steps();
   // A rank whose trace has launch calls decides its collectives' steps by them: keep the index
   // non-empty (correlation 0 is never looked up) even when none of its collectives has one.
   if (in.i64() != 0) t.launches.emplace(0, -1);

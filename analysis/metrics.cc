@@ -149,6 +149,20 @@ std::map<int32_t, LateRank> late_ranks(const Metrics& m) {
   return out;
 }
 
+namespace {
+
+// The indexes of `items` by their step (`step_of`), in their order, for the steps `wanted`.
+template <typename T, typename StepOf, typename Wanted>
+std::map<int64_t, std::vector<int32_t>> by_step(const std::vector<T>& items, const StepOf& step_of,
+                                                const Wanted& wanted) {
+  std::map<int64_t, std::vector<int32_t>> out;
+  for (int32_t i = 0; i < static_cast<int32_t>(items.size()); ++i)
+    if (const int64_t st = step_of(items[i]); wanted(st)) out[st].push_back(i);
+  return out;
+}
+
+}  // namespace
+
 Metrics compute_metrics(const RunData& run, const MatchResult& match, const ClockFit& clocks,
                         const MetricsOptions& opt) {
   Metrics out;
@@ -190,21 +204,31 @@ Metrics compute_metrics(const RunData& run, const MatchResult& match, const Cloc
     }
     // Step rows: the GPU work each step launched, over its own span (the step's host window
     // when it launched none).
+    // Each activity's step is found once (by_step), not once per step.
+    auto wanted = [&](int64_t st) { return st >= 0 && (opt.step < 0 || st == opt.step); };
+    const auto kernels_in = by_step(
+        t.kernels, [&](const Kernel& k) { return t.kernel_step(k); }, wanted);
+    const auto copies_in = by_step(
+        t.memcpys, [&](const Memcpy& c) { return t.memcpy_step(c); }, wanted);
+    const auto colls_in = by_step(
+        t.collectives, [&](const Collective& c) { return t.collective_step(c); }, wanted);
     for (const Step& s : t.steps) {
       if (opt.step >= 0 && s.step != opt.step) continue;
       Activity a;
-      for (const Kernel& k : t.kernels)
-        if (t.kernel_step(k) == s.step) {
+      if (auto it = kernels_in.find(s.step); it != kernels_in.end())
+        for (int32_t i : it->second) {
+          const Kernel& k = t.kernels[i];
           a.add({k.start + off, k.end + off}, time_class(k.category));
           ++a.kernels;
         }
-      for (const Memcpy& c : t.memcpys)
-        if (t.memcpy_step(c) == s.step) a.add({c.start + off, c.end + off}, TimeClass::Memory);
+      if (auto it = copies_in.find(s.step); it != copies_in.end())
+        for (int32_t i : it->second)
+          a.add({t.memcpys[i].start + off, t.memcpys[i].end + off}, TimeClass::Memory);
       RankMetrics m = a.lo <= a.hi ? row_metrics(r, a, a.lo, a.hi)
                                    : row_metrics(r, a, s.start + off, s.end + off);
       m.step = s.step;
-      for (const Collective& c : t.collectives)
-        if (t.collective_step(c) == s.step) ++m.collectives;
+      if (auto it = colls_in.find(s.step); it != colls_in.end())
+        m.collectives = static_cast<int64_t>(it->second.size());
       out.ranks.push_back(m);
     }
     // Kernel breakdown.

@@ -55,8 +55,22 @@ Ns RankTrace::launch_of(int64_t correlation) const {
   return it == launches.end() ? -1 : it->second;
 }
 
+void RankTrace::index_steps() {
+  steps_ordered = true;
+  for (size_t i = 0; i < steps.size(); ++i)
+    steps_ordered = steps_ordered && steps[i].start <= steps[i].end &&
+                    (i == 0 || steps[i - 1].end <= steps[i].start);
+}
+
 int64_t RankTrace::step_at(Ns host_time) const {
   if (host_time < 0) return -1;
+  if (steps_ordered) {  // the one window that can hold it: the last starting at or before it
+    auto it = std::upper_bound(steps.begin(), steps.end(), host_time,
+                               [](Ns t, const Step& s) { return t < s.start; });
+    if (it == steps.begin()) return -1;
+    --it;
+    return host_time < it->end ? it->step : -1;
+  }
   for (const Step& s : steps)
     if (host_time >= s.start && host_time < s.end) return s.step;
   return -1;
@@ -201,6 +215,7 @@ RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick) {
   });
   check();
   for (auto& [_, t] : d.ranks) {
+    t.index_steps();
     auto by_stream = [](const auto& a, const auto& b) {
       return a.stream != b.stream ? a.stream < b.stream : a.start < b.start;
     };

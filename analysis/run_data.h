@@ -55,6 +55,11 @@ struct RankTrace {
   // Host time of the runtime/driver call that launched each GPU activity, by correlation id.
   std::unordered_map<int64_t, Ns> launches;
 
+  // Set by index_steps() when the steps, in their order, have increasing start times and
+  // windows that do not overlap: step_at() is then a binary search (else a scan of every step).
+  bool steps_ordered = false;
+  void index_steps();
+
   Ns launch_of(int64_t correlation) const;  // -1 when unknown
 
   // Which step GPU work belongs to: the step whose host window holds the call that launched it

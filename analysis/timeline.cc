@@ -101,6 +101,11 @@ RankTimeline build_timeline(const RankTrace& rank, const TimelineOptions& opt) {
       }
     }
   }
+  if (!rank.steps.empty())
+    for (int32_t s = 0; s < static_cast<int32_t>(tl.streams.size()); ++s)
+      for (int32_t i = 0; i < static_cast<int32_t>(tl.streams[s].ops.size()); ++i)
+        if (const int64_t step = op_step(rank, tl.streams[s].ops[i]); step >= 0)
+          tl.by_step[step].push_back({s, i});
   return tl;
 }
 

@@ -57,6 +57,9 @@ struct RankTimeline {
   std::vector<StreamOps> streams;  // by stream id
   std::vector<DepEdge> deps;       // cross-stream, at most one per waiting op
   std::map<int32_t, OpPos> coll_pos;  // collective index -> its op
+  // The ops each step launched (op_step), in stream then start order: what a step's analyses
+  // visit instead of every op of the rank. Ops in no step are not listed.
+  std::map<int64_t, std::vector<OpPos>> by_step;
 
   const GpuOp& op(OpPos p) const { return streams[p.stream].ops[p.index]; }
   // The inferred dependency of `p`, or nullptr.
