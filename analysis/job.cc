@@ -132,11 +132,12 @@ RankTrace get_rank(WireIn& in, Pool& pool) {
   t.index_steps();
   // A rank whose trace has launch calls decides its collectives' steps by them: keep the index
   // non-empty (correlation 0 is never looked up) even when none of its collectives has one.
-  if (in.i64() != 0) t.launches.emplace(0, -1);
+  if (in.i64() != 0) t.launches.add(0, -1);
   for (int64_t n = in.i64(); n > 0; --n) {
     const int64_t corr = in.i64();
-    t.launches[corr] = in.i64();
+    t.launches.add(corr, in.i64());
   }
+  t.launches.finish();
   return t;
 }
 

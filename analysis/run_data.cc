@@ -49,10 +49,24 @@ std::optional<SyncKind> sync_kind_of(std::string_view name) {
 
 }  // namespace
 
+void LaunchIndex::finish() {
+  std::stable_sort(v_.begin(), v_.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  v_.erase(std::unique(v_.begin(), v_.end(),
+                       [](const auto& a, const auto& b) { return a.first == b.first; }),
+           v_.end());
+  v_.shrink_to_fit();
+}
+
+Ns LaunchIndex::find(int64_t correlation) const {
+  auto it = std::lower_bound(v_.begin(), v_.end(), correlation,
+                             [](const auto& e, int64_t c) { return e.first < c; });
+  return it != v_.end() && it->first == correlation ? it->second : -1;
+}
+
 Ns RankTrace::launch_of(int64_t correlation) const {
   if (correlation == 0) return -1;
-  auto it = launches.find(correlation);
-  return it == launches.end() ? -1 : it->second;
+  return launches.find(correlation);
 }
 
 void RankTrace::index_steps() {
@@ -110,8 +124,8 @@ const RankTrace* RunData::rank(int32_t r) const {
 
 int64_t load_bytes(const TraceReader& reader, int64_t run) {
   const TraceReader::Counts c = reader.counts(run);
-  // An unordered_map node of the launch index: key, value, next pointer, hash, allocator slack.
-  constexpr int64_t kLaunchNode = 48;
+  // An entry of the launch index, with the slack of the vector's growth.
+  constexpr int64_t kLaunchNode = 24;
   const int64_t rows = c.kernels * static_cast<int64_t>(sizeof(Kernel)) +
                        (c.memcpys + c.memsets) * static_cast<int64_t>(sizeof(Memcpy)) +
                        c.collectives * static_cast<int64_t>(sizeof(Collective)) +
@@ -208,7 +222,7 @@ RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick) {
   reader.api_calls(run, [&](const ApiCall& a) {
     if (a.kind != ApiKind::Runtime && a.kind != ApiKind::Driver) return more();
     RankTrace& t = rank_of(a.rank);
-    if (a.correlation != 0) t.launches.emplace(a.correlation, a.start);
+    if (a.correlation != 0) t.launches.add(a.correlation, a.start);
     auto it = sync_names.find(a.name);
     if (it != sync_names.end()) t.syncs.push_back({it->second, a});
     return more();
@@ -216,6 +230,7 @@ RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick) {
   check();
   for (auto& [_, t] : d.ranks) {
     t.index_steps();
+    t.launches.finish();
     auto by_stream = [](const auto& a, const auto& b) {
       return a.stream != b.stream ? a.stream < b.stream : a.start < b.start;
     };
@@ -226,6 +241,11 @@ RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick) {
     std::stable_sort(t.syncs.begin(), t.syncs.end(), [](const SyncCall& a, const SyncCall& b) {
       return a.call.start < b.call.start;
     });
+    // What the rows' growth reserved beyond them, given back before the next file loads.
+    t.kernels.shrink_to_fit();
+    t.memcpys.shrink_to_fit();
+    t.collectives.shrink_to_fit();
+    t.syncs.shrink_to_fit();
   }
   return d;
 }

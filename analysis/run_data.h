@@ -43,6 +43,22 @@ struct HostCompute {
   int32_t ref = -1;  // the lift's reference to what it computes
 };
 
+// Host time of the runtime/driver call that launched each GPU activity, by correlation id: a
+// sorted array, 16 bytes a launch (an unordered_map took about 64). add() while loading, then
+// finish(); find() reads a finished index.
+class LaunchIndex {
+ public:
+  void add(int64_t correlation, Ns at) { v_.push_back({correlation, at}); }
+  void finish();                       // sorts; of equal ids the first added is kept
+  Ns find(int64_t correlation) const;  // -1 when unknown
+  bool empty() const { return v_.empty(); }
+  size_t size() const { return v_.size(); }
+  void clear() { std::vector<std::pair<int64_t, Ns>>().swap(v_); }
+
+ private:
+  std::vector<std::pair<int64_t, Ns>> v_;
+};
+
 struct RankTrace {
   RankInfo info;
   std::vector<StreamInfo> streams;   // GPU streams only
@@ -52,8 +68,7 @@ struct RankTrace {
   std::vector<SyncCall> syncs;       // sorted by start
   std::vector<Step> steps;           // sorted by step
   std::vector<HostCompute> host_compute;  // empty unless the lift added it
-  // Host time of the runtime/driver call that launched each GPU activity, by correlation id.
-  std::unordered_map<int64_t, Ns> launches;
+  LaunchIndex launches;                   // the launching calls' host times, by correlation id
 
   // Set by index_steps() when the steps, in their order, have increasing start times and
   // windows that do not overlap: step_at() is then a binary search (else a scan of every step).

@@ -223,7 +223,7 @@ std::shared_ptr<ViewRun> load_view_run(const std::string& path, int64_t run_id,
     }
     std::vector<Collective>().swap(t.collectives);
     std::vector<analysis::SyncCall>().swap(t.syncs);
-    std::unordered_map<int64_t, Ns>().swap(t.launches);
+    t.launches.clear();
   }
   std::vector<int32_t> metrics_of(match.groups.size(), -1);
   for (size_t i = 0; i < d->metrics.collectives.size(); ++i)
