@@ -690,12 +690,14 @@ int Matching::group_of(OpRef r) const {
 
 Matching match_schedule_collectives(const Schedule& s) { return analyze(s, nullptr).matching; }
 
-std::vector<std::string> validate(const Schedule& s, const ValidateOptions& opt) {
+std::vector<std::string> validate(const Schedule& s, const ValidateOptions& opt,
+                                  Matching* matching) {
   Problems out = symmetry_problems(s);
   check_structure(s, out);
   Analysis a = analyze(s, &out);
   // A local cycle is already reported, and the job-wide graph would report it again.
   if (opt.check_deadlock && !a.any_cyclic) check_deadlock(s, a, out);
+  if (matching) *matching = std::move(a.matching);
   return out;
 }
 

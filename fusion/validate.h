@@ -44,6 +44,9 @@ struct ValidateOptions {
 // partner on every member rank with the same op, count, dtype and root; send/recv and manytomany
 // counts agree pairwise), events (recorded exactly once on the waiting rank, never after the
 // wait), and deadlock freedom.
-std::vector<std::string> validate(const Schedule& s, const ValidateOptions& opt = {});
+// With `matching`, also the collectives' matching the checks found (match_schedule_collectives's
+// answer, without analyzing the schedule twice).
+std::vector<std::string> validate(const Schedule& s, const ValidateOptions& opt = {},
+                                  Matching* matching = nullptr);
 
 }  // namespace braid::fusion

@@ -28,13 +28,14 @@ std::string sibling_key(const fusion::MatchGroup& g) {
 }
 
 fusion::Matching checked_matching(const fusion::Schedule& s) {
-  std::vector<std::string> problems = fusion::validate(s);
+  fusion::Matching matching;
+  std::vector<std::string> problems = fusion::validate(s, {}, &matching);
   if (!problems.empty()) {
     std::string msg = "schedule '" + s.name + "' cannot be replayed: " + problems[0];
     if (problems.size() > 1) msg += " (and " + std::to_string(problems.size() - 1) + " more)";
     throw Error(ErrorCode::BadFormat, msg);
   }
-  return fusion::match_schedule_collectives(s);
+  return matching;
 }
 
 std::vector<fusion::OpRef> global_order(const fusion::Schedule& s, const fusion::Matching& m) {
