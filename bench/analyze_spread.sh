@@ -30,15 +30,17 @@ while [ "$r" -lt "$ranks" ]; do
   files="$files $out/rank$r.braid"
   r=$((r + 1))
 done
-events=$(python3 -c 'import sqlite3, sys
-n = 0
+counts=$(python3 -c 'import sqlite3, sys
+n = c = s = 0
 for f in sys.argv[1:]:
     db = sqlite3.connect(f)
     for t in ("kernels", "memcpys", "api_calls", "nvtx_ranges", "collectives"):
         n += db.execute("SELECT COUNT(*) FROM %s" % t).fetchone()[0]
-print(n)' $files)
+    c += db.execute("SELECT COUNT(*) FROM collectives").fetchone()[0]
+    s += db.execute("SELECT COUNT(*) FROM steps").fetchone()[0]
+print("%d events (%d collectives, %d steps)" % (n, c, s))' $files)
 bytes=$(cat $files | wc -c)
-echo "host: $(nproc) cores, $(uname -m); $ranks files, $events events, $((bytes / 1048576)) MiB; $(date -u +%F)"
+echo "host: $(nproc) cores, $(uname -m); $ranks files, $counts, $((bytes / 1048576)) MiB; $(date -u +%F)"
 echo "| processes | wall (median of $runs) | peak RSS of one process | report |"
 echo "|---|---|---|---|"
 

@@ -75,12 +75,25 @@ TEST(AnalysisCli, MergePerRankFilesThenAnalyze) {
   }
 }
 
+// `braid analyze` of `files` (one per rank) by one process and by `mpirun -np np`: the same
+// --json report to the byte; returns it.
+std::string same_under_mpirun(const TempDir& tmp, const std::string& files, int np) {
+  test::CliResult one = test::run_braid(tmp, "analyze" + files + " --json --no-store");
+  EXPECT_EQ(one.code, 0) << one.err;
+  const std::string out = tmp.file("mpi.json"), err = tmp.file("mpi.err");
+  const int st = std::system(
+      (test::mpirun(np) + " analyze" + files + " --json --no-store >" + out + " 2>" + err).c_str());
+  EXPECT_EQ(st, 0) << test::slurp(err);
+  EXPECT_EQ(test::slurp(out), one.out) << np << " processes";
+  return one.out;
+}
+
 // A real 8-rank gloo job (tests/data/gloo_straggler) imported one file per rank, analyzed by one
 // process and by `mpirun -np 4`: the same report to the byte, and each process stores the job's
-// results into the files it loaded.
+// results into the files it loaded. Then two ranks of a real GPU job (HTA's sampled 128-rank
+// trace: NCCL kernels, critical paths of over a hundred segments) at -np 2.
 TEST(AnalysisCli, PerRankFilesUnderMpirunGiveWhatOneProcessGives) {
-  if (std::system("command -v mpirun >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "no mpirun on this machine";
+  if (!test::have_mpirun()) GTEST_SKIP() << "no mpirun on this machine";
   TempDir tmp;
   std::string files;
   for (int r = 0; r < 8; ++r) {
@@ -91,19 +104,18 @@ TEST(AnalysisCli, PerRankFilesUnderMpirunGiveWhatOneProcessGives) {
     ASSERT_EQ(imp.code, 0) << imp.err;
     files += " " + f;
   }
-  const std::string mpirun =
-      "mpirun --oversubscribe --allow-run-as-root -np 4 " + std::string(BRAID_CLI);
-  test::CliResult one = test::run_braid(tmp, "analyze" + files + " --json --no-store");
-  ASSERT_EQ(one.code, 0) << one.err;
-  EXPECT_THAT(one.out, HasSubstr("and 7 more files"));
+  const std::string report = same_under_mpirun(tmp, files, 4);
+  EXPECT_THAT(report, HasSubstr("and 7 more files"));
+  // Stored by the processes (the same command without --no-store): the job's rows under each
+  // file's run, each file's own rank's clock offset.
   const std::string out = tmp.file("mpi.json"), err = tmp.file("mpi.err");
-  int st = std::system((mpirun + " analyze" + files + " --json >" + out + " 2>" + err).c_str());
+  int st =
+      std::system((test::mpirun(4) + " analyze" + files + " --json >" + out + " 2>" + err).c_str());
   ASSERT_EQ(st, 0) << test::slurp(err);
-  EXPECT_EQ(test::slurp(out), one.out);
-  // What each file stored: the job's rows under its own run, its own rank's clock offset.
+  EXPECT_EQ(test::slurp(out), report);
   simdjson::dom::parser p;
   simdjson::dom::element doc;
-  ASSERT_EQ(p.parse(one.out).get(doc), simdjson::SUCCESS);
+  ASSERT_EQ(p.parse(report).get(doc), simdjson::SUCCESS);
   std::map<int64_t, int64_t> offset;
   for (simdjson::dom::element c : doc["clocks"]["ranks"].get_array())
     offset[c["rank"].get_int64().value()] = c["offset_ns"].get_int64().value();
@@ -114,13 +126,34 @@ TEST(AnalysisCli, PerRankFilesUnderMpirunGiveWhatOneProcessGives) {
     EXPECT_EQ(sql::scalar(reader.db(), "SELECT clock_offset_ns FROM ranks"), offset[r]) << r;
   }
   // A file that is not there: one line naming it, a non-zero exit, under mpirun too.
-  st = std::system(
-      (mpirun + " analyze" + files + " " + tmp.file("gone.braid") + " >" + out + " 2>" + err)
-          .c_str());
+  st = std::system((test::mpirun(4) + " analyze" + files + " " + tmp.file("gone.braid") + " >" +
+                    out + " 2>" + err)
+                       .c_str());
   EXPECT_NE(st, 0);
   const std::string said = test::slurp(err);
   EXPECT_THAT(said, HasSubstr("braid: error: " + tmp.file("gone.braid")));
   EXPECT_EQ(said.find("braid: error:"), said.rfind("braid: error:")) << said;
+
+  std::string gpu;
+  for (int r = 0; r < 2; ++r) {
+    const std::string f = tmp.file("gpu" + std::to_string(r) + ".braid");
+    test::CliResult imp =
+        test::run_braid(tmp, "import " +
+                                 test::traces("hta/tests/data/trace_filter/sampled_rank-" +
+                                              std::to_string(r) + ".json.gz") +
+                                 " -o " + f + " -q");
+    ASSERT_EQ(imp.code, 0) << imp.err;
+    gpu += " " + f;
+  }
+  const std::string gpu_report = same_under_mpirun(tmp, gpu, 2);
+  ASSERT_EQ(p.parse(gpu_report).get(doc), simdjson::SUCCESS);
+  // Its critical paths run on rank 1, which only process 1 holds: process 0 printed segments it
+  // learned from the other process's answers.
+  int64_t on_rank1 = 0;
+  for (simdjson::dom::element path : doc["critical_paths"].get_array())
+    for (simdjson::dom::element seg : path["chain"].get_array())
+      on_rank1 += seg["rank"].get_int64().value() == 1;
+  EXPECT_GT(on_rank1, 100) << gpu_report.substr(0, 400);
 }
 
 TEST(AnalysisCli, ErrorsAreOneLineWithAnExitCode) {

@@ -175,11 +175,8 @@ double median_ratio(const std::string& out) {
   return at == std::string::npos ? -1 : std::stod(out.substr(at + key.size()));
 }
 
-std::string mpirun(int np) {
-  return "mpirun --oversubscribe --allow-run-as-root -np " + std::to_string(np) + " " + BRAID_CLI;
-}
-
-bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
+using test::have_mpirun;
+using test::mpirun;
 
 // The A/Bs run their data check (on exact scaled copies at the trace's sizes: DLRM's 400 MiB
 // all-to-alls); with opaque compute it compares the collectives' own buffers.

@@ -62,6 +62,13 @@ inline CliResult run_braid(const TempDir& tmp, const std::string& args) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, slurp(tmp.file("stdout")),
           slurp(tmp.file("stderr"))};
 }
+
+// `mpirun -np N braid` as the tests start it (as root, more ranks than cores), and whether this
+// machine has mpirun at all.
+inline std::string mpirun(int np) {
+  return "mpirun --oversubscribe --allow-run-as-root -np " + std::to_string(np) + " " + BRAID_CLI;
+}
+inline bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
 #endif
 
 // Imports `files` into a new .braid at `out` and returns the run id.
