@@ -6,8 +6,10 @@
 # medians. It needs the built tree only, and sh, awk and python3 (the GPU machine has no bc, no
 # cmake/ctest, no Debian dev tools): the test binaries run directly. Where capture is not possible
 # (no driver, no GPU, no agent built) it prints one line saying why and exits 0.
+# Each part runs under `timeout` (BRAID_GPU_CHECK_PART_S seconds, default 600) so that a part that
+# hangs costs its own row, not the machine's remaining minutes.
 # Exit status: 0 when every part passed (or nothing could run), 1 when one failed, 2 on bad usage.
-# Usage: bash scripts/gpu_check.sh BUILD_DIR [RUNS] [OUT_DIR]
+# Usage: [BRAID_GPU_CHECK_PART_S=S] bash scripts/gpu_check.sh BUILD_DIR [RUNS] [OUT_DIR]
 #   RUNS: benchmark repetitions (default 5); OUT_DIR: where the logs go (default: a new temp dir).
 set -u
 usage="usage: scripts/gpu_check.sh BUILD_DIR [RUNS] [OUT_DIR]"
@@ -15,6 +17,8 @@ usage="usage: scripts/gpu_check.sh BUILD_DIR [RUNS] [OUT_DIR]"
 build=$1
 runs=${2:-5}
 case $runs in '' | *[!0-9]*) echo "gpu_check: RUNS must be a positive number, got '$runs'" >&2; exit 2 ;; esac
+part_s=${BRAID_GPU_CHECK_PART_S:-600}
+case $part_s in '' | *[!0-9]*) echo "gpu_check: BRAID_GPU_CHECK_PART_S must be a number of seconds, got '$part_s'" >&2; exit 2 ;; esac
 [ -d "$build" ] || { echo "gpu_check: $build: no such build directory" >&2; exit 2; }
 braid=$build/app/braid
 [ -x "$braid" ] || { echo "gpu_check: $braid: not built (cmake --build $build --target braid)" >&2; exit 2; }
@@ -50,6 +54,13 @@ rows=$out/rows
 : >"$rows"
 status=0
 
+# limited CMD...: CMD under timeout's limit (exit 124 when it ran out); as is where there is no
+# timeout(1).
+limited() {
+  if command -v timeout >/dev/null 2>&1; then timeout -k 10 "$part_s" "$@"; else "$@"; fi
+}
+# why_failed RC: " (timed out after S s)" for timeout's exit status, else nothing.
+why_failed() { [ "$1" = 124 ] || [ "$1" = 137 ] && printf ' (timed out after %s s)' "$part_s"; }
 now() { date +%s.%N; }
 elapsed() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.0f", e - s }'; }
 # row COMMAND RESULT: one line of the table.
@@ -64,7 +75,7 @@ gtest() {
     return
   fi
   t=$(now)
-  "$bin" >"$out/$(basename "$bin").log" 2>&1
+  limited "$bin" >"$out/$(basename "$bin").log" 2>&1
   rc=$?
   summary=$(awk '
     /^\[  PASSED  \] [0-9]+ test/ { p = $4 }
@@ -74,7 +85,7 @@ gtest() {
   failed=$(sed -n 's/^\[  FAILED  \] \([A-Za-z0-9_.\/]*\)$/\1/p' "$out/$(basename "$bin").log" |
     awk 'NF { printf "%s%s", sep, $1; sep = ", " }')
   [ -n "$failed" ] && summary="$summary: $failed"
-  row "$shown" "$summary (exit $rc, $(elapsed "$t") s)"
+  row "$shown" "$summary (exit $rc$(why_failed "$rc"), $(elapsed "$t") s)"
   [ "$rc" = 0 ] || status=1
 }
 
@@ -85,20 +96,20 @@ gtest replay/replay_nccl_test
 # The overhead benchmark, then the launch check on its own (each has its row, whatever the other
 # did).
 t=$(now)
-BRAID_BENCH_SKIP_LAUNCHES=1 sh "$root/bench/capture_overhead.sh" "$build" "$runs" "$out/overhead" \
+limited env BRAID_BENCH_SKIP_LAUNCHES=1 sh "$root/bench/capture_overhead.sh" "$build" "$runs" "$out/overhead" \
   >"$out/overhead.log" 2>&1
 orc=$?
 if [ "$orc" = 0 ]; then
   row "bench/capture_overhead.sh $build $runs" "medians below (exit 0, $(elapsed "$t") s)"
 else
-  row "bench/capture_overhead.sh $build $runs" "failed (exit $orc, $(elapsed "$t") s): $(tail -1 "$out/overhead.log")"
+  row "bench/capture_overhead.sh $build $runs" "failed (exit $orc$(why_failed "$orc"), $(elapsed "$t") s): $(tail -1 "$out/overhead.log")"
   status=1
 fi
 t=$(now)
-launches=$(sh "$root/bench/capture_launches.sh" "$build" 10000000 "$out/launches" 2>"$out/launches.err")
+launches=$(limited sh "$root/bench/capture_launches.sh" "$build" 10000000 "$out/launches" 2>"$out/launches.err")
 lrc=$?
 [ -n "$launches" ] || launches="no result: $(tail -1 "$out/launches.err")"
-row "bench/capture_launches.sh $build" "$launches (exit $lrc)"
+row "bench/capture_launches.sh $build" "$launches (exit $lrc$(why_failed "$lrc"))"
 [ "$lrc" = 0 ] || status=1
 
 echo "### GPU check, $day"

@@ -103,81 +103,10 @@ const RealCupti& real() {
 }
 
 namespace {
-// What another CUPTI client did, said once per code on stderr and counted in diagnostics.
-std::atomic<bool> g_said_contended{false}, g_said_taken{false};
 std::atomic<bool> g_registered{false};  // braid's activity buffers are registered
 }  // namespace
 
-void report_other_client(bool taken, const std::string& detail) {
-  std::atomic<bool>& said = taken ? g_said_taken : g_said_contended;
-  if (!said.exchange(true)) std::fprintf(stderr, "braid capture: %s\n", detail.c_str());
-  Agent* a = Agent::running();
-  if (!a) return;
-  Diagnostic d;
-  diag::set_code(d, taken ? diag::Code::capture_cupti_taken : diag::Code::capture_cupti_contended);
-  d.detail = detail;
-  a->pipeline().post(d);
-}
-
-std::string result_name(CUptiResult rc) {
-  const char* s = nullptr;
-  cuptiGetResultString(rc, &s);
-  return s ? s : "CUPTI error " + std::to_string(static_cast<int>(rc));
-}
-
 namespace {
-
-// Canary: while a window is open, a DEVICE record dumped into braid's buffers every
-// recalibration period must come back through them; two in a row that do not mean another
-// client took the activity API by a way the exported functions do not see.
-std::atomic<bool> g_canary_out{false};
-int g_canary_misses = 0;                              // writer thread only
-std::chrono::steady_clock::time_point g_last_canary;  // writer thread only
-void canary_tick(int period_ms) {
-  if (!g_activity_on.load() || !g_registered.load() || g_said_taken.load()) {
-    g_canary_out.store(false);
-    g_canary_misses = 0;
-    return;
-  }
-  auto now = std::chrono::steady_clock::now();
-  if (now - g_last_canary < std::chrono::milliseconds(period_ms)) return;
-  g_last_canary = now;
-  if (g_canary_out.load()) {
-    if (++g_canary_misses >= 2) {
-      report_other_client(true,
-                          "no activity buffer has reached braid for two checks although its window "
-                          "is open: another CUPTI client took CUPTI's activity buffers (braid's "
-                          "kernel, copy and API records stop here)");
-      return;
-    }
-  } else {
-    g_canary_misses = 0;
-  }
-  g_canary_out.store(true);
-  cuptiActivityEnableAndDump(CUPTI_ACTIVITY_KIND_DEVICE);
-}
-
-// Hands parsed records on, noting the canary's DEVICE record.
-class CanaryHandler final : public ActivityHandler {
- public:
-  explicit CanaryHandler(ActivityHandler& h) : h_(h) {}
-  void on_kernel(const KernelActivity& k) override { h_.on_kernel(k); }
-  void on_mem(const MemActivity& m) override { h_.on_mem(m); }
-  void on_api(const ApiActivity& a) override { h_.on_api(a); }
-  void on_sync(const SyncActivity& s) override { h_.on_sync(s); }
-  void on_marker(const MarkerActivity& m) override { h_.on_marker(m); }
-  void on_external_correlation(const ExternalCorrelationActivity& e) override {
-    h_.on_external_correlation(e);
-  }
-  void on_device(const DeviceActivity& d) override {
-    g_canary_out.store(false);
-    h_.on_device(d);
-  }
-  void on_unhandled(uint32_t kind) override { h_.on_unhandled(kind); }
-
- private:
-  ActivityHandler& h_;
-};
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   Agent* a = Agent::running();
@@ -240,6 +169,9 @@ void switch_kinds(bool on) {
 std::atomic<int> g_owner{static_cast<int>(Owner::None)};
 std::atomic<bool> g_yielded{false};  // Owner::Yielded, read where braid would call CUPTI
 std::atomic<bool> g_want_back{false};
+// Braid handed only its subscription (its callbacks) to a client and still records: it takes the
+// subscription back when a client unsubscribes (yield_subscription, try_take_back).
+std::atomic<bool> g_sub_handed{false};
 bool g_yield = true;  // --cupti yield; set before braid holds CUPTI
 std::mutex g_owner_mu;
 std::string g_gap_detail;  // under g_owner_mu: the hand-over, said again when it ends
@@ -391,10 +323,11 @@ void pop_ext() {
 uint32_t g_cupti_version = 0;
 
 // Subscribes braid under its name (a client refused later is told who holds CUPTI: "CUPTI for
-// braid"; braid is told who holds it when refused) and registers its activity buffers. Where
-// CUPTI is 13.2 or later braid asks for several subscribers, so a client that comes later may
-// subscribe beside it (when the driver allows it).
-CUptiResult subscribe_braid(char* holder, size_t holder_size, const char** what) {
+// braid"; braid is told who holds it when refused). Where CUPTI is 13.2 or later braid asks for
+// several subscribers, so a client that comes later may subscribe beside it (when the driver
+// allows it). The subscription carries braid's callbacks only: the activity API (buffers, kinds)
+// does not need one (register_buffers).
+CUptiResult subscribe_callbacks(char* holder, size_t holder_size, const char** what) {
   *what = "finding libcupti's functions";
   if (!real().subscribe_v2 || !real().register_callbacks || !real().disable || !real().unsubscribe)
     return CUPTI_ERROR_NOT_INITIALIZED;
@@ -408,29 +341,39 @@ CUptiResult subscribe_braid(char* holder, size_t holder_size, const char** what)
   params.oldSubscriberSize = holder_size;
   params.allowMultipleSubscribers = 1;
   *what = "cuptiSubscribe";
-  CUptiResult rc = real().subscribe_v2(&g_subscriber, on_callback, nullptr,
-                                       reinterpret_cast<CUpti_SubscriberParams*>(&params));
-  if (rc != CUPTI_SUCCESS) return rc;
-  // Before any kind is enabled (CUPTI's rule): API and marker records then carry gettid(), the
-  // thread ids the NCCL rows and the rest of the system use, instead of pthread_self().
+  return real().subscribe_v2(&g_subscriber, on_callback, nullptr,
+                             reinterpret_cast<CUpti_SubscriberParams*>(&params));
+}
+
+// Registers braid's activity buffers, with the thread ids braid wants (CUPTI's rule: before any
+// kind is enabled): API and marker records then carry gettid(), the thread ids the NCCL rows and
+// the rest of the system use, instead of pthread_self().
+CUptiResult register_buffers(const char** what) {
   CUptiResult tid = cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
   if (tid != CUPTI_SUCCESS) warn("cuptiSetThreadIdType", tid);
   *what = "cuptiActivityRegisterCallbacks";
-  rc = real().register_callbacks(buffer_requested, buffer_completed);
+  CUptiResult rc = real().register_callbacks(buffer_requested, buffer_completed);
+  if (rc == CUPTI_SUCCESS) g_registered.store(true);
+  return rc;
+}
+
+// Both, as braid starts: its subscription, then its buffers.
+CUptiResult subscribe_braid(char* holder, size_t holder_size, const char** what) {
+  CUptiResult rc = subscribe_callbacks(holder, holder_size, what);
+  if (rc != CUPTI_SUCCESS) return rc;
+  rc = register_buffers(what);
   if (rc != CUPTI_SUCCESS) {
     real().unsubscribe(g_subscriber);
     g_subscriber = nullptr;
-    return rc;
   }
-  g_registered.store(true);
-  return CUPTI_SUCCESS;
+  return rc;
 }
 
 // What braid records for the whole run and the callbacks it needs, switched on (after its
 // subscription) or off (before it hands CUPTI over). The window's kinds follow reconcile().
+void enable_callbacks(const CaptureConfig& cfg);
 void switch_for_run(const CaptureConfig& cfg, bool on) {
   // External correlation comes only with API records, so it goes with `api`.
-  const WindowKind kind = cfg.window.kind;
   auto kind_for_run = [on](CUpti_ActivityKind k) {
     if (on)
       enable_for_run(k);
@@ -442,7 +385,13 @@ void switch_for_run(const CaptureConfig& cfg, bool on) {
     kind_for_run(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
   }
   kind_for_run(CUPTI_ACTIVITY_KIND_DEVICE);
-  if (!on) return;  // braid's callbacks end with its subscription
+  if (on) enable_callbacks(cfg);  // off: braid's callbacks end with its subscription
+}
+
+// The callbacks braid needs, on its subscription (none while a client holds it).
+void enable_callbacks(const CaptureConfig& cfg) {
+  if (!g_subscriber) return;
+  const WindowKind kind = cfg.window.kind;
   // CUDA graphs holding NCCL calls: node creation and cloning, graph launches (rare calls; the
   // launch callback numbers the replays in program order).
   if (cfg.trace.nccl) {
@@ -508,11 +457,7 @@ void try_take_back();
 
 PipelineHooks make_hooks(int canary_ms) {
   PipelineHooks hooks;
-  hooks.parse = [](const uint8_t* buf, size_t valid, ActivityHandler& h) {
-    CanaryHandler ch(h);
-    ParseStats st = parse_activity_buffer(buf, valid, ch);
-    (void)st;
-  };
+  hooks.parse = parse_with_canary;
   hooks.request_flush = [](bool forced) {
     if (g_yielded.load()) return;  // the buffers CUPTI holds now are the other client's
     cuptiActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
@@ -592,7 +537,10 @@ bool start_cupti(Agent& a) {
 }
 
 // Braid takes CUPTI back on its writer thread once the client it yielded to let go (never inside
-// a CUPTI callback: that client may finalize CUPTI from one of its own).
+// a CUPTI callback: that client may finalize CUPTI from one of its own). Its records come back
+// with its buffers; its subscription too, unless the client holds one again (Kineto subscribes
+// again right after its teardown unless CUPTI_LAZY_REINIT=1): braid then records without its
+// callbacks and takes the subscription when a client next unsubscribes.
 void try_take_back() {
   if (!g_want_back.load() || steady_ns() < g_back_not_before.load()) return;
   Agent* a = Agent::running();
@@ -604,7 +552,9 @@ void try_take_back() {
   }
   {
     std::unique_lock ok(g_owner_mu);
-    if (owner() != Owner::Yielded) {
+    const Owner was = owner();
+    const bool records = was == Owner::Yielded;  // else only the subscription is wanted back
+    if (!records && !(was == Owner::Holding && g_sub_handed.load())) {
       g_want_back.store(false);
       return;
     }
@@ -613,30 +563,55 @@ void try_take_back() {
     g_want_back.store(false);
     char holder[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {0};
     const char* what = "";
-    if (CUptiResult rc = subscribe_braid(holder, sizeof holder - 1, &what); rc != CUPTI_SUCCESS) {
+    CUptiResult rc =
+        g_subscriber ? CUPTI_SUCCESS : subscribe_callbacks(holder, sizeof holder - 1, &what);
+    const bool subscribed = rc == CUPTI_SUCCESS;
+    // Refused the subscription: the records alone come back.
+    if (records && rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+      rc = register_buffers(&what);
+    else if (records && subscribed)
+      rc = register_buffers(&what);
+    if (rc != CUPTI_SUCCESS) {
+      if (subscribed && g_subscriber) real().unsubscribe(g_subscriber);
+      if (subscribed) g_subscriber = nullptr;
       std::string why = std::string(what) + ": " + result_name(rc) +
                         (holder[0] ? std::string(", held by ") + holder : std::string());
-      say_gap("could not take CUPTI back after " + how + " (" + why + ")",
-              g_gap_detail + "; braid could not take it back after " + how + " (" + why + ")", 0);
+      if (records)
+        say_gap("could not take CUPTI back after " + how + " (" + why + ")",
+                g_gap_detail + "; braid could not take it back after " + how + " (" + why + ")", 0);
       return;
     }
-    switch_for_run(a->config(), true);
+    if (records)
+      switch_for_run(a->config(), true);
+    else
+      enable_callbacks(a->config());
     if (g_finalizing.load() || g_finalized.load() != finalized) {
       // Finalized under braid meanwhile (the client's teardown unsubscribes, then finalizes):
-      // the subscription is gone again; braid tries once the finalize is over.
-      g_registered.store(false);
+      // the subscription and buffers are gone again; braid tries once the finalize is over.
+      if (records) g_registered.store(false);
       g_subscriber = nullptr;
       g_want_back.store(true);
       return;
     }
-    g_owner.store(static_cast<int>(holder[0] ? Owner::Shared : Owner::Holding));
+    g_sub_handed.store(!subscribed);
+    const std::string kept =
+        subscribed ? std::string()
+                   : "; its subscription stays with " +
+                         (holder[0] ? std::string(holder) : std::string("that client")) +
+                         ", so CUDA-graph launches of NCCL calls are not linked until it "
+                         "unsubscribes";
+    if (!records) {
+      std::fprintf(stderr, "braid capture: took its CUPTI subscription back (%s)\n", how.c_str());
+      return;
+    }
+    g_owner.store(static_cast<int>(holder[0] && subscribed ? Owner::Shared : Owner::Holding));
     {
       std::lock_guard lk(g_window_mu);
       g_yielded.store(false);
       post_gap(false);
     }
-    say_gap("took CUPTI back (" + how + "): braid records again",
-            g_gap_detail + "; took it back at " + at_seconds() + " (" + how + ")", 0);
+    say_gap("took CUPTI back (" + how + "): braid records again" + kept,
+            g_gap_detail + "; took it back at " + at_seconds() + " (" + how + ")" + kept, 0);
   }
   reconcile();  // the window's kinds, as the controller wants them now
 }
@@ -661,10 +636,33 @@ bool yield_to(const std::string& tool, const std::string& how) {
   cuptiActivityFlushAll(0);
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   g_registered.store(false);
-  real().unsubscribe(g_subscriber);
+  if (g_subscriber) real().unsubscribe(g_subscriber);
   g_subscriber = nullptr;
+  g_sub_handed.store(false);  // taking the records back takes the subscription too
   return true;
 }
+
+bool yield_subscription(const std::string& tool, const std::string& how) {
+  std::lock_guard ok(g_owner_mu);
+  Agent* a = Agent::running();
+  // A cudaProfilerStart window needs braid's callbacks: there the client gets all of CUPTI.
+  if (owner() != Owner::Holding || !a || !g_subscriber ||
+      a->config().window.kind == WindowKind::ProfilerApi)
+    return false;
+  real().unsubscribe(g_subscriber);
+  g_subscriber = nullptr;
+  g_sub_handed.store(true);
+  const std::string line =
+      "handed its CUPTI subscription to " + tool + " (its " + how +
+      "): braid still records CUDA activity; CUDA-graph launches of NCCL calls are not linked "
+      "until that client unsubscribes (--cupti yield; --cupti hold keeps CUPTI)";
+  std::fprintf(stderr, "braid capture: %s\n", line.c_str());
+  a->pipeline().post(
+      diag::make(diag::Code::capture_cupti_callbacks_yielded, 1, line + " at " + at_seconds()));
+  return true;
+}
+
+bool subscription_handed() { return g_sub_handed.load(); }
 
 void lost_to(const std::string& tool, const std::string& how) {
   if (owner() != Owner::Holding && owner() != Owner::Shared) return;
@@ -680,7 +678,7 @@ void lost_to(const std::string& tool, const std::string& how) {
 
 // May run inside the client's CUPTI callback: no lock that is held across a CUPTI call.
 void take_back_soon(const std::string& how, int after_ms) {
-  if (owner() != Owner::Yielded) return;
+  if (owner() != Owner::Yielded && !g_sub_handed.load()) return;
   {
     std::lock_guard lk(g_how_mu);
     g_back_how = "its client " + how;

@@ -6,11 +6,14 @@
 // functions never come through here (real()).
 //
 // What braid does around the call depends on who holds CUPTI (cupti_state.h) and on --cupti:
-//  - yield (the default): the first subscription or buffer registration of another client while
-//    braid holds CUPTI (CUDA 13.0's CUPTI has one subscriber and one set of activity buffers per
-//    process) makes braid hand CUPTI over before the call goes on, so the client gets what it
-//    would get without braid; when that client unsubscribes or finalizes CUPTI (Kineto does both
-//    at its teardown, with TEARDOWN_CUPTI=1), braid takes CUPTI back. The gap is said.
+//  - yield (the default): CUDA 13.0's CUPTI has one subscriber and one set of activity buffers per
+//    process, and braid hands over what the client asks for before its call goes on, so the
+//    client gets what it would get without braid: a subscription takes braid's subscription (its
+//    callbacks; braid's records go on), a buffer registration takes the records too (a gap in
+//    braid's records). When that client unsubscribes or finalizes CUPTI (Kineto does both at its
+//    teardown, with TEARDOWN_CUPTI=1), braid takes back what it can: Kineto subscribes again
+//    right after its teardown (unless CUPTI_LAZY_REINIT=1), and braid then records without its
+//    callbacks. Each hand-over is said.
 //  - hold: braid keeps CUPTI; a refused client is said (its profile has no GPU activity), and so
 //    is a client taking braid's buffers or kinds.
 //  - a CUPTI that takes several subscribers (braid asks for it where CUPTI is 13.2 or later): the
@@ -54,7 +57,9 @@ CUptiResult after_subscribe(CUptiResult rc, Retry&& retry, const std::string& to
     return rc;
   }
   if (rc != CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || owner() != Owner::Holding) return rc;
-  if (yield_policy() && yield_to(tool, how)) {
+  // A subscription asks for callbacks only: braid hands over its own and keeps recording until
+  // the client registers activity buffers (where its window needs callbacks, all of CUPTI).
+  if (yield_policy() && (yield_subscription(tool, how) || yield_to(tool, how))) {
     rc = retry();
     // Refused again (a third client holds CUPTI): braid had no reason to let go.
     if (rc != CUPTI_SUCCESS) take_back_soon("was refused anyway (" + result_name(rc) + ")");
@@ -99,7 +104,7 @@ cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
   if (!real().unsubscribe) return CUPTI_ERROR_NOT_INITIALIZED;
   CUptiResult rc = real().unsubscribe(subscriber);
   if (rc == CUPTI_SUCCESS) {
-    if (owner() == Owner::Yielded)
+    if (owner() == Owner::Yielded || subscription_handed())
       take_back_soon("unsubscribed", kAfterUnsubscribeMs);
     else if (owner() == Owner::Shared)
       shared_client_left();

@@ -4,9 +4,12 @@
 
 #include <cupti.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "capture/activity.h"
 
 namespace braid::capture::agent {
 
@@ -36,6 +39,13 @@ bool yield_policy();      // --cupti yield (else hold)
 bool braid_registered();  // braid's activity buffers are CUPTI's
 bool window_kinds_on();   // the window's kinds (kernels, copies, ...) are on
 
+// The canary (cupti_watch.cc): while a window is open, every `period_ms` a DEVICE record dumped
+// into braid's buffers must come back through them; two in a row that do not are said as
+// capture.cupti_taken. On the writer thread's tick.
+void canary_tick(int period_ms);
+// Parses an activity buffer into `h`, noting the canary's DEVICE record.
+void parse_with_canary(const uint8_t* buf, size_t valid, ActivityHandler& h);
+
 // Said once per code on stderr and counted in diagnostics (capture.cupti_taken when `taken`, else
 // capture.cupti_contended).
 void report_other_client(bool taken, const std::string& detail);
@@ -45,11 +55,19 @@ std::string result_name(CUptiResult rc);
 // flushed, braid unsubscribed, the gap begun (its window closes; capture.cupti_yielded, stderr).
 // False when braid did not hold CUPTI. Not inside a CUPTI callback.
 bool yield_to(const std::string& tool, const std::string& how);
+// Hands only braid's subscription (its callbacks) to `tool`, whose cuptiSubscribe was refused:
+// braid's records go on (the activity API needs no subscription) and its buffers stay until the
+// client registers its own (yield_to). Said on stderr and as capture.cupti_callbacks_yielded.
+// False when braid holds no subscription, or its window needs the callbacks (cudaProfilerStart).
+bool yield_subscription(const std::string& tool, const std::string& how);
+// Braid handed its subscription over and wants it back.
+bool subscription_handed();
 // CUPTI was torn down under braid (another client's cuptiFinalize): the gap begins with no call
 // into CUPTI (the client may be inside one of its callbacks).
 void lost_to(const std::string& tool, const std::string& how);
-// The client braid yielded to let go (`how`): braid takes CUPTI back on its writer thread, not
-// before `after_ms` (what the client does next, e.g. finalize after unsubscribing, comes first).
+// The client braid yielded to let go (`how`): braid takes CUPTI back (or only its subscription,
+// where that was all it handed over) on its writer thread, not before `after_ms` (what the client
+// does next, e.g. finalize after unsubscribing, comes first).
 // Lock-free: it may run inside that client's CUPTI callback.
 void take_back_soon(const std::string& how, int after_ms = 0);
 inline constexpr int kAfterUnsubscribeMs = 200;

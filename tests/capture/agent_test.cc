@@ -647,34 +647,45 @@ std::vector<std::pair<int64_t, int64_t>> windows(const std::string& file) {
   return out;
 }
 
-// Issue 32, item 5: by default (--cupti yield) braid hands CUPTI to the job's own profiler when it
-// asks (Kineto's subscription), so torch.profiler gets its kernels, and takes CUPTI back when the
-// profiler's teardown unsubscribes and finalizes it. Braid's records have a gap there: two stored
+// Issue 32, item 5: by default (--cupti yield) braid hands the job's own profiler what it asks
+// for: Kineto's subscription takes braid's subscription (its callbacks; braid still records), its
+// buffer registration takes braid's records, so torch.profiler gets its kernels; braid takes CUPTI
+// back when the profiler's teardown unsubscribes and finalizes it (here Kineto's lazy re-init,
+// CUPTI_LAZY_REINIT=1: nothing subscribes after it). Braid's records have a gap there: two stored
 // windows with the profiler's kernels between them, a diagnostic naming the client and both
 // times, and a line on stderr each way.
 TEST(AgentCoexistence, ProfilerStartedUnderBraidGetsCuptiAndGivesItBack) {
   test::TempDir tmp;
-  JobRun r = run_job(tmp, {"kineto"}, {{"BRAID_CAPTURE_FLUSH_MS", "20"}});
+  JobRun r =
+      run_job(tmp, {"kineto"}, {{"BRAID_CAPTURE_FLUSH_MS", "20"}, {"CUPTI_LAZY_REINIT", "1"}});
   ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
   // The profiler got what it gets without braid.
   EXPECT_EQ(r.out, "subscribe 0\nregister 0\nprofiler kernels 5\nkineto done\n");
-  EXPECT_NE(r.err.find("braid capture: handed CUPTI to another CUPTI client (e.g. "
-                       "torch.profiler) in capture_fake_cuda_job (its cuptiSubscribe)"),
+  const std::string client = "another CUPTI client (e.g. torch.profiler) in capture_fake_cuda_job";
+  EXPECT_NE(r.err.find("braid capture: handed its CUPTI subscription to " + client +
+                       " (its cuptiSubscribe): braid still records CUDA activity"),
             std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("braid capture: took CUPTI back (its client finalized CUPTI)"),
+  EXPECT_NE(r.err.find("braid capture: handed CUPTI to " + client +
+                       " (its cuptiActivityRegisterCallbacks)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("braid capture: took CUPTI back (its client finalized CUPTI): braid records "
+                       "again\n"),
             std::string::npos)
       << r.err;
   ASSERT_FALSE(r.file.empty());
   auto d = diagnostics(r.file);
   EXPECT_EQ(d["capture.cupti_yielded"], 1);
+  EXPECT_EQ(d["capture.cupti_callbacks_yielded"], 1);
   EXPECT_EQ(d.count("capture.cupti_contended"), 0u);
   EXPECT_EQ(d.count("capture.cupti_taken"), 0u);
   TraceReader tr(r.file);
   std::string detail;
   for (auto& x : tr.diagnostics(1))
     if (x.code == "capture.cupti_yielded") detail = x.detail;
-  EXPECT_NE(detail.find("capture_fake_cuda_job (its cuptiSubscribe) at "), std::string::npos)
+  EXPECT_NE(detail.find("capture_fake_cuda_job (its cuptiActivityRegisterCallbacks) at "),
+            std::string::npos)
       << detail;
   EXPECT_NE(detail.find("; took it back at "), std::string::npos) << detail;
   // Braid's kernels: the 5 before the profile and the 5 after it, none of the profiler's.
@@ -688,15 +699,53 @@ TEST(AgentCoexistence, ProfilerStartedUnderBraidGetsCuptiAndGivesItBack) {
   EXPECT_EQ(
       count(r.file, "SELECT COUNT(*) FROM kernels WHERE start_ns >= " + std::to_string(w[1].first)),
       5);
-  // Handed over in order: the profiler's subscription refused, braid's records flushed and
-  // switched off, braid's subscription ended, the profiler's subscription forwarded again.
+  // Handed over in order: the profiler's subscription refused, braid's subscription ended, the
+  // profiler's subscription forwarded again; at its registration braid's records flushed first.
   const size_t refused = r.log.find("cuptiSubscribe \n"), off = r.log.find("cuptiUnsubscribe");
   ASSERT_NE(off, std::string::npos) << r.log;
-  const size_t flushed = r.log.rfind("cuptiActivityFlushAll 1", off);
   const size_t again = r.log.find("cuptiSubscribe \n", off);
-  EXPECT_LT(refused, flushed) << r.log;
-  EXPECT_NE(flushed, std::string::npos) << r.log;
+  EXPECT_LT(refused, off) << r.log;
   EXPECT_NE(again, std::string::npos) << r.log;
+  const size_t theirs = r.log.find("cuptiActivityRegisterCallbacks", again);
+  const size_t flushed = r.log.find("cuptiActivityFlushAll 1", again);
+  EXPECT_LT(flushed, theirs) << r.log;
+}
+
+// Issue 32, item 5, as a real H100 showed it: Kineto's teardown subscribes again right after it
+// finalizes CUPTI (reenableCuptiCallbacks_, its default), before or after braid takes CUPTI back.
+// Either way the profiler's subscription succeeds and braid records the kernels after the
+// profile (braid used to hand all of CUPTI over again at that subscription and record nothing
+// more). At once (Kineto usually wins; braid takes its records back without a subscription) and
+// 150 ms later (braid takes all back first, then hands its subscription over).
+TEST(AgentCoexistence, KinetoSubscribingAgainAfterItsTeardownLeavesBraidRecording) {
+  for (const char* reinit_ms : {"0", "150"}) {
+    SCOPED_TRACE(std::string("FAKE_KINETO_REINIT_MS=") + reinit_ms);
+    test::TempDir tmp;
+    JobRun r = run_job(tmp, {"kineto"},
+                       {{"BRAID_CAPTURE_FLUSH_MS", "20"}, {"FAKE_KINETO_REINIT_MS", reinit_ms}});
+    ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
+    EXPECT_EQ(r.out, "subscribe 0\nregister 0\nprofiler kernels 5\nresubscribe 0\nkineto done\n");
+    EXPECT_NE(r.err.find("braid capture: took CUPTI back (its client finalized CUPTI)"),
+              std::string::npos)
+        << r.err;
+    const bool kineto_first = r.err.find("its subscription stays with") != std::string::npos;
+    // Braid's subscription was handed over twice when braid took it back first.
+    size_t handed = 0;
+    for (size_t at = 0; (at = r.err.find("handed its CUPTI subscription", at)) != std::string::npos;
+         ++at)
+      ++handed;
+    EXPECT_EQ(handed, kineto_first ? 1u : 2u) << r.err;
+    if (std::string(reinit_ms) != "0") {
+      EXPECT_FALSE(kineto_first) << r.err;
+    }
+    ASSERT_FALSE(r.file.empty());
+    EXPECT_EQ(count(r.file, "SELECT COUNT(*) FROM kernels"), 10);
+    auto w = windows(r.file);
+    ASSERT_EQ(w.size(), 2u);
+    EXPECT_EQ(count(r.file,
+                    "SELECT COUNT(*) FROM kernels WHERE start_ns >= " + std::to_string(w[1].first)),
+              5);
+  }
 }
 
 // Issue 32, item 5: a CUPTI that serves several subscribers (13.2 and later, on a driver that
@@ -709,7 +758,7 @@ TEST(AgentCoexistence, SeveralSubscribersBothRecord) {
                       {"FAKE_CUPTI_VERSION", "130200"},
                       {"FAKE_CUPTI_MULTI_SUBSCRIBER", "1"}});
   ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.status << r.err;
-  EXPECT_EQ(r.out, "subscribe 0\nregister 0\nprofiler kernels 5\nkineto done\n");
+  EXPECT_EQ(r.out, "subscribe 0\nregister 0\nprofiler kernels 5\nresubscribe 0\nkineto done\n");
   EXPECT_NE(r.log.find("cuptiSubscribe_v2 braid allow-multiple"), std::string::npos) << r.log;
   EXPECT_NE(r.err.find("subscribed to CUPTI beside braid (CUPTI 130200 serves several "
                        "subscribers): both record"),

@@ -30,8 +30,10 @@
 //              (cuptiActivityRegisterCallbacks, CONCURRENT_KERNEL enabled), 5 kernels, its stop
 //              flushes (forced) and switches the kind off, and its teardown (TEARDOWN_CUPTI=1)
 //              runs from its callback at the exit of the next runtime call: cuptiUnsubscribe,
-//              cuptiFinalize; after a pause, 5 more kernels. Prints the results CUPTI gave it and
-//              the kernel records it received.
+//              cuptiFinalize; then its teardown thread subscribes again (cuptiSubscribe;
+//              "resubscribe N"), unless CUPTI_LAZY_REINIT=1, after FAKE_KINETO_REINIT_MS (default
+//              at once); after a pause, 5 more kernels. Prints the results CUPTI gave it and the
+//              kernel records it received.
 //   markers    a CUPTI client of the job recording NVTX as CUPTI MARKER records: subscribes,
 //              registers its buffers, enables MARKER, 3 push/pop ranges and 1 start/end range,
 //              a forced flush, then unsubscribes and finalizes CUPTI; prints the results CUPTI
@@ -343,6 +345,15 @@ int run_kineto() {
     g_teardown.store(true);
     cuptiEnableDomain(1, g_kineto, CUPTI_CB_DOMAIN_RUNTIME_API);
     fakecuda_get_device();
+  }
+  // Kineto's teardown thread then subscribes again for its callbacks (reenableCuptiCallbacks_),
+  // unless CUPTI_LAZY_REINIT=1 leaves that to its next profile; FAKE_KINETO_REINIT_MS delays it.
+  const char* lazy = std::getenv("CUPTI_LAZY_REINIT");
+  if (sub == CUPTI_SUCCESS && !(lazy && std::string(lazy) == "1")) {
+    const char* ms = std::getenv("FAKE_KINETO_REINIT_MS");
+    if (ms) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+    std::printf("resubscribe %d\n",
+                static_cast<int>(cuptiSubscribe(&g_kineto, kineto_callback, nullptr)));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // braid takes CUPTI back
   for (int i = 0; i < 5; ++i) fakecuda_launch(7, "gemm_kernel");

@@ -68,6 +68,33 @@ TEST(GpuCheck, BadUsageIsOneLineAndExitTwo) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "gpu_check: RUNS must be a positive number, got 'five'\n");
   EXPECT_EQ(r.out, "");
+  r = script(tmp, "BRAID_GPU_CHECK_PART_S=soon sh", "'" BRAID_BINARY_DIR "'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "gpu_check: BRAID_GPU_CHECK_PART_S must be a number of seconds, got 'soon'\n");
+}
+
+// What one host clock read costs on the machine (braid-bench-capture-ops clock|tsc, quoted in
+// docs/BENCHMARKS.md for the H100 machine): no GPU needed, one line per round.
+TEST(GpuScripts, ClockCostOpsRunWithoutAGpu) {
+  const std::string ops = BRAID_BINARY_DIR "/bench/braid-bench-capture-ops";
+  if (!fs::exists(ops)) GTEST_SKIP() << ops << " is not built (it needs nvcc)";
+  test::TempDir tmp;
+  for (const std::string op : {"clock", "tsc"}) {
+    const int st =
+        std::system((ops + " " + op + " 1000 2 >'" + tmp.file("out") + "' 2>&1").c_str());
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << test::slurp(tmp.file("out"));
+    std::istringstream in(test::slurp(tmp.file("out")));
+    int lines = 0;
+    for (std::string name; in >> name;) {
+      double ns = 0;
+      in >> ns;
+      EXPECT_EQ(name, op);
+      EXPECT_GT(ns, 0.0);
+      EXPECT_LT(ns, 100000.0);
+      ++lines;
+    }
+    EXPECT_EQ(lines, 2) << op;
+  }
 }
 
 // The code of a shell script: comment lines and trailing comments removed.

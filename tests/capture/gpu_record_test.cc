@@ -202,9 +202,10 @@ TEST_F(GpuRecord, GraphReplaysGiveCollectives) {
     EXPECT_NE(d.code, "capture.collective_without_kernel") << d.detail;
 }
 
-// A job running torch.profiler over 10 matrix products, between 3 before and 5 after it; prints
-// "profiler kernels N" (the CUDA events the profiler recorded).
+// A job running torch.profiler over 10 matrix products, between 3 before and 100 ms of products
+// after it; prints "profiler kernels N" (the CUDA events the profiler recorded).
 const char* kProfilerJob = R"PY(
+import time
 import torch
 from torch.profiler import profile, ProfilerActivity
 w = torch.randn(1024, 1024, device="cuda")
@@ -216,9 +217,10 @@ with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         y = w @ w
     torch.cuda.synchronize()
 kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-for i in range(5):
+t = time.time()
+while time.time() - t < 0.1:
     y = w @ w
-torch.cuda.synchronize()
+    torch.cuda.synchronize()
 print(f"profiler kernels {kernels}")
 )PY";
 
@@ -282,11 +284,15 @@ TEST_F(GpuRecord, TorchProfilerTeardownGivesCuptiBack) {
   TraceReader r(p.file);
   auto w = r.capture_windows(1);
   ASSERT_EQ(w.size(), 2u) << p.err;
-  // The 5 products after the profile are braid's again (each one kernel or more).
+  // Kineto finalizes CUPTI in the exit callback of the job's next CUDA call after the profile,
+  // and braid's take-back (CUPTI initialized again) took about 20 ms on an H100 (2026-11-28):
+  // the products of the 100 ms after the profile are braid's again from there on. The gap
+  // between the two windows is the hand-over, stored as such.
   const Ns after = std::max(w[0].start, w[1].start);
   EXPECT_GE(sql::scalar(r.db(),
                         "SELECT COUNT(*) FROM kernels WHERE start_ns >= " + std::to_string(after)),
             5);
+  EXPECT_LT(after - std::min(w[0].end, w[1].end), 100'000'000) << p.err;
 }
 
 // --cupti hold keeps today's behaviour: the profiler is refused (its trace has no GPU activity)
