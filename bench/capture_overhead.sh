@@ -15,7 +15,9 @@
 # (scripts/gpu_check.sh runs it on its own). Prints the table of medians
 # (braid-bench-capture-summary) and leaves the raw measurements in OUT_DIR/measurements.
 # Runs on the lent GPU machine: only sh, awk and python3 beyond the built tree (no bc).
-# Usage: [BRAID_RECORD_ARGS="--trace cuda"] bench/capture_overhead.sh BUILD_DIR [RUNS] [OUT_DIR]
+# BRAID_BENCH_ONLY=ops keeps the per-operation rows only (no PyTorch or whole-run rows).
+# Usage: [BRAID_RECORD_ARGS="--trace cuda"] [BRAID_BENCH_ONLY=ops] bench/capture_overhead.sh
+#        BUILD_DIR [RUNS] [OUT_DIR]
 set -eu
 . "$(dirname "$0")/common.sh"
 bench_dirs "bench/capture_overhead.sh BUILD_DIR [RUNS] [OUT_DIR]" "$@"
@@ -65,6 +67,9 @@ while [ "$i" -lt "$runs" ]; do
     floor "$ops" "$op" 20000 1 | sed 's/^/floor /' >>"$m"
     rec "$ops" "$op" 20000 1 | sed 's/^/braid /' >>"$m"
   done
+  # BRAID_BENCH_ONLY=ops: the per-operation rows alone (about 20 s a run on an H100, against more
+  # than 80 s with the PyTorch and whole-run rows), e.g. once per --trace subset.
+  [ "${BRAID_BENCH_ONLY:-}" = ops ] && { i=$((i + 1)); continue; }
   if [ "$have_torch" = 1 ]; then
     for kind in launch compute; do
       python3 "$here/capture_torch_step.py" "$kind" 50 | sed 's/^/none /' >>"$m"

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <mutex>
 #include <new>
 
 namespace braid::capture {
@@ -50,6 +51,16 @@ static_assert(sizeof(Record) == 24);
 
 std::atomic<ThreadLog*> g_threads{nullptr};
 std::atomic<int64_t> g_dropped{0};
+std::atomic<int64_t> g_heap_chunks{0};  // taken from the heap on an application thread
+
+// Chunks the reader allocated and touched, for a thread whose own read chunks are not back yet
+// (a burst longer than the reader's period: the reader drains every 500 ms by default). Each
+// page of a fresh heap chunk costs the writing thread a page fault (expensive in a virtual
+// machine); a reserve chunk's pages are mapped already. Taken under the lock, once per chunk.
+std::mutex g_reserve_mu;
+Chunk* g_reserve = nullptr;  // linked through next_free
+size_t g_reserve_size = 0;
+std::atomic<bool> g_reserve_wanted{false};
 // A plain pointer: an NVTX call made during exit, after thread_local destructors ran, still finds
 // its log. Marked ended through a pthread key at thread exit.
 thread_local ThreadLog* t_log = nullptr;
@@ -59,6 +70,40 @@ pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 // Default-initialized: the 64 KiB of data are not zeroed (only the header is set).
 Chunk* new_chunk() { return new (std::nothrow) Chunk; }
 
+// An application thread's next chunk when none of its own is back: from the reserve, else the
+// heap.
+Chunk* take_chunk() {
+  {
+    std::lock_guard lk(g_reserve_mu);
+    if (Chunk* c = g_reserve) {
+      g_reserve = c->next_free;
+      --g_reserve_size;
+      c->next_free = nullptr;
+      return c;
+    }
+  }
+  g_heap_chunks.fetch_add(1, std::memory_order_relaxed);
+  return new_chunk();
+}
+
+// The reserve back to its size (once reserve() asked for one).
+void refill_reserve() {
+  if (!g_reserve_wanted.load(std::memory_order_relaxed)) return;
+  for (;;) {
+    {
+      std::lock_guard lk(g_reserve_mu);
+      if (g_reserve_size >= NvtxLog::kReserveChunks) return;
+    }
+    Chunk* c = new_chunk();
+    if (!c) return;
+    std::memset(c->data, 0, sizeof c->data);  // its pages mapped here, not on the writing thread
+    std::lock_guard lk(g_reserve_mu);
+    c->next_free = g_reserve;
+    g_reserve = c;
+    ++g_reserve_size;
+  }
+}
+
 // The thread: a chunk to write next, a read one when there is one (no lock: one exchange, once per
 // list the reader handed back).
 Chunk* next_chunk(ThreadLog* t) {
@@ -67,15 +112,14 @@ Chunk* next_chunk(ThreadLog* t) {
     for (Chunk* c = t->spare; c; c = c->next_free)
       t->n_freed.fetch_sub(1, std::memory_order_relaxed);
   }
-  if (Chunk* c = t->spare) {
-    t->spare = c->next_free;
-    c->committed.store(0, std::memory_order_relaxed);
-    c->consumed = 0;
-    c->next.store(nullptr, std::memory_order_relaxed);
-    c->next_free = nullptr;
-    return c;  // published to the reader by the release store of the chunk before it
-  }
-  return new_chunk();
+  Chunk* c = t->spare;
+  if (!c) return take_chunk();
+  t->spare = c->next_free;
+  c->committed.store(0, std::memory_order_relaxed);
+  c->consumed = 0;
+  c->next.store(nullptr, std::memory_order_relaxed);
+  c->next_free = nullptr;
+  return c;  // published to the reader by the release store of the chunk before it
 }
 
 // The reader: a chunk it has read goes back to its thread, or to the heap past the cap.
@@ -117,7 +161,7 @@ ThreadLog* this_thread_log() {
   });
   auto* t = new ThreadLog();
   t->tid = static_cast<int64_t>(syscall(SYS_gettid));
-  Chunk* c = new_chunk();
+  Chunk* c = take_chunk();
   t->head = c;
   t->tail.store(c, std::memory_order_relaxed);
   t->chunks.store(c ? 1 : 0, std::memory_order_relaxed);
@@ -175,6 +219,7 @@ void NvtxLog::add(NvtxEvent::Kind kind, int64_t ts, uint64_t id, std::string_vie
 }
 
 void NvtxLog::freeze() {
+  refill_reserve();
   for (ThreadLog* t = g_threads.load(std::memory_order_acquire); t; t = t->next) {
     if (t->finished) continue;
     t->frozen = t->tail.load(std::memory_order_acquire);
@@ -224,5 +269,12 @@ void NvtxLog::read(const std::function<void(const NvtxEvent&)>& fn) {
 }
 
 int64_t NvtxLog::dropped() { return g_dropped.load(std::memory_order_relaxed); }
+
+int64_t NvtxLog::heap_chunks() { return g_heap_chunks.load(std::memory_order_relaxed); }
+
+void NvtxLog::reserve() {
+  g_reserve_wanted.store(true, std::memory_order_relaxed);
+  refill_reserve();
+}
 
 }  // namespace braid::capture

@@ -2,8 +2,10 @@
 // logs the application's threads append to without a lock or a system call, and the agent's
 // writer thread reads. Each thread writes into a chunk of its own (64 KiB); a full chunk is
 // chained to the next (once per 64 KiB of events): one the reader has read and handed back to the
-// thread (up to 64 wait per thread, so their pages stay mapped), else a fresh one from the heap. A
-// record is committed by one release store, so the reader sees whole records only. CUDA-free.
+// thread (up to 64 wait per thread, so their pages stay mapped), else one of a reserve the reader
+// keeps allocated and touched (kReserveChunks, shared by the threads: a burst longer than the
+// reader's period pays no page faults), else a fresh one from the heap. A record is committed by
+// one release store, so the reader sees whole records only. CUDA-free.
 #pragma once
 
 #include <atomic>
@@ -38,10 +40,17 @@ class NvtxLog {
   static void read(const std::function<void(const NvtxEvent&)>& fn);
   // Events dropped so far (a thread over its cap).
   static int64_t dropped();
+  // Keeps a reserve of chunks from here on (allocated and touched now, refilled at each
+  // freeze()): the agent asks for it when it records NVTX, before the job's first range.
+  static void reserve();
+  // Chunks an application thread had to take from the heap (its read chunks not back, the
+  // reserve empty).
+  static int64_t heap_chunks();
 
   static constexpr size_t kChunkBytes = 64 << 10;
   static constexpr size_t kMaxChunksPerThread = 1024;  // 64 MiB unread per thread
   static constexpr size_t kMaxText = 4096;             // longer names are cut
+  static constexpr size_t kReserveChunks = 64;         // 4 MiB (reserve())
 };
 
 }  // namespace braid::capture

@@ -301,6 +301,8 @@ bool install(NvtxGetExportTableFunc_t get_export_table) {
 }  // namespace
 
 void nvtx_hooks_start(bool record) {
+  // The log's reserve of touched chunks, before the job's first range (4 MiB, once).
+  if (record) NvtxLog::reserve();
   g_record.store(record, std::memory_order_relaxed);
   g_on.store(true, std::memory_order_release);
 }

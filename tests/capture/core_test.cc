@@ -442,6 +442,33 @@ TEST(NvtxLog, ThreadsAppendReaderGetsFrozenEventsInOrder) {
   EXPECT_EQ(NvtxLog::dropped(), 0);
 }
 
+// A burst longer than the reader's period takes the reserve's touched chunks, not the heap's:
+// 20 chunks' worth of events on a fresh thread, nothing read meanwhile, no chunk from the heap;
+// the reserve is back to its size at the next freeze.
+TEST(NvtxLog, ABurstTakesTheReserveNotTheHeap) {
+  NvtxLog::reserve();
+  const int64_t heap_before = NvtxLog::heap_chunks();
+  const std::string name(40, 'r');  // 24 + 40 bytes a record: 1,024 records a chunk
+  std::thread burst([&] {
+    for (int i = 0; i < 20 * 1024; ++i) NvtxLog::add(NvtxEvent::Push, i, 0, name, "");
+  });
+  burst.join();
+  EXPECT_EQ(NvtxLog::heap_chunks(), heap_before);
+  int64_t read = 0;
+  NvtxLog::freeze();
+  NvtxLog::read([&](const NvtxEvent& e) { read += e.name == name; });
+  EXPECT_EQ(read, 20 * 1024);
+  // Refilled: another burst of the same size again needs no heap chunk.
+  NvtxLog::freeze();
+  std::thread again([&] {
+    for (int i = 0; i < 20 * 1024; ++i) NvtxLog::add(NvtxEvent::Push, i, 0, name, "");
+  });
+  again.join();
+  EXPECT_EQ(NvtxLog::heap_chunks(), heap_before);
+  NvtxLog::freeze();
+  NvtxLog::read([](const NvtxEvent&) {});
+}
+
 TEST(Launcher, EnvironmentInjectsTheAgentAndSettings) {
   RecordOptions o;
   o.output = "/tmp/out/job.braid";
