@@ -52,6 +52,9 @@ std::string client_name(const void* code, const char* subscriber_name = nullptr)
 template <typename Retry>
 CUptiResult after_subscribe(CUptiResult rc, Retry&& retry, const std::string& tool,
                             const char* how) {
+  // Braid holding its records without a subscription (it handed that over): a client's
+  // subscription, granted or refused, is not braid's doing.
+  if (subscription_handed()) return rc;
   if (rc == CUPTI_SUCCESS) {
     if (owner() == Owner::Holding) note_shared(tool);
     return rc;
