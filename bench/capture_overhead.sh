@@ -67,8 +67,9 @@ while [ "$i" -lt "$runs" ]; do
     floor "$ops" "$op" 20000 1 | sed 's/^/floor /' >>"$m"
     rec "$ops" "$op" 20000 1 | sed 's/^/braid /' >>"$m"
   done
-  # BRAID_BENCH_ONLY=ops: the per-operation rows alone (about 20 s a run on an H100, against more
-  # than 80 s with the PyTorch and whole-run rows), e.g. once per --trace subset.
+  # BRAID_BENCH_ONLY=ops: the per-operation rows alone, e.g. once per --trace subset (the PyTorch
+  # rows, each starting Python and torch, take most of a run: three runs took over 240 s on an
+  # H100).
   [ "${BRAID_BENCH_ONLY:-}" = ops ] && { i=$((i + 1)); continue; }
   if [ "$have_torch" = 1 ]; then
     for kind in launch compute; do
