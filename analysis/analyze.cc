@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <set>
 
+#include "analysis/stream.h"
 #include "trace/diagnostics.h"
 #include "trace/error.h"
 #include "trace/json.h"
@@ -162,8 +163,9 @@ std::string job_name(const std::vector<JobFile>& files) {
          (files.size() > 2 ? "s" : "");
 }
 
-// Everything `braid analyze` computes, on a job loaded by one process or spread over several.
-Analysis analyze_job(const Job& job, const AnalyzeOptions& opt, Exchange& ex) {
+}  // namespace
+
+Analysis begin_analysis(const Job& job, const AnalyzeOptions& opt) {
   Analysis a;
   a.path = job_name(job.files);
   a.files = job.files;
@@ -172,7 +174,6 @@ Analysis analyze_job(const Job& job, const AnalyzeOptions& opt, Exchange& ex) {
   a.hta_compat = opt.hta_compat;
   a.profile = load_profile(opt.profile);
   const RunData& run = job.run;
-  const bool spread = ex.size() > 1;
   if (run.ranks.empty())
     throw JobError(ErrorCode::Empty,
                    a.path + ": run " + std::to_string(a.run_id) + " has no ranks");
@@ -199,11 +200,34 @@ Analysis analyze_job(const Job& job, const AnalyzeOptions& opt, Exchange& ex) {
   a.clocks = opt.solve_clocks ? align_clocks(run, a.match) : stored_clocks(run);
   a.diagnostics = a.match.diagnostics;
   a.diagnostics.insert(a.diagnostics.end(), a.clocks.diagnostics.begin(), a.clocks.diagnostics.end());
+  return a;
+}
 
+MetricsOptions metrics_options(const AnalyzeOptions& opt) {
   MetricsOptions mo;
   mo.step = opt.step;
   mo.top_kernels = opt.top_kernels;
   mo.hta_compat = opt.hta_compat;
+  return mo;
+}
+
+std::set<int64_t> path_steps(const RunData& run, const AnalyzeOptions& opt) {
+  std::set<int64_t> steps;
+  for (const auto& [r, t] : run.ranks)
+    for (const Step& s : t.steps)
+      if (opt.step < 0 || s.step == opt.step) steps.insert(s.step);
+  if (steps.empty()) steps.insert(-1);
+  return steps;
+}
+
+namespace {
+
+// Everything `braid analyze` computes, on a job loaded by one process or spread over several.
+Analysis analyze_job(const Job& job, const AnalyzeOptions& opt, Exchange& ex) {
+  Analysis a = begin_analysis(job, opt);
+  const RunData& run = job.run;
+  const bool spread = ex.size() > 1;
+  MetricsOptions mo = metrics_options(opt);
   if (spread) mo.holds = [&job](int32_t r) { return job.holds(r); };
   a.metrics = compute_metrics(run, a.match, a.clocks, mo);
   if (spread) gather_metrics(a.metrics, ex, job);
@@ -213,16 +237,18 @@ Analysis analyze_job(const Job& job, const AnalyzeOptions& opt, Exchange& ex) {
     if (job.holds(r)) timelines[r] = build_timeline(t);
   SpreadTimelines where;
   if (spread) where = {&ex, &job.owner};
-  std::set<int64_t> steps;
-  for (const auto& [r, t] : run.ranks)
-    for (const Step& s : t.steps)
-      if (opt.step < 0 || s.step == opt.step) steps.insert(s.step);
-  if (steps.empty()) steps.insert(-1);
-  for (int64_t s : steps) {
+  for (int64_t s : path_steps(run, opt)) {
     CriticalPathOptions co;
     co.step = s;
     a.paths.push_back(critical_path(run, a.match, a.clocks, timelines, co, where));
   }
+  finish_analysis(a, run);
+  return a;
+}
+
+}  // namespace
+
+void finish_analysis(Analysis& a, const RunData& run) {
   for (const Diagnostic& d : path_diagnostics(a.paths)) a.diagnostics.push_back(d);
 
   CostModel model(a.profile);
@@ -247,13 +273,12 @@ Analysis analyze_job(const Job& job, const AnalyzeOptions& opt, Exchange& ex) {
     if (s.bytes > 0) s.predicted_ns = model.collective_ns(s.op, s.bytes, s.nranks, s.comm, comm_members(run, s.comm));
     a.summary.push_back(s);
   }
-  return a;
 }
 
-}  // namespace
-
 Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt) {
-  const Job job = single_file_job(reader, opt.run >= 0 ? opt.run : default_run(reader));
+  const int64_t run = opt.run >= 0 ? opt.run : default_run(reader);
+  if (streams(reader, run, opt)) return analyze_streamed(reader, run, opt);
+  const Job job = single_file_job(reader, run);
   Exchange alone;
   return analyze_job(job, opt, alone);
 }

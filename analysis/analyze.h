@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,14 @@ struct AnalyzeOptions {
   bool solve_clocks = true;     // false: keep the offsets stored in the file
   int top_kernels = 10;
   bool hta_compat = false;  // whole-run rows in HTA's default window (MetricsOptions)
+  // One file analyzed rank by rank and a batch of steps at a time (analysis/stream.h): -1 when
+  // the whole run would take more than stream_above_bytes or half the memory left, and more
+  // than streaming it; 0 never; 1 always. The result is the same either way.
+  int stream = -1;
+  int64_t stream_above_bytes = int64_t{1} << 30;
+  // GPU ops of every rank in one batch of steps, about; 0: as many as one rank has on average
+  // (at least 10,000), so that a batch holds about what one rank's pass holds.
+  int64_t batch_ops = 0;
 };
 
 struct CollectiveSummary {  // per (communicator, op, size)
@@ -67,6 +76,16 @@ Analysis analyze(const TraceReader& reader, const AnalyzeOptions& opt = {});
 // with the same result, that of one process analyzing all the files.
 Analysis analyze_files(const std::vector<std::string>& paths, const AnalyzeOptions& opt,
                        Exchange& ex);
+
+// The parts of analyze(), for its streamed form (analysis/stream.h). begin_analysis: the
+// header, the step's check, matching and clocks, on a job whose ranks have at least their
+// collectives and steps; metrics_options: the metrics `opt` asks for; path_steps: the steps with
+// a critical path (-1 alone: the whole run); finish_analysis, once metrics and paths are in: the
+// paths' diagnostics, calibrated costs, parallelism labels and the per-size summary.
+Analysis begin_analysis(const Job& job, const AnalyzeOptions& opt);
+MetricsOptions metrics_options(const AnalyzeOptions& opt);
+std::set<int64_t> path_steps(const RunData& run, const AnalyzeOptions& opt);
+void finish_analysis(Analysis& a, const RunData& run);
 
 std::string report_text(const Analysis& a);
 std::string report_json(const Analysis& a);

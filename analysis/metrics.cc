@@ -163,102 +163,99 @@ std::map<int64_t, std::vector<int32_t>> by_step(const std::vector<T>& items, con
 
 }  // namespace
 
-Metrics compute_metrics(const RunData& run, const MatchResult& match, const ClockFit& clocks,
-                        const MetricsOptions& opt) {
-  Metrics out;
-  // Per rank, the merged computation intervals on the job axis (collective exposure).
-  std::map<int32_t, std::vector<Interval>> computation;
-  for (const auto& [r, t] : run.ranks) {
-    if (opt.holds && !opt.holds(r)) continue;
-    const Ns off = clocks.offset(r);
-    {
-      std::vector<Interval>& comp = computation[r];
-      for (const Kernel& k : t.kernels)
-        if (time_class(k.category) == TimeClass::Compute)
-          comp.push_back({k.start + off, k.end + off});
-      merge_intervals(comp);
+std::vector<Interval> add_rank_metrics(const RunData& run, int32_t r, const ClockFit& clocks,
+                                       const MetricsOptions& opt, Metrics& out) {
+  const RankTrace& t = run.ranks.at(r);
+  const Ns off = clocks.offset(r);
+  // The merged computation intervals on the job axis (collective exposure).
+  std::vector<Interval> comp;
+  for (const Kernel& k : t.kernels)
+    if (time_class(k.category) == TimeClass::Compute) comp.push_back({k.start + off, k.end + off});
+  merge_intervals(comp);
+  if (opt.step < 0) {
+    Activity a;
+    HtaWindow hw;
+    if (opt.hta_compat) hw = hta_window(t);
+    auto place = [&](Ns s, Ns e) {
+      return opt.hta_compat ? Interval{ceil_us(s) + off, floor_us(e) + off}
+                            : Interval{s + off, e + off};
+    };
+    for (const Kernel& k : t.kernels) {
+      if (opt.hta_compat && !hw.keeps(t, k.correlation)) continue;
+      a.add(place(k.start, k.end), time_class(k.category));
+      ++a.kernels;
     }
-    if (opt.step < 0) {
-      Activity a;
-      HtaWindow hw;
-      if (opt.hta_compat) hw = hta_window(t);
-      auto place = [&](Ns s, Ns e) {
-        return opt.hta_compat ? Interval{ceil_us(s) + off, floor_us(e) + off}
-                              : Interval{s + off, e + off};
-      };
-      for (const Kernel& k : t.kernels) {
-        if (opt.hta_compat && !hw.keeps(t, k.correlation)) continue;
-        a.add(place(k.start, k.end), time_class(k.category));
-        ++a.kernels;
-      }
-      for (const Memcpy& c : t.memcpys)
-        if (!opt.hta_compat || hw.keeps(t, c.correlation))
-          a.add(place(c.start, c.end), TimeClass::Memory);
-      if (a.lo <= a.hi) {
-        RankMetrics m = row_metrics(r, a, a.lo, a.hi);
-        m.step = -1;
-        for (const Collective& c : t.collectives)
-          if (c.start + off >= a.lo && c.start + off < a.hi) ++m.collectives;
-        out.ranks.push_back(m);
-      }
-    }
-    // Step rows: the GPU work each step launched, over its own span (the step's host window
-    // when it launched none).
-    // Each activity's step is found once (by_step), not once per step.
-    auto wanted = [&](int64_t st) { return st >= 0 && (opt.step < 0 || st == opt.step); };
-    const auto kernels_in = by_step(
-        t.kernels, [&](const Kernel& k) { return t.kernel_step(k); }, wanted);
-    const auto copies_in = by_step(
-        t.memcpys, [&](const Memcpy& c) { return t.memcpy_step(c); }, wanted);
-    const auto colls_in = by_step(
-        t.collectives, [&](const Collective& c) { return t.collective_step(c); }, wanted);
-    for (const Step& s : t.steps) {
-      if (opt.step >= 0 && s.step != opt.step) continue;
-      Activity a;
-      if (auto it = kernels_in.find(s.step); it != kernels_in.end())
-        for (int32_t i : it->second) {
-          const Kernel& k = t.kernels[i];
-          a.add({k.start + off, k.end + off}, time_class(k.category));
-          ++a.kernels;
-        }
-      if (auto it = copies_in.find(s.step); it != copies_in.end())
-        for (int32_t i : it->second)
-          a.add({t.memcpys[i].start + off, t.memcpys[i].end + off}, TimeClass::Memory);
-      RankMetrics m = a.lo <= a.hi ? row_metrics(r, a, a.lo, a.hi)
-                                   : row_metrics(r, a, s.start + off, s.end + off);
-      m.step = s.step;
-      if (auto it = colls_in.find(s.step); it != colls_in.end())
-        m.collectives = static_cast<int64_t>(it->second.size());
+    for (const Memcpy& c : t.memcpys)
+      if (!opt.hta_compat || hw.keeps(t, c.correlation))
+        a.add(place(c.start, c.end), TimeClass::Memory);
+    if (a.lo <= a.hi) {
+      RankMetrics m = row_metrics(r, a, a.lo, a.hi);
+      m.step = -1;
+      for (const Collective& c : t.collectives)
+        if (c.start + off >= a.lo && c.start + off < a.hi) ++m.collectives;
       out.ranks.push_back(m);
     }
-    // Kernel breakdown.
-    std::map<StrId, KernelStat> by_name;
-    auto& cats = out.category_ns[r];
-    for (const Kernel& k : t.kernels) {
-      if (opt.step >= 0 && t.kernel_step(k) != opt.step) continue;
-      Ns d = k.end - k.start;
-      KernelStat& ks = by_name[k.name];
-      if (ks.count == 0) {
-        ks.rank = r;
-        ks.name = run.str(k.name);
-        ks.category = k.category;
-        ks.min_ns = d;
-      }
-      ++ks.count;
-      ks.total_ns += d;
-      ks.min_ns = std::min(ks.min_ns, d);
-      ks.max_ns = std::max(ks.max_ns, d);
-      cats[k.category] += d;
-    }
-    std::vector<KernelStat> v;
-    for (auto& [_, ks] : by_name) v.push_back(std::move(ks));
-    std::sort(v.begin(), v.end(), [](const KernelStat& a, const KernelStat& b) {
-      return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
-    });
-    if (static_cast<int>(v.size()) > opt.top_kernels) v.resize(opt.top_kernels);
-    for (auto& ks : v) out.kernels.push_back(std::move(ks));
   }
+  // Step rows: the GPU work each step launched, over its own span (the step's host window
+  // when it launched none).
+  // Each activity's step is found once (by_step), not once per step.
+  auto wanted = [&](int64_t st) { return st >= 0 && (opt.step < 0 || st == opt.step); };
+  const auto kernels_in = by_step(
+      t.kernels, [&](const Kernel& k) { return t.kernel_step(k); }, wanted);
+  const auto copies_in = by_step(
+      t.memcpys, [&](const Memcpy& c) { return t.memcpy_step(c); }, wanted);
+  const auto colls_in = by_step(
+      t.collectives, [&](const Collective& c) { return t.collective_step(c); }, wanted);
+  for (const Step& s : t.steps) {
+    if (opt.step >= 0 && s.step != opt.step) continue;
+    Activity a;
+    if (auto it = kernels_in.find(s.step); it != kernels_in.end())
+      for (int32_t i : it->second) {
+        const Kernel& k = t.kernels[i];
+        a.add({k.start + off, k.end + off}, time_class(k.category));
+        ++a.kernels;
+      }
+    if (auto it = copies_in.find(s.step); it != copies_in.end())
+      for (int32_t i : it->second)
+        a.add({t.memcpys[i].start + off, t.memcpys[i].end + off}, TimeClass::Memory);
+    RankMetrics m = a.lo <= a.hi ? row_metrics(r, a, a.lo, a.hi)
+                                 : row_metrics(r, a, s.start + off, s.end + off);
+    m.step = s.step;
+    if (auto it = colls_in.find(s.step); it != colls_in.end())
+      m.collectives = static_cast<int64_t>(it->second.size());
+    out.ranks.push_back(m);
+  }
+  // Kernel breakdown.
+  std::map<StrId, KernelStat> by_name;
+  auto& cats = out.category_ns[r];
+  for (const Kernel& k : t.kernels) {
+    if (opt.step >= 0 && t.kernel_step(k) != opt.step) continue;
+    Ns d = k.end - k.start;
+    KernelStat& ks = by_name[k.name];
+    if (ks.count == 0) {
+      ks.rank = r;
+      ks.name = run.str(k.name);
+      ks.category = k.category;
+      ks.min_ns = d;
+    }
+    ++ks.count;
+    ks.total_ns += d;
+    ks.min_ns = std::min(ks.min_ns, d);
+    ks.max_ns = std::max(ks.max_ns, d);
+    cats[k.category] += d;
+  }
+  std::vector<KernelStat> v;
+  for (auto& [_, ks] : by_name) v.push_back(std::move(ks));
+  std::sort(v.begin(), v.end(), [](const KernelStat& a, const KernelStat& b) {
+    return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
+  });
+  if (static_cast<int>(v.size()) > opt.top_kernels) v.resize(opt.top_kernels);
+  for (auto& ks : v) out.kernels.push_back(std::move(ks));
+  return comp;
+}
 
+void add_collective_metrics(const RunData& run, const MatchResult& match, const ClockFit& clocks,
+                            const MetricsOptions& opt, Metrics& out) {
   for (size_t g = 0; g < match.groups.size(); ++g) {
     const CollGroup& grp = match.groups[g];
     CollectiveMetrics cm;
@@ -282,12 +279,7 @@ Metrics compute_metrics(const RunData& run, const MatchResult& match, const Cloc
       cm.end = std::max(cm.end, mt.end);
     }
     if (grp.members.size() < 2) cm.late_rank = -1;
-    for (MemberTiming& mt : cm.members) {
-      mt.wait_ns = cm.last_arrival - mt.arrival;
-      if (opt.holds && !opt.holds(mt.rank)) continue;  // its holder adds it
-      mt.exposed_ns = uncovered(mt.arrival, std::max(mt.arrival, mt.end), computation[mt.rank]);
-      cm.exposed_ns += mt.exposed_ns;
-    }
+    for (MemberTiming& mt : cm.members) mt.wait_ns = cm.last_arrival - mt.arrival;
     cm.wait_ns = cm.last_arrival - cm.first_arrival;
     cm.transfer_ns = std::max<Ns>(0, cm.end - cm.last_arrival);
     if (cm.bytes > 0 && cm.transfer_ns > 0) {
@@ -299,6 +291,38 @@ Metrics compute_metrics(const RunData& run, const MatchResult& match, const Cloc
     if (opt.step >= 0 && cm.step != opt.step) continue;
     out.collectives.push_back(std::move(cm));
   }
+}
+
+std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> members_by_rank(const Metrics& m) {
+  std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> out;
+  for (size_t i = 0; i < m.collectives.size(); ++i)
+    for (size_t j = 0; j < m.collectives[i].members.size(); ++j)
+      out[m.collectives[i].members[j].rank].push_back(
+          {static_cast<int32_t>(i), static_cast<int32_t>(j)});
+  return out;
+}
+
+void add_exposure(Metrics& m, const std::vector<std::pair<int32_t, int32_t>>& members,
+                  const std::vector<Interval>& computation) {
+  for (auto [i, j] : members) {
+    CollectiveMetrics& cm = m.collectives[static_cast<size_t>(i)];
+    MemberTiming& mt = cm.members[static_cast<size_t>(j)];
+    mt.exposed_ns = uncovered(mt.arrival, std::max(mt.arrival, mt.end), computation);
+    cm.exposed_ns += mt.exposed_ns;
+  }
+}
+
+Metrics compute_metrics(const RunData& run, const MatchResult& match, const ClockFit& clocks,
+                        const MetricsOptions& opt) {
+  Metrics out;
+  std::map<int32_t, std::vector<Interval>> computation;
+  for (const auto& [r, t] : run.ranks)
+    if (!opt.holds || opt.holds(r)) computation[r] = add_rank_metrics(run, r, clocks, opt, out);
+  add_collective_metrics(run, match, clocks, opt, out);
+  // Members' exposure for the ranks held (0 for the others: their holder adds it).
+  const auto members = members_by_rank(out);
+  for (const auto& [r, comp] : computation)
+    if (auto it = members.find(r); it != members.end()) add_exposure(out, it->second, comp);
   return out;
 }
 

@@ -105,6 +105,19 @@ struct MetricsOptions {
 Metrics compute_metrics(const RunData& run, const MatchResult& match, const ClockFit& clocks,
                         const MetricsOptions& opt = {});
 
+// The parts of compute_metrics, for an analysis that holds one rank at a time (analysis/
+// stream.h). add_rank_metrics appends rank `r`'s rows, top kernels and kernel time per category,
+// and returns its merged computation intervals on the job axis; add_collective_metrics appends
+// every matched group, its members' exposure 0; add_exposure adds the exposure of one rank's
+// members (`members`: (collective, member) positions, members_by_rank) from its computation.
+std::vector<Interval> add_rank_metrics(const RunData& run, int32_t r, const ClockFit& clocks,
+                                       const MetricsOptions& opt, Metrics& out);
+void add_collective_metrics(const RunData& run, const MatchResult& match, const ClockFit& clocks,
+                            const MetricsOptions& opt, Metrics& out);
+std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> members_by_rank(const Metrics& m);
+void add_exposure(Metrics& m, const std::vector<std::pair<int32_t, int32_t>>& members,
+                  const std::vector<Interval>& computation);
+
 // Step time: per step number, from the earliest start to the latest end of the step's rows
 // over all ranks (the GPU work the step launched). Empty when the metrics have no step rows.
 std::map<int64_t, Ns> step_spans(const Metrics& m);

@@ -47,7 +47,46 @@ std::optional<SyncKind> sync_kind_of(std::string_view name) {
   return std::nullopt;
 }
 
+// A launch or synchronization call of `t`'s rank, added as load_run adds it.
+void add_call(const SyncNames& names, const ApiCall& a, RankTrace& t) {
+  if (a.kind != ApiKind::Runtime && a.kind != ApiKind::Driver) return;
+  if (a.correlation != 0) t.launches.add(a.correlation, a.start);
+  auto it = names.find(a.name);
+  if (it != names.end()) t.syncs.push_back({it->second, a});
+}
+
+// The collectives in start order, as the analyses take them.
+void sort_collectives(RankTrace& t) {
+  std::stable_sort(t.collectives.begin(), t.collectives.end(),
+                   [](const Collective& a, const Collective& b) { return a.start < b.start; });
+}
+
+// A rank's GPU work by stream and start, its calls by start, the launch index sorted, and what
+// the rows' growth reserved beyond them given back.
+void finish_events(RankTrace& t) {
+  t.launches.finish();
+  auto by_stream = [](const auto& a, const auto& b) {
+    return a.stream != b.stream ? a.stream < b.stream : a.start < b.start;
+  };
+  std::stable_sort(t.kernels.begin(), t.kernels.end(), by_stream);
+  std::stable_sort(t.memcpys.begin(), t.memcpys.end(), by_stream);
+  std::stable_sort(t.syncs.begin(), t.syncs.end(), [](const SyncCall& a, const SyncCall& b) {
+    return a.call.start < b.call.start;
+  });
+  t.kernels.shrink_to_fit();
+  t.memcpys.shrink_to_fit();
+  t.collectives.shrink_to_fit();
+  t.syncs.shrink_to_fit();
+}
+
 }  // namespace
+
+SyncNames sync_names(const TraceReader& reader, int64_t run) {
+  SyncNames out;
+  for (const auto& [id, name] : reader.api_call_names(run))
+    if (auto k = sync_kind_of(name)) out.emplace(id, *k);
+  return out;
+}
 
 void LaunchIndex::finish() {
   std::stable_sort(v_.begin(), v_.end(),
@@ -216,38 +255,148 @@ RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick) {
   d.comms = reader.communicators(run);
 
   // Only the synchronization calls: their names are found first, then only those rows read.
-  std::map<int64_t, SyncKind> sync_names;
-  for (const auto& [id, name] : reader.api_call_names(run))
-    if (auto k = sync_kind_of(name)) sync_names.emplace(id, *k);
-  reader.api_calls(run, [&](const ApiCall& a) {
-    if (a.kind != ApiKind::Runtime && a.kind != ApiKind::Driver) return more();
-    RankTrace& t = rank_of(a.rank);
-    if (a.correlation != 0) t.launches.add(a.correlation, a.start);
-    auto it = sync_names.find(a.name);
-    if (it != sync_names.end()) t.syncs.push_back({it->second, a});
+  const auto names = sync_names(reader, run);
+  reader.runtime_calls(run, [&](const ApiCall& a) {
+    add_call(names, a, rank_of(a.rank));
     return more();
   });
   check();
   for (auto& [_, t] : d.ranks) {
     t.index_steps();
-    t.launches.finish();
-    auto by_stream = [](const auto& a, const auto& b) {
-      return a.stream != b.stream ? a.stream < b.stream : a.start < b.start;
-    };
-    std::stable_sort(t.kernels.begin(), t.kernels.end(), by_stream);
-    std::stable_sort(t.memcpys.begin(), t.memcpys.end(), by_stream);
-    std::stable_sort(t.collectives.begin(), t.collectives.end(),
-                     [](const Collective& a, const Collective& b) { return a.start < b.start; });
-    std::stable_sort(t.syncs.begin(), t.syncs.end(), [](const SyncCall& a, const SyncCall& b) {
-      return a.call.start < b.call.start;
-    });
-    // What the rows' growth reserved beyond them, given back before the next file loads.
-    t.kernels.shrink_to_fit();
-    t.memcpys.shrink_to_fit();
-    t.collectives.shrink_to_fit();
-    t.syncs.shrink_to_fit();
+    sort_collectives(t);
+    finish_events(t);
   }
   return d;
+}
+
+RunData load_skeleton(const TraceReader& reader, int64_t run, const LoadTick& tick) {
+  RunData d;
+  d.run_id = run;
+  d.reader = &reader;
+  int64_t rows = 0;
+  auto more = [&] { return !tick || (++rows & 4095) != 0 || tick(rows); };
+  for (RankInfo& r : reader.ranks(run)) d.ranks[r.rank].info = std::move(r);
+  auto rank_of = [&](int32_t r) -> RankTrace& {
+    RankTrace& t = d.ranks[r];
+    t.info.rank = r;
+    return t;
+  };
+  for (StreamInfo& s : reader.streams(run))
+    if (s.gpu) rank_of(s.rank).streams.push_back(std::move(s));
+  bool go = true;
+  reader.collectives(run, [&](const Collective& c) {
+    rank_of(c.rank).collectives.push_back(c);
+    return go = more();
+  });
+  for (const Step& s : reader.steps(run)) rank_of(s.rank).steps.push_back(s);
+  d.comms = reader.communicators(run);
+  // The launches of the collectives' kernels, each rank's first call of an id as load_run keeps.
+  std::map<int32_t, std::vector<int64_t>> refs;
+  for (auto& [r, t] : d.ranks) {
+    t.index_steps();
+    sort_collectives(t);
+    t.collectives.shrink_to_fit();
+    std::vector<int64_t>& v = refs[r];
+    for (const Collective& c : t.collectives)
+      if (c.kernel_ref != 0) v.push_back(c.kernel_ref);
+    std::sort(v.begin(), v.end());
+  }
+  // Only a collective with no enqueue time whose kernel's launch decides its step needs them.
+  bool needed = false;
+  for (const auto& [r, t] : d.ranks)
+    for (const Collective& c : t.collectives)
+      needed = needed || (c.enqueue < 0 && c.stream >= 0 && c.kernel_ref != 0);
+  if (go && needed)
+    reader.runtime_calls(run, [&](const ApiCall& a) {
+      if (a.correlation != 0 && (a.kind == ApiKind::Runtime || a.kind == ApiKind::Driver)) {
+        RankTrace& t = rank_of(a.rank);
+        // Correlation 0 is never looked up: it says the rank's trace has launch calls.
+        if (t.launches.empty()) t.launches.add(0, -1);
+        const std::vector<int64_t>& v = refs[a.rank];
+        if (std::binary_search(v.begin(), v.end(), a.correlation))
+          t.launches.add(a.correlation, a.start);
+      }
+      return go = more();
+    });
+  if (!go)
+    throw Error(ErrorCode::Internal,
+                reader.path() + ": loading run " + std::to_string(run) + " cancelled");
+  for (auto& [_, t] : d.ranks) t.launches.finish();
+  return d;
+}
+
+void fill_rank(const TraceReader& reader, int64_t run, const SyncNames& names, RankTrace& t,
+               RankShape* shape) {
+  strip_rank(t);
+  const int32_t r = t.info.rank;
+  RankShape seen;
+  auto stream = [&](int64_t s) {
+    if (seen.streams.empty() || seen.streams.back() != s) seen.streams.push_back(s);
+  };
+  reader.kernels(run, r, [&](const Kernel& k) {
+    t.kernels.push_back(k);
+    stream(k.stream);
+    return true;
+  });
+  reader.memcpys(run, r, [&](const Memcpy& m) {
+    t.memcpys.push_back(m);
+    stream(m.stream);
+    return true;
+  });
+  t.launches.clear();
+  reader.runtime_calls(run, r, [&](const ApiCall& a) {
+    add_call(names, a, t);
+    if (a.correlation != 0 && (a.kind == ApiKind::Runtime || a.kind == ApiKind::Driver)) {
+      if (seen.threads.empty() || seen.threads.back() != a.tid) seen.threads.push_back(a.tid);
+      seen.longest_launch = std::max(seen.longest_launch, a.end - a.start);
+    }
+    return true;
+  });
+  finish_events(t);
+  if (shape) {
+    // Kernels and copies came stream by stream, one after the other: each list sorted, once.
+    std::sort(seen.streams.begin(), seen.streams.end());
+    seen.streams.erase(std::unique(seen.streams.begin(), seen.streams.end()), seen.streams.end());
+    *shape = std::move(seen);
+  }
+}
+
+void fill_window(const TraceReader& reader, int64_t run, const SyncNames& names,
+                 const RankWindow& w, RankTrace& t) {
+  strip_rank(t);
+  const int32_t r = t.info.rank;
+  for (const RankWindow::Stream& s : w.streams) {
+    reader.kernels(run, r, s.id, s.t0, w.t1, [&](const Kernel& k) {
+      t.kernels.push_back(k);
+      return true;
+    });
+    reader.memcpys(run, r, s.id, s.t0, w.t1, [&](const Memcpy& m) {
+      t.memcpys.push_back(m);
+      return true;
+    });
+  }
+  // The skeleton's launches are in already: of an id both have, the skeleton's (the whole
+  // rank's first call) is kept.
+  for (int64_t tid : w.threads)
+    reader.runtime_calls(run, r, tid, w.host0, w.host1, [&](const ApiCall& a) {
+      add_call(names, a, t);
+      return true;
+    });
+  finish_events(t);
+}
+
+void strip_rank(RankTrace& t) {
+  std::vector<Kernel>().swap(t.kernels);
+  std::vector<Memcpy>().swap(t.memcpys);
+  std::vector<SyncCall>().swap(t.syncs);
+  // Back to the skeleton's launches: its collectives' (the first call of each id) and, when the
+  // rank has launch calls, the mark of id 0.
+  LaunchIndex kept;
+  if (!t.launches.empty()) kept.add(0, -1);
+  for (const Collective& c : t.collectives)
+    if (const Ns at = t.launch_of(c.kernel_ref); at >= 0) kept.add(c.kernel_ref, at);
+  kept.finish();
+  t.launches = std::move(kept);
 }
 
 int64_t default_run(const TraceReader& reader) {

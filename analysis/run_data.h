@@ -121,6 +121,40 @@ int64_t load_bytes(const TraceReader& reader, int64_t run);
 // (a budget on a shared host).
 int64_t memory_left();
 
+// A run analyzed one rank (or one window of every rank) at a time, so that what it holds does
+// not grow with the file (analysis/stream.h). load_skeleton() reads every rank's info, GPU
+// streams, steps and collectives, and the launches of its collectives (what matching, clock
+// alignment and each collective's step need: a rank of RunData as load_job gives a rank another
+// process holds); fill_rank() adds a rank's kernels, copies, synchronization calls and launches,
+// the rank then as load_run() gives it; fill_window() adds only its GPU work that overlaps
+// [t0, t1) of each of `streams` and the launch calls that start in [host0, host1) on `threads`;
+// strip_rank() takes them away again.
+RunData load_skeleton(const TraceReader& reader, int64_t run, const LoadTick& tick = nullptr);
+// What fill_rank saw of the rank, for its windows: the streams of its GPU work, the threads of
+// its launch calls (runtime or driver calls with a correlation id), the longest of those calls.
+struct RankShape {
+  std::vector<int64_t> streams, threads;
+  Ns longest_launch = 0;
+};
+// The run's synchronization calls by name id (sync_names reads every API call's name once).
+using SyncNames = std::map<int64_t, SyncKind>;
+SyncNames sync_names(const TraceReader& reader, int64_t run);
+void fill_rank(const TraceReader& reader, int64_t run, const SyncNames& names, RankTrace& t,
+               RankShape* shape = nullptr);
+struct RankWindow {
+  struct Stream {
+    int64_t id = 0;
+    Ns t0 = 0;  // this stream's work from t0 to the window's t1
+  };
+  std::vector<Stream> streams;
+  std::vector<int64_t> threads;
+  Ns t0 = 0, t1 = 0;  // t0: the earliest of the streams'
+  Ns host0 = 0, host1 = 0;
+};
+void fill_window(const TraceReader& reader, int64_t run, const SyncNames& names,
+                 const RankWindow& w, RankTrace& t);
+void strip_rank(RankTrace& t);
+
 // The run `braid analyze` works on by default: the single run of the file, else the first
 // captured or imported run (replayed and simulated runs come later in the file).
 int64_t default_run(const TraceReader& reader);

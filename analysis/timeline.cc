@@ -17,7 +17,14 @@ RankTimeline build_timeline(const RankTrace& rank, const TimelineOptions& opt) {
 
   // Collectives carried by kernels, found by (stream, start) and the kernel's correlation.
   std::map<std::pair<int64_t, Ns>, std::vector<int32_t>> coll_at;
-  for (int32_t i = 0; i < static_cast<int32_t>(rank.collectives.size()); ++i) {
+  auto by_start = [](const Collective& c, Ns t) { return c.start < t; };
+  const auto first = static_cast<int32_t>(
+      std::lower_bound(rank.collectives.begin(), rank.collectives.end(), opt.colls_from, by_start) -
+      rank.collectives.begin());
+  const auto last = static_cast<int32_t>(
+      std::lower_bound(rank.collectives.begin(), rank.collectives.end(), opt.colls_to, by_start) -
+      rank.collectives.begin());
+  for (int32_t i = first; i < last; ++i) {
     const Collective& c = rank.collectives[i];
     if (c.stream >= 0) coll_at[{c.stream, c.start}].push_back(i);
   }
@@ -29,7 +36,8 @@ RankTimeline build_timeline(const RankTrace& rank, const TimelineOptions& opt) {
     if (it != coll_at.end())
       for (int32_t ci : it->second) {
         const Collective& c = rank.collectives[ci];
-        if (coll_used[ci] || (c.kernel_ref != 0 && k.correlation != 0 && c.kernel_ref != k.correlation))
+        if (coll_used[ci] || (opt.host_side && (*opt.host_side)[ci]) ||
+            (c.kernel_ref != 0 && k.correlation != 0 && c.kernel_ref != k.correlation))
           continue;
         op.coll = ci;
         coll_used[ci] = true;
@@ -44,8 +52,8 @@ RankTimeline build_timeline(const RankTrace& rank, const TimelineOptions& opt) {
         {OpType::Memcpy, i, -1, m.start, m.end, rank.launch_of(m.correlation), Category::Memory});
   }
   // Collectives with no kernel of their own: on the host pseudo-stream.
-  for (int32_t i = 0; i < static_cast<int32_t>(rank.collectives.size()); ++i) {
-    if (coll_used[i]) continue;
+  for (int32_t i = first; i < last; ++i) {
+    if (opt.host_side ? !(*opt.host_side)[i] : coll_used[i]) continue;
     const Collective& c = rank.collectives[i];
     by_stream[-1].push_back(
         {OpType::HostCollective, i, i, c.start, c.end, c.enqueue, comm_category(c.op)});
@@ -75,7 +83,10 @@ RankTimeline build_timeline(const RankTrace& rank, const TimelineOptions& opt) {
     for (int32_t i = 0; i < static_cast<int32_t>(tl.streams[s].ops.size()); ++i)
       ends.push_back({tl.streams[s].ops[i].end, {s, i}});
   }
-  std::sort(ends.begin(), ends.end(), [](const End& a, const End& b) { return a.end < b.end; });
+  // Equal ends in stream then start order, so that a window of the rank picks as the whole does.
+  std::sort(ends.begin(), ends.end(), [](const End& a, const End& b) {
+    return a.end != b.end ? a.end < b.end : a.pos < b.pos;
+  });
   bool waits_seen = std::any_of(rank.syncs.begin(), rank.syncs.end(), [](const SyncCall& c) {
     return c.kind == SyncKind::StreamWaitEvent;
   });
@@ -107,6 +118,14 @@ RankTimeline build_timeline(const RankTrace& rank, const TimelineOptions& opt) {
         if (const int64_t step = op_step(rank, tl.streams[s].ops[i]); step >= 0)
           tl.by_step[step].push_back({s, i});
   return tl;
+}
+
+std::vector<bool> host_side(const RankTimeline& tl, size_t collectives) {
+  std::vector<bool> out(collectives, false);
+  for (const StreamOps& s : tl.streams)
+    for (const GpuOp& op : s.ops)
+      if (op.type == OpType::HostCollective) out[static_cast<size_t>(op.index)] = true;
+  return out;
 }
 
 int64_t op_step(const RankTrace& rank, const GpuOp& op) {

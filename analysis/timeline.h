@@ -14,6 +14,7 @@
 // not) is kept, for the provenance of lifted schedules.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -68,9 +69,20 @@ struct RankTimeline {
 
 struct TimelineOptions {
   Ns dep_slack_ns = 5'000;  // how close an end must be to a start to explain it
+  // A timeline of a window of the rank (fill_window, analysis/stream.h): which collectives the
+  // whole rank's timeline put on the host pseudo-stream (host_side()), since a window's kernels
+  // are only some of those that carry them. Null: decided by the rank's own kernels.
+  const std::vector<bool>* host_side = nullptr;
+  // Only the collectives that start in [colls_from, colls_to) (the rank's collectives are in start
+  // order): a window's, whose other collectives its kernels cannot carry.
+  Ns colls_from = INT64_MIN, colls_to = INT64_MAX;
 };
 
 RankTimeline build_timeline(const RankTrace& rank, const TimelineOptions& opt = {});
+
+// Per collective of the rank, whether `tl` (a whole rank's timeline) has it on the host
+// pseudo-stream: carried by no kernel.
+std::vector<bool> host_side(const RankTimeline& tl, size_t collectives);
 
 // The step an op belongs to (RankTrace::kernel_step / memcpy_step / collective_step), -1 none.
 int64_t op_step(const RankTrace& rank, const GpuOp& op);

@@ -44,7 +44,8 @@ class Gen {
     int tp = std::gcd(o.world_size, 8);
     default_pg_ = {"0", "default_pg", ranks_string(0, o.world_size), o.world_size, kDpStream};
     int tp0 = o.rank / tp * tp;
-    tp_pg_ = {"1", "tp", ranks_string(tp0, tp), tp, kTpStream};
+    // As PyTorch names them: every rank creates every TP group, in order, after the default one.
+    tp_pg_ = {std::to_string(1 + o.rank / tp), "tp", ranks_string(tp0, tp), tp, kTpStream};
   }
 
   KinetoGenCounts run() {

@@ -39,9 +39,10 @@ fi
 
 # The CI subset: the test binaries of the store and importers (trace_*), the capture agent and
 # launcher (capture_*), the daemon (daemon_*), the view core, the analysis spread over processes
-# (analysis_job_test: its exchange across threads), and the fuzz targets; building
+# (analysis_job_test: its exchange across threads) and streamed rank by rank
+# (analysis_stream_test: ranks filled and stripped in place), and the fuzz targets; building
 # them builds what they run (the CLI, the agent, the fake jobs). Labels are the binaries' names.
-ci_pattern='^(trace_[a-z_]*_test|capture_[a-z_]*_test|daemon_[a-z_]*test|view_core_test|analysis_job_test|[a-z]*_fuzz)$'
+ci_pattern='^(trace_[a-z_]*_test|capture_[a-z_]*_test|daemon_[a-z_]*test|view_core_test|analysis_job_test|analysis_stream_test|[a-z]*_fuzz)$'
 start=$(date +%s)
 if [ "$subset" = ci ]; then
   mapfile -t targets < <(ninja -C "$build" -t targets all | sed -n 's/^\([a-z_0-9]*\): phony$/\1/p' |

@@ -27,6 +27,8 @@ constexpr Rows kMemcpys{"memcpys",
 constexpr Rows kApiCalls{"api_calls",
                          "rank, tid, start_ns, end_ns, name_id, kind, correlation, external_id",
                          "rank, tid, start_ns"};
+// The CUDA runtime and driver calls among the API calls.
+constexpr const char* kRuntime = "kind IN ('runtime', 'driver')";
 constexpr Rows kRanges{"nvtx_ranges",
                        "rank, stream, on_gpu, start_ns, end_ns, name_id, domain_id, payload_id",
                        "rank, stream, start_ns"};
@@ -113,6 +115,19 @@ void each_row(sqlite3* db, const Rows& t, int64_t run, Conv conv,
       db,
       std::string("SELECT ") + t.cols + " FROM " + t.table + " WHERE run_id=? ORDER BY " + t.order,
       run, conv, fn);
+}
+
+// One rank's rows of `t`, in the whole run's order (its first column is the rank): the window
+// index's prefix, rows of equal keys in storage order as in the whole run's.
+template <typename T, typename Conv>
+void rank_rows(sqlite3* db, const Rows& t, int64_t run, int32_t rank, Conv conv,
+               const std::function<bool(const T&)>& fn) {
+  sql::Stmt s(db, std::string("SELECT ") + t.cols + " FROM " + t.table +
+                      " WHERE run_id=? AND rank=? ORDER BY " + t.order);
+  s.bind(1, run);
+  s.bind(2, rank);
+  while (s.step())
+    if (!fn(conv(s))) return;
 }
 
 // The events of one stream of a rank that overlap [t0, t1): start < t1 and end > t0. The index is
@@ -400,6 +415,46 @@ void TraceReader::memcpys(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t
 
 void TraceReader::api_calls(int64_t run, const Fn<ApiCall>& fn) const {
   each_row(db_, kApiCalls, run, api_call_of, fn);
+}
+
+void TraceReader::kernels(int64_t run, int32_t rank, const Fn<Kernel>& fn) const {
+  rank_rows(db_, kKernels, run, rank, kernel_of, fn);
+}
+
+void TraceReader::memcpys(int64_t run, int32_t rank, const Fn<Memcpy>& fn) const {
+  rank_rows(db_, kMemcpys, run, rank, memcpy_of, fn);
+}
+
+void TraceReader::runtime_calls(int64_t run, const Fn<ApiCall>& fn) const {
+  each_row(db_,
+           std::string("SELECT ") + kApiCalls.cols + " FROM api_calls WHERE run_id=? AND " +
+               kRuntime + " ORDER BY " + kApiCalls.order,
+           run, api_call_of, fn);
+}
+
+void TraceReader::runtime_calls(int64_t run, int32_t rank, const Fn<ApiCall>& fn) const {
+  sql::Stmt s(db_, std::string("SELECT ") + kApiCalls.cols +
+                       " FROM api_calls WHERE run_id=? AND rank=? AND " + kRuntime + " ORDER BY " +
+                       kApiCalls.order);
+  s.bind(1, run);
+  s.bind(2, rank);
+  while (s.step())
+    if (!fn(api_call_of(s))) return;
+}
+
+void TraceReader::runtime_calls(int64_t run, int32_t rank, int64_t tid, Ns t0, Ns t1,
+                                const Fn<ApiCall>& fn) const {
+  sql::Stmt s(db_, std::string("SELECT ") + kApiCalls.cols +
+                       " FROM api_calls WHERE run_id=? AND rank=? AND tid=? AND start_ns>=?"
+                       " AND start_ns<? AND " +
+                       kRuntime + " ORDER BY start_ns");
+  s.bind(1, run);
+  s.bind(2, rank);
+  s.bind(3, tid);
+  s.bind(4, t0);
+  s.bind(5, t1);
+  while (s.step())
+    if (!fn(api_call_of(s))) break;
 }
 
 void TraceReader::ranges(int64_t run, const Fn<Range>& fn) const {

@@ -82,6 +82,16 @@ class TraceReader {
   void memcpys(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
                const Fn<Memcpy>& fn) const;
   void api_calls(int64_t run, const Fn<ApiCall>& fn) const;
+  // The CUDA runtime and driver calls alone (launches, synchronizations), in api_calls' order.
+  void runtime_calls(int64_t run, const Fn<ApiCall>& fn) const;
+  // One rank's rows, in the order of the whole run's (kernels and copies by stream then start,
+  // calls by thread then start): an analysis that holds one rank at a time.
+  void kernels(int64_t run, int32_t rank, const Fn<Kernel>& fn) const;
+  void memcpys(int64_t run, int32_t rank, const Fn<Memcpy>& fn) const;
+  void runtime_calls(int64_t run, int32_t rank, const Fn<ApiCall>& fn) const;
+  // The runtime and driver calls of one thread of a rank that start in [t0, t1), by start.
+  void runtime_calls(int64_t run, int32_t rank, int64_t tid, Ns t0, Ns t1,
+                     const Fn<ApiCall>& fn) const;
   void ranges(int64_t run, const Fn<Range>& fn) const;
   void collectives(int64_t run, const Fn<Collective>& fn) const;
   void collectives(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,

@@ -25,6 +25,7 @@ struct Opts {
   std::string profile = "h100-nvlink";
   int64_t run_id = -1, step = -1;
   bool json = false, no_store = false, keep_clocks = false, hta_compat = false;
+  bool stream = false, no_stream = false;
 };
 
 // One file by itself; several files (or any under mpirun) as one job over the processes.
@@ -55,6 +56,8 @@ int run_analyze(const Opts& o) {
   opt.profile = o.profile;
   opt.solve_clocks = !o.keep_clocks;
   opt.hta_compat = o.hta_compat;
+  if (o.stream) opt.stream = 1;
+  if (o.no_stream) opt.stream = 0;
   std::unique_ptr<analysis::Exchange> ex = std::make_unique<analysis::Exchange>();
 #if defined(BRAID_HAVE_MPI_ANALYZE) && defined(BRAID_HAVE_MPI)
   if (replay::launched_by_mpirun()) ex = analysis::mpi_exchange();
@@ -111,6 +114,14 @@ void register_analyze(CLI::App& app, Action& run) {
                 "Whole-run rows as HTA computes them by default: only GPU work launched before\n"
                 "the last ProfilerStep by a call in the trace, times rounded to whole µs (a view\n"
                 "for comparing with HTA: implies --no-store)");
+  cmd->add_flag("--stream", o->stream,
+                "One file: analyze it rank by rank and a batch of steps at a time, holding\n"
+                "every rank's collectives, one rank's events and one batch, not the whole run\n"
+                "(the same results). Chosen by itself when the run would take more than 1 GiB\n"
+                "or half the memory left, and more than streaming it");
+  cmd->add_flag("--no-stream", o->no_stream,
+                "Hold the whole run, however large (refused, in one line, when it would not fit)")
+      ->excludes("--stream");
   cmd->add_flag("--no-store", o->no_store, "Do not write the results into the files");
   cmd->add_flag("--keep-clocks", o->keep_clocks,
                 "Use the clock offsets stored in the files instead of solving them");

@@ -156,6 +156,46 @@ TEST(AnalysisCli, PerRankFilesUnderMpirunGiveWhatOneProcessGives) {
   EXPECT_GT(on_rank1, 100) << gpu_report.substr(0, 400);
 }
 
+// --stream (analysis/stream.h) prints and stores what --no-stream (the whole run) does; both at
+// once is a usage error.
+TEST(AnalysisCli, StreamGivesTheSameReportAndTables) {
+  TempDir tmp;
+  SyntheticJob job;
+  job.steps = 6;
+  job.clock_skew = {0, 5'500'000, 37'123, -250};
+  const std::string a = tmp.file("a.braid"), b = tmp.file("b.braid");
+  write_synthetic_job(a, job);
+  write_synthetic_job(b, job);
+  test::CliResult whole = test::run_braid(tmp, "analyze --no-stream " + a);
+  test::CliResult streamed = test::run_braid(tmp, "analyze --stream " + b);
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  ASSERT_EQ(streamed.code, 0) << streamed.err;
+  // The report names its file; the rest is the same.
+  EXPECT_EQ(streamed.out.substr(b.size()), whole.out.substr(a.size()));
+  for (const char* table : {"analysis_ranks", "analysis_collectives", "analysis_critical_path"}) {
+    auto dump = [&](const std::string& f) {
+      TraceReader r(f);
+      sqlite3_stmt* s = nullptr;
+      EXPECT_EQ(sqlite3_prepare_v2(r.db(), (std::string("SELECT * FROM ") + table).c_str(), -1, &s,
+                                   nullptr),
+                SQLITE_OK);
+      std::string out;
+      while (sqlite3_step(s) == SQLITE_ROW)
+        for (int c = 0; c < sqlite3_column_count(s); ++c) {
+          const unsigned char* t = sqlite3_column_text(s, c);
+          out += (t ? reinterpret_cast<const char*>(t) : "") + std::string(c ? "|" : "\n");
+        }
+      sqlite3_finalize(s);
+      return out;
+    };
+    EXPECT_FALSE(dump(a).empty()) << table;
+    EXPECT_EQ(dump(b), dump(a)) << table;
+  }
+  test::CliResult both = test::run_braid(tmp, "analyze --stream --no-stream " + a);
+  EXPECT_EQ(both.code, 2);
+  EXPECT_THAT(both.err, HasSubstr("--stream"));
+}
+
 TEST(AnalysisCli, ErrorsAreOneLineWithAnExitCode) {
   TempDir tmp;
   auto r = test::run_braid(tmp, "analyze " + tmp.file("missing.braid"));

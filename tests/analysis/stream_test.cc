@@ -1,0 +1,143 @@
+// `braid analyze` rank by rank and a batch of steps at a time (analysis/stream.h) gives what the
+// analysis of the whole run in memory gives, to the nanosecond (the JSON report, every field),
+// on real traces (HTA's GPU traces with NCCL, one whose GPU runs far behind the host; gloo's
+// host-only collectives) and synthetic jobs, with batches of one step, a few, and all; and a run
+// larger than the memory this process may use is analyzed streamed instead of refused.
+#include "analysis/stream.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "analysis/analyze.h"
+#include "analysis/synthetic.h"
+#include "trace/error.h"
+#include "trace/test_util.h"
+
+namespace braid::analysis {
+namespace {
+
+struct Input {
+  const char* name;
+  std::vector<std::string> files;  // imported together; empty: a synthetic job
+};
+
+std::string hta(const std::string& rel) { return test::traces("hta/tests/data/" + rel); }
+std::string gloo(int r) {
+  return std::string(BRAID_TEST_DATA_DIR) + "/gloo_straggler/rank-" + std::to_string(r) +
+         ".json.gz";
+}
+
+const std::vector<Input>& inputs() {
+  static const std::vector<Input> v = {
+      {"nccl_data", {hta("nccl_parser_config/nccl_data.json.gz")}},
+      {"trace_diff_control", {hta("trace_diff/control/control.json.gz")}},
+      {"trace_filter",
+       {hta("trace_filter/sampled_rank-0.json.gz"), hta("trace_filter/sampled_rank-1.json.gz")}},
+      {"negative_queue", {hta("negative_queue_length_values_check/rank0.json.gz")}},
+      {"gloo_straggler", {gloo(0), gloo(1), gloo(2), gloo(3)}},
+      {"synthetic", {}},
+  };
+  return v;
+}
+
+std::string file_of(const Input& in, test::TempDir& tmp) {
+  const std::string f = tmp.file("t.braid");
+  if (in.files.empty()) {
+    SyntheticJob job;
+    job.nranks = 4;
+    job.steps = 12;
+    job.clock_skew = {0, 5'500'000, 37'123, -250};
+    job.end_jitter = 300;
+    write_synthetic_job(f, job);
+  } else {
+    test::import_files(in.files, f);
+  }
+  return f;
+}
+
+class Streamed : public ::testing::TestWithParam<Input> {};
+
+TEST_P(Streamed, GivesWhatTheWholeRunInMemoryGives) {
+  test::TempDir tmp;
+  TraceReader reader(file_of(GetParam(), tmp));
+  AnalyzeOptions whole;
+  whole.stream = 0;
+  const Analysis a = analyze(reader, whole);
+  const std::string expected = report_json(a);
+  ASSERT_FALSE(a.paths.empty());
+  for (int64_t batch : {int64_t{1}, int64_t{5'000}, int64_t{1} << 40}) {
+    SCOPED_TRACE("batch_ops " + std::to_string(batch));
+    AnalyzeOptions opt;
+    opt.stream = 1;
+    opt.batch_ops = batch;
+    EXPECT_EQ(report_json(analyze(reader, opt)), expected);
+  }
+  // One step, and HTA's window.
+  const int64_t step = a.paths.size() > 1 ? a.paths[a.paths.size() / 2].step : -1;
+  for (bool hta_compat : {false, true}) {
+    AnalyzeOptions one = whole;
+    one.step = hta_compat ? -1 : step;
+    one.hta_compat = hta_compat;
+    const std::string want = report_json(analyze(reader, one));
+    one.stream = 1;
+    one.batch_ops = 1;
+    EXPECT_EQ(report_json(analyze(reader, one)), want) << "step " << one.step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Traces, Streamed, ::testing::ValuesIn(inputs()),
+                         [](const ::testing::TestParamInfo<Input>& i) {
+                           return std::string(i.param.name);
+                         });
+
+// A run whose whole load is over the memory budget (BRAID_MEMORY_LIMIT_MB) but whose collectives,
+// one rank and one batch are under it: analyze() streams it (by itself) and gives what a
+// process with room gives; under a budget too small even for that, one line says how much.
+TEST(StreamedMemory, ARunLargerThanTheBudgetIsStreamedNotRefused) {
+  test::TempDir tmp;
+  SyntheticJob job;
+  job.nranks = 16;
+  job.steps = 2000;
+  const std::string f = tmp.file("big.braid");
+  const int64_t run = write_synthetic_job(f, job);
+  TraceReader reader(f);
+  const int64_t whole_mib = load_bytes(reader, run) >> 20;
+  ASSERT_GE(whole_mib, 8);
+  AnalyzeOptions opt;
+  opt.stream = 0;
+  const std::string expected = report_json(analyze(reader, opt));
+
+  AnalyzeOptions automatic;
+  automatic.batch_ops = 10'000;
+  const int64_t streamed_mib = streamed_bytes(reader, run, automatic) >> 20;
+  ASSERT_LT(streamed_mib + 2, whole_mib);
+  const std::string budget = std::to_string((streamed_mib + whole_mib) / 2);
+  ASSERT_EQ(setenv("BRAID_MEMORY_LIMIT_MB", budget.c_str(), 1), 0);
+  try {
+    analyze(reader, opt);
+    ADD_FAILURE() << "the whole run loaded under " << budget << " MiB";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unsupported);
+  }
+  EXPECT_TRUE(streams(reader, run, automatic));
+  EXPECT_EQ(report_json(analyze(reader, automatic)), expected);
+
+  ASSERT_EQ(setenv("BRAID_MEMORY_LIMIT_MB", "1", 1), 0);
+  try {
+    analyze(reader, automatic);
+    ADD_FAILURE() << "analyzed under 1 MiB";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unsupported);
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind(f + ": run " + std::to_string(run) + " has ", 0), 0u) << m;
+    EXPECT_NE(m.find("rank by rank needs about"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  ASSERT_EQ(unsetenv("BRAID_MEMORY_LIMIT_MB"), 0);
+}
+
+}  // namespace
+}  // namespace braid::analysis
