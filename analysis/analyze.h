@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "analysis/clock.h"
@@ -37,6 +39,9 @@ struct AnalyzeOptions {
   // GPU ops of every rank in one batch of steps, about; 0: as many as one rank has on average
   // (at least 10,000), so that a batch holds about what one rank's pass holds.
   int64_t batch_ops = 0;
+  // Called as a streamed analysis goes ("ranks": each rank's pass; "steps": the critical paths'
+  // batches) with what is done of how much; may be empty.
+  std::function<void(std::string_view what, int64_t done, int64_t total)> progress;
 };
 
 struct CollectiveSummary {  // per (communicator, op, size)

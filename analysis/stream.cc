@@ -163,7 +163,11 @@ Analysis analyze_streamed(const TraceReader& reader, int64_t run_id, const Analy
   add_collective_metrics(run, a.match, a.clocks, mo, a.metrics);
   const auto members = members_by_rank(a.metrics);
   std::map<int32_t, RankPlan> plans;
+  auto tell = [&](std::string_view what, size_t done, size_t total) {
+    if (opt.progress) opt.progress(what, static_cast<int64_t>(done), static_cast<int64_t>(total));
+  };
   for (auto& [r, t] : run.ranks) {
+    tell("ranks", plans.size(), run.ranks.size());
     RankPlan& p = plans[r];
     fill_rank(reader, run_id, names, t, &p.shape);
     const std::vector<Interval> comp = add_rank_metrics(run, r, a.clocks, mo, a.metrics);
@@ -180,7 +184,11 @@ Analysis analyze_streamed(const TraceReader& reader, int64_t run_id, const Analy
   const TimelineOptions whole;
   const int64_t budget =
       batch_budget(reader.counts(run_id), static_cast<int64_t>(plans.size()), opt);
+  tell("ranks", plans.size(), run.ranks.size());
+  size_t walked = 0;
   for (const std::vector<int64_t>& batch : batches(steps, plans, budget)) {
+    tell("steps", walked, steps.size());
+    walked += batch.size();
     std::map<int32_t, RankTimeline> timelines;
     for (auto& [r, t] : run.ranks) {
       const RankPlan& p = plans.at(r);
@@ -204,6 +212,7 @@ Analysis analyze_streamed(const TraceReader& reader, int64_t run_id, const Analy
     }
     for (auto& [r, t] : run.ranks) strip_rank(t);
   }
+  tell("steps", walked, steps.size());
   finish_analysis(a, run);
   return a;
 }

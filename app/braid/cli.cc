@@ -105,6 +105,18 @@ void Progress::update(uint64_t done, uint64_t total) {
   shown_ = true;
 }
 
+void Progress::count(std::string_view what, uint64_t done, uint64_t total) {
+  if (!enabled_) return;
+  const double t = now_seconds();
+  if (t - last_ < 0.2 && done < total) return;
+  last_ = t;
+  std::fprintf(stderr, "\r%s: %.*s %llu of %llu  %.0f s \033[K", label_.c_str(),
+               static_cast<int>(what.size()), what.data(), static_cast<unsigned long long>(done),
+               static_cast<unsigned long long>(total), t - start_);
+  std::fflush(stderr);
+  shown_ = true;
+}
+
 void Progress::done() {
   if (shown_) {
     std::fprintf(stderr, "\r\033[K");

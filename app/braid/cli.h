@@ -2,10 +2,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 namespace braid::cli {
 
@@ -40,7 +40,8 @@ class Progress {
  public:
   Progress(std::string label, bool enabled);
   ~Progress();
-  void update(uint64_t done, uint64_t total);
+  void update(uint64_t done, uint64_t total);                        // bytes
+  void count(std::string_view what, uint64_t done, uint64_t total);  // "ranks: 12 of 64"
   void done();
 
  private:

@@ -63,8 +63,14 @@ int run_analyze(const Opts& o) {
   if (replay::launched_by_mpirun()) ex = analysis::mpi_exchange();
 #endif
   analysis::Analysis a;
+  // A streamed analysis of a large run says how far it is (on a terminal).
+  Progress progress("analyzing", ex->size() == 1);
+  opt.progress = [&progress](std::string_view what, int64_t done, int64_t total) {
+    progress.count(what, static_cast<uint64_t>(done), static_cast<uint64_t>(total));
+  };
   try {
     a = analyze_job(o, opt, *ex);
+    progress.done();
     if (!o.no_store && !o.hta_compat) store(a, *ex);
   } catch (const analysis::JobError& e) {
     // Loading failed, and every process knows it (analysis/job.h): the first one says so.

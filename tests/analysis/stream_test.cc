@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,23 @@ TEST_P(Streamed, GivesWhatTheWholeRunInMemoryGives) {
     AnalyzeOptions opt;
     opt.stream = 1;
     opt.batch_ops = batch;
+    // What it says as it goes: every rank, then the steps, up to all of them.
+    std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> told;
+    opt.progress = [&](std::string_view what, int64_t done, int64_t total) {
+      told[std::string(what)].push_back({done, total});
+    };
     EXPECT_EQ(report_json(analyze(reader, opt)), expected);
+    ASSERT_EQ(told.size(), 2u);
+    EXPECT_EQ(told["ranks"].back(),
+              std::make_pair(int64_t(a.ranks.size()), int64_t(a.ranks.size())));
+    EXPECT_EQ(told["ranks"].size(), a.ranks.size() + 1);
+    EXPECT_EQ(told["steps"].back(),
+              std::make_pair(int64_t(a.paths.size()), int64_t(a.paths.size())));
+    if (batch == 1) {
+      EXPECT_EQ(told["steps"].size(), a.paths.size() + 1);  // one step a batch
+    } else if (batch == int64_t{1} << 40) {
+      EXPECT_EQ(told["steps"].size(), 2u);  // all in one
+    }
   }
   // One step, and HTA's window.
   const int64_t step = a.paths.size() > 1 ? a.paths[a.paths.size() / 2].step : -1;
