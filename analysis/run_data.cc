@@ -55,6 +55,24 @@ void add_call(const SyncNames& names, const ApiCall& a, RankTrace& t) {
   if (it != names.end()) t.syncs.push_back({it->second, a});
 }
 
+// Rank `r` of `d`, made when it has none.
+RankTrace& rank_in(RunData& d, int32_t r) {
+  RankTrace& t = d.ranks[r];
+  t.info.rank = r;
+  return t;
+}
+
+// `run` of `reader` with each rank's info and GPU streams, nothing else yet.
+RunData run_frame(const TraceReader& reader, int64_t run) {
+  RunData d;
+  d.run_id = run;
+  d.reader = &reader;
+  for (RankInfo& r : reader.ranks(run)) d.ranks[r.rank].info = std::move(r);
+  for (StreamInfo& s : reader.streams(run))
+    if (s.gpu) rank_in(d, s.rank).streams.push_back(std::move(s));
+  return d;
+}
+
 // The collectives in start order, as the analyses take them.
 void sort_collectives(RankTrace& t) {
   std::stable_sort(t.collectives.begin(), t.collectives.end(),
@@ -213,9 +231,7 @@ RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick) {
             " this process may still use (free memory, ulimit -v, "
             "BRAID_MEMORY_LIMIT_MB)");
   }
-  RunData d;
-  d.run_id = run;
-  d.reader = &reader;
+  RunData d = run_frame(reader, run);
   int64_t rows = 0;
   bool stopped = false;
   // True while the load goes on; counts the row and asks `tick` every 4096 rows.
@@ -228,14 +244,7 @@ RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick) {
       throw Error(ErrorCode::Internal,
                   reader.path() + ": loading run " + std::to_string(run) + " cancelled");
   };
-  for (RankInfo& r : reader.ranks(run)) d.ranks[r.rank].info = std::move(r);
-  auto rank_of = [&](int32_t r) -> RankTrace& {
-    RankTrace& t = d.ranks[r];
-    t.info.rank = r;
-    return t;
-  };
-  for (StreamInfo& s : reader.streams(run))
-    if (s.gpu) rank_of(s.rank).streams.push_back(std::move(s));
+  auto rank_of = [&](int32_t r) -> RankTrace& { return rank_in(d, r); };
   reader.kernels(run, [&](const Kernel& k) {
     rank_of(k.rank).kernels.push_back(k);
     return more();
@@ -270,19 +279,10 @@ RunData load_run(const TraceReader& reader, int64_t run, const LoadTick& tick) {
 }
 
 RunData load_skeleton(const TraceReader& reader, int64_t run, const LoadTick& tick) {
-  RunData d;
-  d.run_id = run;
-  d.reader = &reader;
+  RunData d = run_frame(reader, run);
   int64_t rows = 0;
   auto more = [&] { return !tick || (++rows & 4095) != 0 || tick(rows); };
-  for (RankInfo& r : reader.ranks(run)) d.ranks[r.rank].info = std::move(r);
-  auto rank_of = [&](int32_t r) -> RankTrace& {
-    RankTrace& t = d.ranks[r];
-    t.info.rank = r;
-    return t;
-  };
-  for (StreamInfo& s : reader.streams(run))
-    if (s.gpu) rank_of(s.rank).streams.push_back(std::move(s));
+  auto rank_of = [&](int32_t r) -> RankTrace& { return rank_in(d, r); };
   bool go = true;
   reader.collectives(run, [&](const Collective& c) {
     rank_of(c.rank).collectives.push_back(c);

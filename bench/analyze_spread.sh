@@ -8,6 +8,7 @@
 # byte. Prints one markdown row per process count.
 # Usage: bench/analyze_spread.sh BUILD_DIR [RANKS [MB [NPS]]]   (default 16 ranks, 200 MB, "2 4")
 set -eu
+. "$(dirname "$0")/common.sh"
 build=${1:?usage: bench/analyze_spread.sh BUILD_DIR [RANKS [MB [NPS]]]}
 ranks=${2:-16}
 mb=${3:-200}
@@ -21,15 +22,7 @@ command -v mpirun >/dev/null || { echo "analyze_spread: no mpirun (apt-get insta
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-files=""
-r=0
-while [ "$r" -lt "$ranks" ]; do
-  "$gen" --size-mb "$mb" --rank "$r" --world "$ranks" --seed 7 -o "$out/rank.json" >/dev/null 2>&1
-  "$braid" import "$out/rank.json" -o "$out/rank$r.braid" -q
-  rm -f "$out/rank.json"
-  files="$files $out/rank$r.braid"
-  r=$((r + 1))
-done
+kineto_job_files "$gen" "$braid" "$ranks" "$mb" "$out"
 counts=$(python3 -c 'import sqlite3, sys
 n = c = s = 0
 for f in sys.argv[1:]:

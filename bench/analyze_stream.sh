@@ -8,6 +8,7 @@
 # Prints one markdown row per way.
 # Usage: bench/analyze_stream.sh BUILD_DIR [RANKS [MB [FILE]]]   (default 64 ranks, 325 MB)
 set -eu
+. "$(dirname "$0")/common.sh"
 build=${1:?usage: bench/analyze_stream.sh BUILD_DIR [RANKS [MB [FILE]]]}
 ranks=${2:-64}
 mb=${3:-325}
@@ -21,15 +22,7 @@ trap 'rm -rf "$out"' EXIT
 job=${4:-$out/job.braid}
 
 if [ ! -e "$job" ]; then
-  files=""
-  r=0
-  while [ "$r" -lt "$ranks" ]; do
-    "$gen" --size-mb "$mb" --rank "$r" --world "$ranks" --seed 7 -o "$out/rank.json" >/dev/null 2>&1
-    "$braid" import "$out/rank.json" -o "$out/rank$r.braid" -q
-    rm -f "$out/rank.json"
-    files="$files $out/rank$r.braid"
-    r=$((r + 1))
-  done
+  kineto_job_files "$gen" "$braid" "$ranks" "$mb" "$out"
   "$braid" merge $files -o "$job" >/dev/null
   rm -f $files
 fi

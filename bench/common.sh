@@ -1,5 +1,5 @@
-# Sourced by the capture benchmarks (bench/capture_*.sh) after `set -eu`: the pieces each of them
-# starts with. POSIX sh.
+# Sourced by the capture and analysis benchmarks (bench/capture_*.sh, bench/analyze_*.sh) after
+# `set -eu`: the pieces each of them starts with. POSIX sh.
 
 # bench_dirs USAGE ARGS...: the benchmark's arguments "BUILD_DIR [X] [OUT_DIR]": sets `build` to
 # the first and `out` to the third (a new temporary folder when absent), created; without a first
@@ -39,4 +39,19 @@ out_dir() {
 # doubles keep microseconds at today's epoch; sh has no floating point).
 elapsed() {
   awk -v s="$1" -v e="$2" -v p="$3" 'BEGIN { printf("%." p "f\n", e - s) }'
+}
+
+# kineto_job_files GEN BRAID RANKS MB DIR: a RANKS-rank job of synthetic Kineto traces of MB
+# megabytes each (GEN: braid-gen-kineto, one per rank, same seed), each imported by BRAID into
+# DIR/rankR.braid; sets `files` to their paths, in rank order.
+kineto_job_files() {
+  files=""
+  r=0
+  while [ "$r" -lt "$3" ]; do
+    "$1" --size-mb "$4" --rank "$r" --world "$3" --seed 7 -o "$5/rank.json" >/dev/null 2>&1
+    "$2" import "$5/rank.json" -o "$5/rank$r.braid" -q
+    rm -f "$5/rank.json"
+    files="$files $5/rank$r.braid"
+    r=$((r + 1))
+  done
 }
