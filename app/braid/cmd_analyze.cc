@@ -62,6 +62,10 @@ int run_analyze(const Opts& o) {
 #if defined(BRAID_HAVE_MPI_ANALYZE) && defined(BRAID_HAVE_MPI)
   if (replay::launched_by_mpirun()) ex = analysis::mpi_exchange();
 #endif
+  if (o.stream && (o.files.size() > 1 || ex->size() > 1))
+    throw Error(ErrorCode::Usage,
+                "--stream analyzes one file in one process; a job in several files is held file "
+                "by file (under mpirun, each process its own files' ranks)");
   analysis::Analysis a;
   // A streamed analysis of a large run says how far it is (on a terminal).
   Progress progress("analyzing", ex->size() == 1);

@@ -6,6 +6,7 @@
 #include <simdjson.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -194,6 +195,11 @@ TEST(AnalysisCli, StreamGivesTheSameReportAndTables) {
   test::CliResult both = test::run_braid(tmp, "analyze --stream --no-stream " + a);
   EXPECT_EQ(both.code, 2);
   EXPECT_THAT(both.err, HasSubstr("--stream"));
+  // Several files are not streamed: said, not ignored.
+  test::CliResult two = test::run_braid(tmp, "analyze --stream " + a + " " + b);
+  EXPECT_EQ(two.code, 2);
+  EXPECT_THAT(two.err, HasSubstr("--stream analyzes one file in one process"));
+  EXPECT_EQ(std::count(two.err.begin(), two.err.end(), '\n'), 1) << two.err;
 }
 
 TEST(AnalysisCli, ErrorsAreOneLineWithAnExitCode) {
