@@ -3,11 +3,12 @@
 //   1. rank by rank: the rank's events in full (fill_rank), its metrics rows, top kernels and
 //      its members' exposure, and where each step's GPU work lies on its streams; then the rank
 //      is let go;
-//   2. a batch of consecutive steps at a time (AnalyzeOptions::batch_ops GPU ops of every rank,
-//      about): each rank's window that holds the batch's work (fill_window), its timeline, and
-//      the critical path of each step of the batch.
-// What it holds: every rank's collectives, steps and the launches of its collectives, one rank's
-// events, and one batch's windows; not every event of the run. The result is analyze()'s, to the
+//   2. a batch of consecutive steps at a time (AnalyzeOptions::batch_ops GPU ops of all ranks,
+//      about; by default one rank's share): each rank's window that holds the batch's work
+//      (fill_window), its timeline, and the critical path of each step of the batch.
+// What it holds: every rank's collectives and steps (and the launches of its collectives where
+// one has no enqueue time), the matching and per-collective metrics, one rank's events, and one
+// batch's windows; not every event of the run. The result is analyze()'s, to the
 // nanosecond: a step's critical path walks only the GPU work that step launched, and the window
 // of a rank holds that work, the stream predecessor of each piece, the work of other streams
 // that ended just before it (its possible dependencies), and the launch calls of the steps.
