@@ -375,8 +375,9 @@ void fill_window(const TraceReader& reader, int64_t run, const SyncNames& names,
       return true;
     });
   }
-  // The skeleton's launches are in already: of an id both have, the skeleton's (the whole
-  // rank's first call) is kept.
+  // The skeleton's launches are in already (with, for a rank that has launch calls, the mark of
+  // id 0 that strip_rank keeps): of an id both have, the skeleton's (the whole rank's first
+  // call) is kept.
   for (int64_t tid : w.threads)
     reader.runtime_calls(run, r, tid, w.host0, w.host1, [&](const ApiCall& a) {
       add_call(names, a, t);

@@ -16,6 +16,7 @@
 #include "analysis/synthetic.h"
 #include "trace/error.h"
 #include "trace/test_util.h"
+#include "trace/writer.h"
 
 namespace braid::analysis {
 namespace {
@@ -109,6 +110,48 @@ INSTANTIATE_TEST_SUITE_P(Traces, Streamed, ::testing::ValuesIn(inputs()),
                          [](const ::testing::TestParamInfo<Input>& i) {
                            return std::string(i.param.name);
                          });
+
+// A step whose GPU work has no correlation ids and no launch call in its window, on a rank that has
+// launch calls elsewhere: work there whose launch the trace lacks is in no step (the rank's
+// launch index is not empty: strip_rank keeps its mark), in a window as in the whole rank.
+TEST(StreamedWindows, ARankWithLaunchesElsewhereKeepsUnlaunchedWorkOutOfTheStep) {
+  test::TempDir tmp;
+  const std::string f = tmp.file("w.braid");
+  const Ns us = 1000;
+  {
+    TraceWriter w(f, TraceWriter::Mode::Create);
+    const int64_t run = w.begin_run(RunKind::Imported, "test");
+    const StrId gemm = w.intern("sm90_gemm"), launch = w.intern("cudaLaunchKernel");
+    for (int32_t r = 0; r < 2; ++r) {
+      RankInfo info;
+      info.rank = r;
+      info.world_size = 2;
+      w.add_rank(run, info);
+      w.add_stream(run, {r, 7, true, ""});
+      for (int64_t s = 0; s < 2; ++s) w.add_step(run, {r, s, s * 1000 * us, (s + 1) * 1000 * us});
+      // Step 0: launched kernels (correlation ids and their calls).
+      for (int k = 0; k < 3; ++k) {
+        const Ns at = (100 + 200 * k) * us;
+        w.add(run, ApiCall{r, 1, at, at + 5 * us, launch, ApiKind::Runtime, 10 + k, 0});
+        w.add(run, Kernel{r, 7, at + 20 * us, at + 120 * us, gemm, Category::Gemm, 10 + k, 0});
+      }
+      // Step 1: kernels with no correlation id (their own starts place them) around one whose
+      // launch the trace lacks (in no step).
+      w.add(run, Kernel{r, 7, 1100 * us, 1300 * us, gemm, Category::Gemm, 0, 0});
+      w.add(run, Kernel{r, 7, 1310 * us, 1330 * us, gemm, Category::Gemm, 99, 0});
+      w.add(run, Kernel{r, 7, 1331 * us, 1500 * us, gemm, Category::Gemm, 0, 0});
+    }
+    w.commit();
+  }
+  TraceReader reader(f);
+  AnalyzeOptions whole;
+  whole.stream = 0;
+  const std::string expected = report_json(analyze(reader, whole));
+  AnalyzeOptions opt;
+  opt.stream = 1;
+  opt.batch_ops = 1;
+  EXPECT_EQ(report_json(analyze(reader, opt)), expected);
+}
 
 // A run whose whole load is over the memory budget (BRAID_MEMORY_LIMIT_MB) but whose collectives,
 // one rank and one batch are under it: analyze() streams it (by itself) and gives what a
