@@ -302,13 +302,21 @@ std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> members_by_rank(cons
   return out;
 }
 
+namespace {
+
+// The member's exposure: of [arrival, end], what its rank's computation leaves uncovered.
+void expose(CollectiveMetrics& cm, MemberTiming& mt, const std::vector<Interval>& computation) {
+  mt.exposed_ns = uncovered(mt.arrival, std::max(mt.arrival, mt.end), computation);
+  cm.exposed_ns += mt.exposed_ns;
+}
+
+}  // namespace
+
 void add_exposure(Metrics& m, const std::vector<std::pair<int32_t, int32_t>>& members,
                   const std::vector<Interval>& computation) {
   for (auto [i, j] : members) {
     CollectiveMetrics& cm = m.collectives[static_cast<size_t>(i)];
-    MemberTiming& mt = cm.members[static_cast<size_t>(j)];
-    mt.exposed_ns = uncovered(mt.arrival, std::max(mt.arrival, mt.end), computation);
-    cm.exposed_ns += mt.exposed_ns;
+    expose(cm, cm.members[static_cast<size_t>(j)], computation);
   }
 }
 
@@ -320,9 +328,9 @@ Metrics compute_metrics(const RunData& run, const MatchResult& match, const Cloc
     if (!opt.holds || opt.holds(r)) computation[r] = add_rank_metrics(run, r, clocks, opt, out);
   add_collective_metrics(run, match, clocks, opt, out);
   // Members' exposure for the ranks held (0 for the others: their holder adds it).
-  const auto members = members_by_rank(out);
-  for (const auto& [r, comp] : computation)
-    if (auto it = members.find(r); it != members.end()) add_exposure(out, it->second, comp);
+  for (CollectiveMetrics& cm : out.collectives)
+    for (MemberTiming& mt : cm.members)
+      if (auto it = computation.find(mt.rank); it != computation.end()) expose(cm, mt, it->second);
   return out;
 }
 

@@ -308,7 +308,7 @@ RunData load_skeleton(const TraceReader& reader, int64_t run, const LoadTick& ti
       needed = needed || (c.enqueue < 0 && c.stream >= 0 && c.kernel_ref != 0);
   if (go && needed)
     reader.runtime_calls(run, [&](const ApiCall& a) {
-      if (a.correlation != 0 && (a.kind == ApiKind::Runtime || a.kind == ApiKind::Driver)) {
+      if (a.correlation != 0) {
         RankTrace& t = rank_of(a.rank);
         // Correlation 0 is never looked up: it says the rank's trace has launch calls.
         if (t.launches.empty()) t.launches.add(0, -1);
@@ -346,7 +346,7 @@ void fill_rank(const TraceReader& reader, int64_t run, const SyncNames& names, R
   t.launches.clear();
   reader.runtime_calls(run, r, [&](const ApiCall& a) {
     add_call(names, a, t);
-    if (a.correlation != 0 && (a.kind == ApiKind::Runtime || a.kind == ApiKind::Driver)) {
+    if (a.correlation != 0) {
       if (seen.threads.empty() || seen.threads.back() != a.tid) seen.threads.push_back(a.tid);
       seen.longest_launch = std::max(seen.longest_launch, a.end - a.start);
     }

@@ -344,6 +344,7 @@ const std::string& TraceReader::str(StrId id) const {
 }
 
 TraceReader::Counts TraceReader::counts(int64_t run) const {
+  if (auto it = counts_.find(run); it != counts_.end()) return it->second;
   auto count = [&](const char* sql) {
     sql::Stmt q(db_, sql);
     q.bind(1, run);
@@ -360,6 +361,7 @@ TraceReader::Counts TraceReader::counts(int64_t run) const {
   c.steps = count("SELECT COUNT(*) FROM steps WHERE run_id=?");
   c.collectives = count("SELECT COUNT(*) FROM collectives WHERE run_id=?");
   c.communicators = count("SELECT COUNT(*) FROM communicators WHERE run_id=?");
+  counts_.emplace(run, c);
   return c;
 }
 

@@ -58,7 +58,8 @@ class TraceReader {
   // for the caller alone (not kept).
   std::vector<std::string> strings() const;
 
-  // How many rows `run` has in each table (memcpys without the memsets, which are counted apart).
+  // How many rows `run` has in each table (memcpys without the memsets, which are counted apart);
+  // counted once per run (the file is open read-only), the same answer after.
   struct Counts {
     int64_t gpu_streams = 0, cpu_threads = 0;
     int64_t kernels = 0, memcpys = 0, memsets = 0, api_calls = 0, ranges = 0, steps = 0;
@@ -134,6 +135,7 @@ class TraceReader {
   mutable std::vector<std::string> strings_;
   mutable bool strings_loaded_ = false;
   mutable std::unordered_map<std::string, Ns> max_dur_;
+  mutable std::map<int64_t, Counts> counts_;
 };
 
 }  // namespace braid
