@@ -26,7 +26,6 @@ constexpr int kMaxFileLines = 800;
 const std::map<std::string, std::string>& allowed_long() {
   static const std::map<std::string, std::string> m = {
       {"app/view/panels/timeline.cc", "void timeline(App& app"},
-      {"app/view/core/loader.cc", "load_view_run("},
       {"fusion/passes/movement.cc", "plan_movement("},
       {"capture/daemon/records_codec.cc", "apply_records("},
   };

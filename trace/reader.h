@@ -90,6 +90,8 @@ class TraceReader {
   void kernels(int64_t run, int32_t rank, const Fn<Kernel>& fn) const;
   void memcpys(int64_t run, int32_t rank, const Fn<Memcpy>& fn) const;
   void runtime_calls(int64_t run, int32_t rank, const Fn<ApiCall>& fn) const;
+  void api_calls(int64_t run, int32_t rank, const Fn<ApiCall>& fn) const;
+  void ranges(int64_t run, int32_t rank, const Fn<Range>& fn) const;
   // The runtime and driver calls of one thread of a rank that start in [t0, t1), by start.
   void runtime_calls(int64_t run, int32_t rank, int64_t tid, Ns t0, Ns t1,
                      const Fn<ApiCall>& fn) const;

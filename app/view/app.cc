@@ -35,6 +35,7 @@ void app_load(App& app, int s, int64_t run_id, const std::string& file, const st
   slot.file = file;
   slot.title = title;
   slot.data.reset();
+  slot.handed_over = 0;
   slot.error.clear();
   slot.collapsed.clear();
   app.selected.reset();
@@ -48,6 +49,7 @@ void app_load(App& app, int s, int64_t run_id, const std::string& file, const st
   app.selected_link = -1;
   app.diff.clear();
   app.fit_pending = true;
+  app.auto_fit.reset();
   RunSlot* p = &slot;
   slot.load = std::make_unique<BackgroundLoad>(file.empty() ? app.path : file, run_id,
                                                [p](const ViewRun& d) {
@@ -102,7 +104,7 @@ void app_derive(App& app) {
   }
   if (!app.all_ready()) return;
   app.axis.set_origin(app.compare ? 0 : app.slots[0].data->start);
-  if (app.compare) {
+  if (app.compare && app.all_complete()) {
     app.diff = diff_runs(app.slots[0].metrics, app.slots[1].metrics);
     try {
       app.links = fused_links(*app.slots[0].data, *app.slots[1].data);
@@ -119,7 +121,16 @@ bool app_poll(App& app) {
   changed = replay_poll(app) || changed;
   for (int s = 0; s < 2; ++s) {
     RunSlot& slot = app.slots[s];
-    if (!slot.load || !slot.load->finished()) continue;
+    if (!slot.load) continue;
+    if (!slot.load->finished()) {
+      // The ranks loaded so far: the frames show them while the rest stream in.
+      if (const int64_t n = slot.load->handed_over(); n != slot.handed_over) {
+        slot.handed_over = n;
+        slot.data = slot.load->result();
+        changed = true;
+      }
+      continue;
+    }
     slot.data = slot.load->result();
     slot.error = slot.load->error();
     if (slot.data) {
@@ -131,9 +142,14 @@ bool app_poll(App& app) {
   }
   if (changed) {
     app_derive(app);
-    if (app.all_ready() && app.fit_pending) {
+    // While a run streams in, the view follows its span as it grows, until the user moves it.
+    const bool follow = app.fit_pending || (app.auto_fit && app.axis.t0() == app.auto_fit->first &&
+                                            app.axis.t1() == app.auto_fit->second);
+    if (app.all_ready() && follow) {
       fit_all(app);
       app.fit_pending = false;
+      app.auto_fit.reset();
+      if (!app.all_complete()) app.auto_fit = std::make_pair(app.axis.t0(), app.axis.t1());
     }
     for (int s = 0; s < 2; ++s)
       if (app.slot_active(s) && !app.slots[s].error.empty()) app.status = app.slots[s].error;

@@ -30,6 +30,8 @@ struct RunSlot {
   std::string file;
   std::string title;
   std::unique_ptr<BackgroundLoad> load;
+  int64_t handed_over = 0;  // the load's ViewRuns taken so far
+  // The run as loaded so far (data->complete once the load is done): what frames draw.
   std::shared_ptr<ViewRun> data;
   Extras extras;
   RunMetrics metrics;
@@ -134,6 +136,8 @@ struct App {
   TimeAxis axis;
   LayoutOptions layout_opt;
   bool fit_pending = true;
+  // The axis window the last fit of a run still loading gave (the next one follows it).
+  std::optional<std::pair<Ns, Ns>> auto_fit;
   bool show_flows = true;
   bool show_critical_path = true;  // when `braid analyze` stored one
 
@@ -178,6 +182,9 @@ struct App {
   bool slot_active(int s) const { return s == 0 || compare; }
   const ViewRun* run(int s) const { return slot_active(s) ? slots[s].data.get() : nullptr; }
   bool all_ready() const { return slots[0].ready() && (!compare || slots[1].ready()); }
+  bool all_complete() const {
+    return all_ready() && slots[0].data->complete && (!compare || slots[1].data->complete);
+  }
   bool loading() const;
   double load_fraction() const;
 };

@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <random>
 
+#include "analysis/clock.h"
+#include "analysis/matching.h"
+#include "analysis/metrics.h"
+#include "analysis/run_data.h"
 #include "analysis/store.h"
 #include "app/view/core/colors.h"
 #include "app/view/core/extras.h"
@@ -80,7 +84,11 @@ TEST_F(ViewKnownTrace, LanesHoldEventsOnTheJobAxisWithClockOffsetsApplied) {
     // The collective rides on its kernel instead of being a second event.
     ASSERT_GE(ev[2].coll, 0);
     EXPECT_EQ(d_->colls[ev[2].coll].c.rank, rank);
-    EXPECT_EQ(d_->colls[ev[2].coll].index, 2);
+    const std::optional<EventRef> at = d_->place(ev[2].coll);
+    ASSERT_TRUE(at.has_value());
+    EXPECT_EQ(at->lane, lane(rank, 7));
+    EXPECT_EQ(at->row, 0);
+    EXPECT_EQ(at->index, 2);
   }
   // Nested CPU calls go to two rows, the enclosing one on top.
   const Lane& cpu = d_->lanes[lane(0, 100, false)];
@@ -650,6 +658,101 @@ TEST(ViewRealTrace, EveryEventOnceInSortedNonOverlappingRows) {
         int64_t want = first_starting_at(row, d->start + span) - first_visible(row, d->start);
         EXPECT_EQ(n, want);
       }
+  }
+}
+
+// Issue 33: a run streams in a rank at a time. The load hands over the collectives, matches and
+// steps first (no lanes), then one ViewRun more per rank whose lanes are those of the complete
+// run so far (same events, same rows), the last one complete; its metrics are the whole
+// analysis's (analysis::compute_metrics over analysis::load_run, as `braid analyze` computes
+// them), though no more than one rank's rows were held at a time. On real traces: HTA's two
+// GPU ranks and the recorded 4-rank gloo job (host-side collectives).
+TEST(ViewRealTrace, StreamsInRankByRankAndEndsAsTheWholeAnalysis) {
+  const std::vector<std::vector<std::string>> inputs = {
+      {test::traces("hta/tests/data/trace_filter/sampled_rank-0.json.gz"),
+       test::traces("hta/tests/data/trace_filter/sampled_rank-1.json.gz")},
+      {std::string(BRAID_TEST_DATA_DIR) + "/gloo_straggler/rank-0.json.gz",
+       std::string(BRAID_TEST_DATA_DIR) + "/gloo_straggler/rank-1.json.gz",
+       std::string(BRAID_TEST_DATA_DIR) + "/gloo_straggler/rank-2.json.gz",
+       std::string(BRAID_TEST_DATA_DIR) + "/gloo_straggler/rank-3.json.gz"}};
+  for (const auto& files : inputs) {
+    SCOPED_TRACE(files.front());
+    test::TempDir dir;
+    const std::string path = dir.file("t.braid");
+    test::import_files(files, path);
+    std::vector<std::shared_ptr<ViewRun>> handed;
+    LoadProgress progress;
+    const auto d =
+        load_view_run(path, 1, &progress, [&](std::shared_ptr<ViewRun> v) { handed.push_back(v); });
+    const size_t nranks = files.size();
+    ASSERT_EQ(handed.size(), nranks + 2);  // the collectives, each rank, the complete run
+    EXPECT_EQ(handed.back(), d);
+    EXPECT_TRUE(d->complete);
+    EXPECT_DOUBLE_EQ(progress.fraction(), 1.0);
+    EXPECT_TRUE(handed.front()->lanes.empty());
+    EXPECT_EQ(handed.front()->colls.size(), d->colls.size());
+    EXPECT_GT(d->colls.size(), 0u);
+    EXPECT_EQ(handed.front()->steps.size(), d->steps.size());
+    for (size_t i = 0; i + 1 < handed.size(); ++i) {
+      const ViewRun& v = *handed[i];
+      EXPECT_FALSE(v.complete);
+      EXPECT_EQ(v.ranks_loaded, static_cast<int>(i));
+      EXPECT_EQ(v.groups.size(), i);
+      EXPECT_TRUE(v.metrics.ranks.empty() && v.metrics.collectives.empty());  // at the end
+      ASSERT_LE(v.lanes.size(), d->lanes.size());
+      for (size_t l = 0; l < v.lanes.size(); ++l) {
+        ASSERT_EQ(v.lanes[l].rows.size(), d->lanes[l].rows.size());
+        EXPECT_EQ(v.lanes[l].rank, d->lanes[l].rank);
+        for (size_t r = 0; r < v.lanes[l].rows.size(); ++r)
+          EXPECT_EQ(&v.lanes[l].rows[r].events, &d->lanes[l].rows[r].events);  // shared
+      }
+      for (size_t g = 0; g < v.groups.size(); ++g) EXPECT_EQ(v.groups[g].lanes, d->groups[g].lanes);
+      if (i > 0) {
+        EXPECT_GT(v.lanes.size(), handed[i - 1]->lanes.size());
+      }
+    }
+    // Every collective is placed on the event that draws it.
+    for (size_t ci = 0; ci < d->colls.size(); ++ci) {
+      const auto at = d->place(static_cast<int32_t>(ci));
+      ASSERT_TRUE(at.has_value()) << ci;
+      EXPECT_EQ(d->event(at->lane, at->row, at->index).coll, static_cast<int32_t>(ci));
+    }
+
+    // The metrics, field by field, against the whole analysis.
+    TraceReader reader(path);
+    const analysis::RunData whole = analysis::load_run(reader, 1);
+    const analysis::Metrics want = analysis::compute_metrics(
+        whole, analysis::match_trace_collectives(whole), analysis::stored_clocks(whole));
+    const analysis::Metrics& got = d->metrics;
+    ASSERT_EQ(got.ranks.size(), want.ranks.size());
+    for (size_t i = 0; i < want.ranks.size(); ++i) {
+      const auto &a = got.ranks[i], &b = want.ranks[i];
+      EXPECT_EQ(std::tie(a.rank, a.step, a.start, a.end, a.busy_ns, a.idle_ns, a.compute_ns,
+                         a.comm_ns, a.memory_ns, a.non_compute_ns, a.overlap_ns, a.exposed_comm_ns,
+                         a.kernels, a.collectives),
+                std::tie(b.rank, b.step, b.start, b.end, b.busy_ns, b.idle_ns, b.compute_ns,
+                         b.comm_ns, b.memory_ns, b.non_compute_ns, b.overlap_ns, b.exposed_comm_ns,
+                         b.kernels, b.collectives))
+          << i;
+    }
+    ASSERT_EQ(got.collectives.size(), want.collectives.size());
+    for (size_t i = 0; i < want.collectives.size(); ++i) {
+      const auto &a = got.collectives[i], &b = want.collectives[i];
+      EXPECT_EQ(std::tie(a.group, a.seq, a.step, a.first_arrival, a.last_arrival, a.end, a.wait_ns,
+                         a.transfer_ns, a.exposed_ns, a.late_rank),
+                std::tie(b.group, b.seq, b.step, b.first_arrival, b.last_arrival, b.end, b.wait_ns,
+                         b.transfer_ns, b.exposed_ns, b.late_rank))
+          << i;
+      ASSERT_EQ(a.members.size(), b.members.size());
+      for (size_t m = 0; m < a.members.size(); ++m)
+        EXPECT_EQ(std::tie(a.members[m].rank, a.members[m].arrival, a.members[m].exposed_ns),
+                  std::tie(b.members[m].rank, b.members[m].arrival, b.members[m].exposed_ns));
+    }
+    ASSERT_EQ(got.kernels.size(), want.kernels.size());
+    for (size_t i = 0; i < want.kernels.size(); ++i)
+      EXPECT_EQ(std::tie(got.kernels[i].rank, got.kernels[i].name, got.kernels[i].total_ns),
+                std::tie(want.kernels[i].rank, want.kernels[i].name, want.kernels[i].total_ns));
+    EXPECT_EQ(got.category_ns, want.category_ns);
   }
 }
 

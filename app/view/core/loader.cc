@@ -1,66 +1,20 @@
 #include "app/view/core/loader.h"
 
 #include <algorithm>
+#include <future>
 #include <map>
 #include <tuple>
 #include <unordered_map>
 
 #include "analysis/clock.h"
+#include "analysis/metrics.h"
 #include "analysis/run_data.h"
 #include "trace/diagnostics.h"
 #include "trace/error.h"
+#include "trace/sqlite_util.h"
 
 namespace braid::view {
 namespace {
-
-// Lanes by (rank, stream), created on first use. Events are collected per lane and split into
-// rows once everything is read.
-class LaneBuilder {
- public:
-  explicit LaneBuilder(ViewRun& d) : d_(d) {}
-
-  // The name the file gives a stream or thread (`streams` table), used when its lane is made:
-  // only threads and streams with events get a lane.
-  void name(int32_t rank, int64_t stream, bool gpu, const std::string& label) {
-    if (!label.empty()) names_[std::make_tuple(rank, stream, gpu)] = label;
-  }
-
-  int lane(int32_t rank, int64_t stream, bool gpu, const std::string& label = "") {
-    auto key = std::make_tuple(rank, stream, gpu);
-    if (key == last_key_ && last_ >= 0) return last_;
-    auto it = index_.find(key);
-    int i;
-    if (it == index_.end()) {
-      i = static_cast<int>(d_.lanes.size());
-      Lane l;
-      l.rank = rank;
-      l.stream = stream;
-      l.gpu = gpu;
-      l.label = label;
-      if (l.label.empty())
-        if (auto n = names_.find(key); n != names_.end()) l.label = n->second;
-      d_.lanes.push_back(std::move(l));
-      events_.emplace_back();
-      index_.emplace(key, i);
-    } else {
-      i = it->second;
-    }
-    last_key_ = key;
-    last_ = i;
-    return i;
-  }
-  std::vector<Event>& events(int lane) { return events_[lane]; }
-  size_t lane_count() const { return events_.size(); }
-
- private:
-  ViewRun& d_;
-  // A CPU thread id may equal a CUDA stream id of the same rank: the key says which it is.
-  std::map<std::tuple<int32_t, int64_t, bool>, int> index_;
-  std::map<std::tuple<int32_t, int64_t, bool>, std::string> names_;
-  std::tuple<int32_t, int64_t, bool> last_key_{-1, -1, false};
-  int last_ = -1;
-  std::vector<std::vector<Event>> events_;
-};
 
 // Splits events sorted by (start, end descending) into rows of non-overlapping events: an
 // event goes to the first row that is free at its start, so enclosing ranges sit above what
@@ -102,25 +56,27 @@ bool by_start(const Event& a, const Event& b) {
   return a.start != b.start ? a.start < b.start : a.end > b.end;
 }
 
-void fill_density(ViewRun& d) {
-  double span = static_cast<double>(std::max<Ns>(1, d.end - d.start));
+// The lane's busy fraction per bin of [start, end) (the overview strip).
+void fill_density(Lane& l, Ns start, Ns end) {
+  double span = static_cast<double>(std::max<Ns>(1, end - start));
   double bin = span / kOverviewBins;
-  for (Lane& l : d.lanes) {
-    l.density.assign(kOverviewBins, 0.f);
-    if (l.rows.empty()) continue;
-    // Row 0 holds the outermost events: its busy time is the lane's.
-    for (const Event& e : l.rows[0].events) {
-      double a = static_cast<double>(e.start - d.start) / bin;
-      double b = static_cast<double>(e.end - d.start) / bin;
-      int ia = std::clamp(static_cast<int>(a), 0, kOverviewBins - 1);
-      int ib = std::clamp(static_cast<int>(b), 0, kOverviewBins - 1);
-      for (int i = ia; i <= ib; ++i) {
-        double lo = std::max(a, static_cast<double>(i)), hi = std::min(b, i + 1.0);
-        if (hi > lo) l.density[i] += static_cast<float>(hi - lo);
-      }
+  l.density.assign(kOverviewBins, 0.f);
+  if (l.rows.empty()) return;
+  // Row 0 holds the outermost events: its busy time is the lane's.
+  for (const Event& e : l.rows[0].events) {
+    double a = static_cast<double>(e.start - start) / bin;
+    double b = static_cast<double>(e.end - start) / bin;
+    int ia = std::clamp(static_cast<int>(a), 0, kOverviewBins - 1);
+    int ib = std::clamp(static_cast<int>(b), 0, kOverviewBins - 1);
+    for (int i = ia; i <= ib; ++i) {
+      double lo = std::max(a, static_cast<double>(i)), hi = std::min(b, i + 1.0);
+      if (hi > lo) l.density[i] += static_cast<float>(hi - lo);
     }
-    for (float& v : l.density) v = std::min(v, 1.f);
   }
+  for (float& v : l.density) v = std::min(v, 1.f);
+}
+
+void gpu_density(ViewRun& d) {
   d.gpu_density.assign(kOverviewBins, 0.f);
   int gpu_lanes = 0;
   for (const Lane& l : d.lanes)
@@ -132,178 +88,351 @@ void fill_density(ViewRun& d) {
     for (float& v : d.gpu_density) v /= static_cast<float>(gpu_lanes);
 }
 
-}  // namespace
+// The load of one run: what every rank shares first (collectives, matches, steps), then rank by
+// rank, each rank read once and let go (the analysis's per-rank pieces compute its metrics on
+// the way, analysis/stream.h), a ViewRun handed over after each.
+class Loader {
+ public:
+  Loader(const std::string& path, int64_t run_id, LoadProgress* progress, const Publish& publish)
+      : reader_(path), path_(path), run_id_(run_id), progress_(progress), publish_(publish) {}
 
-// Why one function of ~300 lines (docs/architecture.md, "Long functions"): it is the order in
-// which a run's data is moved, not copied, from the analysis load into the view's lanes, each
-// rank's analysis data freed as soon as its events are in lanes, so the loader never holds two
-// copies of a large run (bench/check_memory.sh, docs/BENCHMARKS.md). Split into steps, each
-// step would hand over the same partly-moved state; the per-lane work is in the helpers above.
-std::shared_ptr<ViewRun> load_view_run(const std::string& path, int64_t run_id,
-                                       LoadProgress* progress) {
-  TraceReader reader(path);
-  auto d = std::make_shared<ViewRun>();
-  d->path = path;
+  std::shared_ptr<ViewRun> run() {
+    begin();
+    // A second thread reads each rank (its own SQLite connection) while this one makes the rank
+    // before into lanes, so the reading and the making overlap. On an error here, the read in
+    // flight is waited for (the future's destructor) before anything it uses goes away.
+    TraceReader second(path_);
+    std::vector<std::pair<int32_t, analysis::RankTrace*>> order;
+    for (auto& [rank, t] : skeleton_.ranks) order.emplace_back(rank, &t);
+    auto read = [&](size_t i) {
+      return std::async(std::launch::async, [this, &second, &order, i] {
+        return read_rank(second, order[i].first, *order[i].second);
+      });
+    };
+    std::future<RankRead> next;
+    if (!order.empty()) next = read(0);
+    for (size_t i = 0; i < order.size(); ++i) {
+      RankRead in = next.get();
+      if (i + 1 < order.size()) next = read(i + 1);
+      add_rank(in);
+    }
+    return finish();
+  }
+
+ private:
+  Error cancelled() const { return Error(ErrorCode::Internal, path_ + ": loading cancelled"); }
+  void tick(int64_t rows) {
+    if (!progress_) return;
+    progress_->done += rows;
+    if (progress_->cancel) throw cancelled();
+  }
+  Ns off(int32_t rank) const {
+    auto it = offset_.find(rank);
+    return it == offset_.end() ? Ns{0} : it->second;
+  }
+  void hand_over() {
+    d_.ranks_loaded = static_cast<int>(d_.groups.size());
+    if (publish_) publish_(std::make_shared<ViewRun>(d_));
+  }
+
+  void begin();
+  // A rank's events by lane: (stream or thread, on the GPU).
+  using RankLanes = std::map<std::pair<int64_t, bool>, std::vector<Event>>;
+  // A rank's rows as read: its trace filled (analysis::fill_rank) and its API calls and ranges.
+  // read_rank() reads only through `reader`, the rank's own trace and what begin() made.
+  struct RankRead {
+    int32_t rank = 0;
+    analysis::RankTrace* t = nullptr;
+    std::vector<ApiCall> calls;
+    std::vector<Range> ranges;
+  };
+  RankRead read_rank(const TraceReader& reader, int32_t rank, analysis::RankTrace& t) const;
+  void add_rank(RankRead& in);
+  void add_lanes(int32_t rank, RankLanes& lanes);
+  std::shared_ptr<ViewRun> finish();
+
+  TraceReader reader_;
+  std::string path_;
+  int64_t run_id_;
+  LoadProgress* progress_;
+  const Publish& publish_;
+  ViewRun d_;
+  std::unordered_map<int32_t, Ns> offset_;
+  analysis::RunData skeleton_;
+  analysis::MatchResult match_;
+  analysis::ClockFit clocks_;
+  analysis::SyncNames sync_names_;
+  analysis::Metrics metrics_;  // handed over with the complete run
+  std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> members_;
+  std::map<int32_t, int32_t> first_coll_;  // a rank's first collective in d_.colls
+  std::map<int64_t, StrId> step_names_;
+  std::map<std::tuple<int32_t, int64_t, bool>, std::string> names_;  // streams' and threads'
+  Ns density_start_ = 0, density_end_ = 0;                           // the bins' span
+  Ns exact_start_ = INT64_MAX, exact_end_ = INT64_MIN;               // of the lanes loaded
+  Ns gpu_start_ = INT64_MAX, gpu_end_ = INT64_MIN;                   // of their GPU work
+  int64_t clamped_ = 0;
+};
+
+void Loader::begin() {
   bool found = false;
   std::string ids;
-  for (const RunRow& r : reader.runs()) {
-    if (r.run_id == run_id) {
-      d->run = r;
+  for (const RunRow& r : reader_.runs()) {
+    if (r.run_id == run_id_) {
+      d_.run = r;
       found = true;
     }
     ids += (ids.empty() ? "" : ", ") + std::to_string(r.run_id);
   }
   if (!found)
     throw Error(ErrorCode::NotFound,
-                path + ": no run " + std::to_string(run_id) +
+                path_ + ": no run " + std::to_string(run_id_) +
                     (ids.empty() ? " (the file has no runs)" : " (runs: " + ids + ")"));
-  d->ranks = reader.ranks(run_id);
-  d->communicators = reader.communicators(run_id);
-  d->diagnostics = reader.diagnostics(run_id);
-  d->strings = reader.strings();
-  std::unordered_map<int32_t, Ns> offset;
-  for (const RankInfo& r : d->ranks) offset[r.rank] = r.clock_offset;
-  auto off = [&](int32_t rank) {
-    auto it = offset.find(rank);
-    return it == offset.end() ? Ns{0} : it->second;
-  };
+  d_.path = path_;
+  d_.ranks = reader_.ranks(run_id_);
+  d_.communicators = reader_.communicators(run_id_);
+  d_.diagnostics = reader_.diagnostics(run_id_);
+  for (const RankInfo& r : d_.ranks) offset_[r.rank] = r.clock_offset;
+  for (const StreamInfo& s : reader_.streams(run_id_))
+    if (!s.label.empty()) names_[std::make_tuple(s.rank, s.stream, s.gpu)] = s.label;
+  // The rows to read, for the progress bar: each table's largest row id, a look-up where
+  // COUNT(*) would read the whole table (half a minute on a 7 GB file before the first frame).
+  // Exact for a file of one run; a file of several runs over-counts, and the bar jumps to the
+  // end when the load is done.
+  int64_t collectives = 0;
+  if (progress_) {
+    int64_t total = 0;
+    for (const char* t : {"kernels", "memcpys", "collectives", "api_calls", "nvtx_ranges"}) {
+      const int64_t rows =
+          sql::scalar(reader_.db(), std::string("SELECT COALESCE(MAX(rowid), 0) FROM ") + t);
+      total += rows;
+      if (std::string_view(t) == "collectives") collectives = rows;
+    }
+    progress_->total = std::max<int64_t>(1, total);
+  }
 
-  // The API calls are read twice: by the analysis load (launches and synchronizations) and
-  // below for the CPU lanes.
-  const TraceReader::Counts n = reader.counts(run_id);
-  const int64_t total =
-      n.kernels + n.memcpys + n.memsets + n.collectives + 2 * n.api_calls + n.ranges;
-  if (progress) progress->total = std::max<int64_t>(1, total);
-  auto cancelled = [&] { return Error(ErrorCode::Internal, path + ": loading cancelled"); };
-
-  // Kernels, memcpys, collectives and steps come from the analysis component's load, and the
-  // matching and the metrics are computed by it on that load, so the window and `braid
-  // analyze` show the same numbers (analysis/metrics.h).
-  analysis::RunData a;
+  // Every rank's collectives and steps, the matching and the per-collective metrics, as `braid
+  // analyze` computes them, on the clock offsets the file holds (those `braid analyze` solved,
+  // once it has run). Ranks' kernels and calls come later, one rank at a time.
   try {
-    a = analysis::load_run(reader, run_id, [&](int64_t rows) {
-      if (progress) progress->done = rows;
-      return !(progress && progress->cancel);
-    });
+    skeleton_ = analysis::load_skeleton(reader_, run_id_,
+                                        [&](int64_t) { return !(progress_ && progress_->cancel); });
   } catch (const Error&) {
-    if (progress && progress->cancel) throw cancelled();
+    if (progress_ && progress_->cancel) throw cancelled();
     throw;
   }
-  int64_t done = progress ? progress->done.load() : 0;
-  auto tick = [&] {
-    if (progress && (++done & 4095) == 0) {
-      progress->done = done;
-      if (progress->cancel) throw cancelled();
-    }
-  };
+  tick(collectives);
+  sync_names_ = analysis::sync_names(reader_, run_id_);
+  match_ = analysis::match_trace_collectives(skeleton_);
+  clocks_ = analysis::stored_clocks(skeleton_);
+  analysis::add_collective_metrics(skeleton_, match_, clocks_, {}, metrics_);
+  members_ = analysis::members_by_rank(metrics_);
 
-  // Cross-rank matching and metrics, as `braid analyze` computes them, on the clock offsets the
-  // file holds (those `braid analyze` solved, once it has run).
-  analysis::MatchResult match = analysis::match_trace_collectives(a);
-  d->metrics = analysis::compute_metrics(a, match, analysis::stored_clocks(a));
-
-  // Collectives are numbered rank by rank in the analysis load's order, so a collective of the
-  // analysis (rank, index) is ViewRun::colls[first_coll[rank] + index]. Moved out of the
-  // analysis load once the metrics are computed, and what only the metrics needed (launch
-  // calls, synchronizations) freed with them: the load never holds two copies of them.
-  std::map<int32_t, int32_t> first_coll;
+  // The view's collectives, numbered rank by rank in the skeleton's order, on the job axis:
+  // a collective of the analysis (rank, index) is colls[first_coll_[rank] + index].
+  std::vector<CollRec> colls;
+  std::vector<Match> matches;
+  std::vector<std::string> strings = reader_.strings();
   size_t coll_count = 0;
-  for (const auto& [rank, t] : a.ranks) coll_count += t.collectives.size();
-  d->colls.reserve(coll_count);
-  for (auto& [rank, t] : a.ranks) {
+  for (const auto& [rank, t] : skeleton_.ranks) coll_count += t.collectives.size();
+  colls.reserve(coll_count);
+  d_.start = INT64_MAX;
+  d_.end = INT64_MIN;
+  for (auto& [rank, t] : skeleton_.ranks) {
     const Ns o = off(rank);
-    first_coll[rank] = static_cast<int32_t>(d->colls.size());
-    for (Collective& c : t.collectives) {
+    first_coll_[rank] = static_cast<int32_t>(colls.size());
+    for (const Collective& c : t.collectives) {
       CollRec r;
-      r.c = std::move(c);
+      r.c = c;
       r.c.start += o;
       r.c.end += o;
       if (r.c.enqueue >= 0) r.c.enqueue += o;
-      d->colls.push_back(std::move(r));
+      d_.start = std::min(d_.start, r.c.start);
+      d_.end = std::max(d_.end, std::max(r.c.end, r.c.start));
+      colls.push_back(std::move(r));
     }
+    // Given back to the rank while it loads (add_rank): held once, not twice.
     std::vector<Collective>().swap(t.collectives);
-    std::vector<analysis::SyncCall>().swap(t.syncs);
-    t.launches.clear();
+    for (Step s : t.steps) {
+      s.start += o;
+      s.end += o;
+      d_.start = std::min(d_.start, s.start);
+      d_.end = std::max(d_.end, std::max(s.end, s.start));
+      d_.steps.push_back(s);
+      auto [it, fresh] = step_names_.emplace(s.step, static_cast<StrId>(strings.size()));
+      if (fresh) strings.push_back("step " + std::to_string(s.step));
+    }
   }
-  std::vector<int32_t> metrics_of(match.groups.size(), -1);
-  for (size_t i = 0; i < d->metrics.collectives.size(); ++i)
-    metrics_of[d->metrics.collectives[i].group] = static_cast<int32_t>(i);
-  for (size_t g = 0; g < match.groups.size(); ++g) {
-    const analysis::CollGroup& grp = match.groups[g];
+  for (size_t g = 0; g < match_.groups.size(); ++g) {
+    const analysis::CollGroup& grp = match_.groups[g];
     if (grp.members.empty()) continue;
     Match m;
     m.order = grp.seq;
     m.op = grp.op;
-    m.metrics = metrics_of[g];
     m.latest_start = INT64_MIN;
     m.earliest_end = INT64_MAX;
     m.latest_end = INT64_MIN;
     for (const analysis::CollRef& ref : grp.members) {
-      auto ci = first_coll.at(ref.rank) + ref.index;
-      CollRec& r = d->colls[ci];
+      auto ci = first_coll_.at(ref.rank) + ref.index;
+      CollRec& r = colls[ci];
       m.comm = r.c.comm;
       m.members.push_back(ci);
       m.latest_start = std::max(m.latest_start, r.c.start);
       m.earliest_end = std::min(m.earliest_end, r.c.end);
       m.latest_end = std::max(m.latest_end, r.c.end);
-      r.match = static_cast<int32_t>(d->matches.size());
+      r.match = static_cast<int32_t>(matches.size());
     }
-    d->matches.push_back(std::move(m));
+    matches.push_back(std::move(m));
   }
-  match = analysis::MatchResult();
+  std::vector<int32_t> match_of(match_.groups.size(), -1);
+  for (size_t g = 0, m = 0; g < match_.groups.size(); ++g)
+    if (!match_.groups[g].members.empty()) match_of[g] = static_cast<int32_t>(m++);
+  for (size_t i = 0; i < metrics_.collectives.size(); ++i)
+    if (const int32_t m = match_of[metrics_.collectives[i].group]; m >= 0)
+      matches[m].metrics = static_cast<int32_t>(i);
+  match_.groups.clear();
+  match_.groups.shrink_to_fit();
+  d_.colls = Shared<CollRec>(std::move(colls));
+  d_.matches = Shared<Match>(std::move(matches));
+  d_.strings = Shared<std::string>(std::move(strings));
+  if (d_.start > d_.end) d_.start = d_.end = 0;
+  density_start_ = d_.start;
+  density_end_ = d_.end;
+  d_.gpu_start = d_.start;
+  d_.gpu_end = d_.end;
+  hand_over();
+}
 
-  // The lanes, rank by rank, each rank's analysis data freed once its events are in lanes (the
-  // two never both hold the whole run).
-  LaneBuilder lanes(*d);
-  for (const StreamInfo& s : reader.streams(run_id)) lanes.name(s.rank, s.stream, s.gpu, s.label);
-  std::map<int32_t, std::vector<Step>> steps;
-  for (auto& [rank, t] : a.ranks) {
-    const Ns o = off(rank);
-    for (const Kernel& k : t.kernels)
-      lanes.events(lanes.lane(rank, k.stream, true))
-          .push_back({k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category),
-                      EventKind::Kernel, 0, -1});
-    std::vector<Kernel>().swap(t.kernels);
-    for (const Memcpy& m : t.memcpys)
-      lanes.events(lanes.lane(rank, m.stream, true))
-          .push_back({m.start + o, m.end + o, m.name, static_cast<uint8_t>(Category::Memory),
-                      EventKind::Memcpy, static_cast<uint16_t>(m.kind), -1});
-    std::vector<Memcpy>().swap(t.memcpys);
-    steps[rank] = std::move(t.steps);
+// The rank's lanes, in its group's order (steps, GPU streams by id, host lanes by id), each
+// split into rows, and its group.
+void Loader::add_lanes(int32_t rank, RankLanes& lanes) {
+  // Its lanes, in the group's order (steps, GPU streams by id, host lanes by id), into rows.
+  std::vector<std::pair<int64_t, bool>> order;
+  for (const auto& [key, ev] : lanes)
+    if (!ev.empty()) order.push_back(key);
+  std::sort(order.begin(), order.end(), [](const auto& x, const auto& y) {
+    const bool xs = !x.second && x.first == kStepsLane, ys = !y.second && y.first == kStepsLane;
+    if (xs != ys) return xs;
+    if (x.second != y.second) return x.second;
+    return x.first < y.first;
+  });
+  RankGroup g;
+  g.info.rank = rank;
+  for (const RankInfo& r : d_.ranks)
+    if (r.rank == rank) g.info = r;
+  for (const auto& key : order) {
+    std::vector<Event>& ev = lanes[key];
+    Lane l;
+    l.rank = rank;
+    l.stream = key.first;
+    l.gpu = key.second;
+    if (key.first == kStepsLane && !key.second) {
+      l.label = "steps";
+    } else if (key.first == -1 && !key.second && !ev.empty() &&
+               ev.front().kind == EventKind::Collective) {
+      l.label = "collectives (host)";
+    } else if (auto n = names_.find(std::make_tuple(rank, key.first, key.second));
+               n != names_.end()) {
+      l.label = n->second;
+    } else {
+      l.label = l.gpu ? "stream " + std::to_string(l.stream) : "thread " + std::to_string(l.stream);
+    }
+    l.event_count = static_cast<int64_t>(ev.size());
+    if (l.stream != kStepsLane || l.gpu) d_.event_count += l.event_count;  // the file's events
+    for (const Event& e : ev) {
+      exact_start_ = std::min(exact_start_, e.start);
+      exact_end_ = std::max(exact_end_, e.end);
+      if (e.kind == EventKind::Kernel || e.kind == EventKind::Memcpy ||
+          (e.kind == EventKind::Collective && l.gpu)) {
+        gpu_start_ = std::min(gpu_start_, e.start);
+        gpu_end_ = std::max(gpu_end_, e.end);
+      }
+    }
+    std::vector<Row> rows;
+    clamped_ += assign_rows(std::move(ev), rows);
+    for (Row& r : rows) r.events.shrink_to_fit();
+    l.rows = Shared<Row>(std::move(rows));
+    g.lanes.push_back(static_cast<int>(d_.lanes.size()));
+    d_.lanes.push_back(std::move(l));
+    std::vector<Event>().swap(lanes[key]);
+    fill_density(d_.lanes.back(), density_start_, density_end_);
   }
-  a = analysis::RunData();
-  reader.api_calls(run_id, [&](const ApiCall& c) {
-    Ns o = off(c.rank);
-    lanes.events(lanes.lane(c.rank, c.tid, false))
+  d_.groups.push_back(std::move(g));
+}
+
+Loader::RankRead Loader::read_rank(const TraceReader& reader, int32_t rank,
+                                   analysis::RankTrace& t) const {
+  RankRead in{rank, &t, {}, {}};
+  const Ns o = off(rank);
+  // The rank's collectives back from the view's, on its own clock, for its metrics.
+  for (size_t ci = first_coll_.at(rank); ci < d_.colls.size() && d_.colls[ci].c.rank == rank;
+       ++ci) {
+    Collective c = d_.colls[ci].c;
+    c.start -= o;
+    c.end -= o;
+    if (c.enqueue >= 0) c.enqueue -= o;
+    t.collectives.push_back(c);
+  }
+  analysis::fill_rank(reader, run_id_, sync_names_, t);
+  reader.api_calls(run_id_, rank, [&](const ApiCall& c) {
+    in.calls.push_back(c);
+    return true;
+  });
+  reader.ranges(run_id_, rank, [&](const Range& r) {
+    in.ranges.push_back(r);
+    return true;
+  });
+  return in;
+}
+
+void Loader::add_rank(RankRead& in) {
+  if (progress_ && progress_->cancel) throw cancelled();
+  const int32_t rank = in.rank;
+  analysis::RankTrace& t = *in.t;
+  const Ns o = off(rank);
+  const auto first = static_cast<size_t>(first_coll_.at(rank));
+  const size_t last = first + t.collectives.size();
+  const std::vector<analysis::Interval> comp =
+      analysis::add_rank_metrics(skeleton_, rank, clocks_, {}, metrics_);
+  if (auto it = members_.find(rank); it != members_.end())
+    analysis::add_exposure(metrics_, it->second, comp);
+
+  RankLanes lanes;
+  auto lane = [&](int64_t stream, bool gpu) -> std::vector<Event>& { return lanes[{stream, gpu}]; };
+  for (const Kernel& k : t.kernels)
+    lane(k.stream, true)
+        .push_back({k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category),
+                    EventKind::Kernel, 0, -1});
+  for (const Memcpy& m : t.memcpys)
+    lane(m.stream, true)
+        .push_back({m.start + o, m.end + o, m.name, static_cast<uint8_t>(Category::Memory),
+                    EventKind::Memcpy, static_cast<uint16_t>(m.kind), -1});
+  tick(static_cast<int64_t>(t.kernels.size() + t.memcpys.size()));
+  analysis::strip_rank(t);
+  std::vector<Collective>().swap(t.collectives);
+  for (const ApiCall& c : in.calls)
+    lane(c.tid, false)
         .push_back({c.start + o, c.end + o, c.name, kCategoryCpu, EventKind::CpuCall,
                     static_cast<uint16_t>(c.kind), -1});
-    tick();
-    return true;
-  });
-  reader.ranges(run_id, [&](const Range& r) {
-    Ns o = off(r.rank);
-    lanes.events(lanes.lane(r.rank, r.stream, r.on_gpu))
+  for (const Range& r : in.ranges)
+    lane(r.stream, r.on_gpu)
         .push_back(
             {r.start + o, r.end + o, r.name, kCategoryAnnotation, EventKind::Annotation, 0, -1});
-    tick();
-    return true;
-  });
-
-  for (size_t i = 0; i < lanes.lane_count(); ++i) {
-    auto& ev = lanes.events(static_cast<int>(i));
+  tick(static_cast<int64_t>(in.calls.size() + in.ranges.size()));
+  std::vector<ApiCall>().swap(in.calls);
+  std::vector<Range>().swap(in.ranges);
+  for (auto& [key, ev] : lanes)
     if (!std::is_sorted(ev.begin(), ev.end(), by_start))
       std::stable_sort(ev.begin(), ev.end(), by_start);
-  }
 
   // A collective is drawn as the communication kernel that carried it; one without a kernel
   // (CPU-side times, or a kernel the trace lacks) becomes an event of its own.
-  for (size_t ci = 0; ci < d->colls.size(); ++ci) {
-    const Collective& c = d->colls[ci].c;
+  for (size_t ci = first; ci < last; ++ci) {
+    const Collective& c = d_.colls[ci].c;
     bool attached = false;
     if (c.stream >= 0) {
-      auto& ev = lanes.events(lanes.lane(c.rank, c.stream, true));
+      auto& ev = lane(c.stream, true);
       auto it = std::lower_bound(ev.begin(), ev.end(), c.start,
-                                 [](const Event& e, Ns t) { return e.start < t; });
+                                 [](const Event& e, Ns at) { return e.start < at; });
       // Prefer the kernel starting exactly with the collective, else the first one inside it.
       for (; it != ev.end() && it->start < std::max(c.end, c.start + 1); ++it) {
         if (it->kind == EventKind::Kernel && it->coll < 0 &&
@@ -315,8 +444,6 @@ std::shared_ptr<ViewRun> load_view_run(const std::string& path, int64_t run_id,
       }
     }
     if (!attached) {
-      int lane = c.stream >= 0 ? lanes.lane(c.rank, c.stream, true)
-                               : lanes.lane(c.rank, -1, false, "collectives (host)");
       Event e{c.start,
               std::max(c.end, c.start),
               c.name,
@@ -324,116 +451,75 @@ std::shared_ptr<ViewRun> load_view_run(const std::string& path, int64_t run_id,
               EventKind::Collective,
               0,
               static_cast<int32_t>(ci)};
-      auto& ev = lanes.events(lane);
+      auto& ev = lane(c.stream >= 0 ? c.stream : -1, c.stream >= 0);
       ev.insert(std::upper_bound(ev.begin(), ev.end(), e, by_start), e);
     }
   }
 
-  // Each rank's steps (the `steps` table) in a lane of their own, first in the rank.
-  {
-    std::map<int64_t, StrId> step_names;
-    for (const auto& [rank, rank_steps] : steps) {
-      if (rank_steps.empty()) continue;
-      auto& ev = lanes.events(lanes.lane(rank, kStepsLane, false, "steps"));
-      for (const Step& s : rank_steps) {
-        auto [it, fresh] = step_names.emplace(s.step, static_cast<StrId>(d->strings.size()));
-        if (fresh) d->strings.push_back("step " + std::to_string(s.step));
-        Ns o = off(rank);
-        ev.push_back({s.start + o, std::max(s.end, s.start) + o, it->second, kCategoryStep,
-                      EventKind::Step, 0, -1});
-      }
-      std::stable_sort(ev.begin(), ev.end(), by_start);
-    }
+  // The rank's steps (the `steps` table) in a lane of its own, first in the rank.
+  if (!t.steps.empty()) {
+    auto& ev = lane(kStepsLane, false);
+    for (const Step& s : t.steps)
+      ev.push_back({s.start + o, std::max(s.end, s.start) + o, step_names_.at(s.step),
+                    kCategoryStep, EventKind::Step, 0, -1});
+    std::stable_sort(ev.begin(), ev.end(), by_start);
   }
 
-  int64_t clamped = 0;
-  d->start = d->gpu_start = INT64_MAX;
-  d->end = d->gpu_end = INT64_MIN;
-  for (size_t i = 0; i < lanes.lane_count(); ++i) {
-    Lane& l = d->lanes[i];
-    auto& ev = lanes.events(static_cast<int>(i));
-    l.event_count = static_cast<int64_t>(ev.size());
-    if (l.stream != kStepsLane) d->event_count += l.event_count;  // events the file stores
-    for (const Event& e : ev) {
-      d->start = std::min(d->start, e.start);
-      d->end = std::max(d->end, e.end);
-      if (e.kind == EventKind::Kernel || e.kind == EventKind::Memcpy ||
-          (e.kind == EventKind::Collective && l.gpu)) {
-        d->gpu_start = std::min(d->gpu_start, e.start);
-        d->gpu_end = std::max(d->gpu_end, e.end);
-      }
-    }
-    clamped += assign_rows(std::move(ev), l.rows);
-    std::vector<Event>().swap(ev);
+  add_lanes(rank, lanes);
+  d_.start = std::min(d_.start, exact_start_);
+  d_.end = std::max(d_.end, exact_end_);
+  if (gpu_start_ <= gpu_end_) {
+    d_.gpu_start = gpu_start_;
+    d_.gpu_end = gpu_end_;
   }
-  if (d->start > d->end) d->start = d->end = 0;
-  if (d->gpu_start > d->gpu_end) {
-    d->gpu_start = d->start;
-    d->gpu_end = d->end;
+  gpu_density(d_);
+  hand_over();
+}
+
+std::shared_ptr<ViewRun> Loader::finish() {
+  // The exact span, and the lanes' busy fractions over it when it is not the one they had.
+  if (exact_start_ <= exact_end_) {
+    d_.start = exact_start_;
+    d_.end = exact_end_;
+  } else {
+    d_.start = d_.end = 0;
   }
-  if (clamped > 0)
-    d->diagnostics.push_back(diag::make(diag::Code::view_overlap_clamped, clamped,
+  if (gpu_start_ > gpu_end_) {
+    d_.gpu_start = d_.start;
+    d_.gpu_end = d_.end;
+  }
+  if (d_.start != density_start_ || d_.end != density_end_)
+    for (Lane& l : d_.lanes) fill_density(l, d_.start, d_.end);
+  gpu_density(d_);
+  if (clamped_ > 0)
+    d_.diagnostics.push_back(diag::make(diag::Code::view_overlap_clamped, clamped_,
                                         "events shortened to fit 64 rows of overlapping events"));
-  for (size_t li = 0; li < d->lanes.size(); ++li)
-    for (size_t ri = 0; ri < d->lanes[li].rows.size(); ++ri) {
-      const auto& ev = d->lanes[li].rows[ri].events;
-      for (size_t k = 0; k < ev.size(); ++k)
-        if (ev[k].coll >= 0) {
-          CollRec& r = d->colls[ev[k].coll];
-          r.lane = static_cast<int32_t>(li);
-          r.row = static_cast<int32_t>(ri);
-          r.index = static_cast<int64_t>(k);
-        }
-    }
-
-  // Lanes grouped per rank: GPU streams by stream id, then host lanes.
-  std::map<int32_t, std::vector<int>> by_rank;
-  for (size_t i = 0; i < d->lanes.size(); ++i)
-    by_rank[d->lanes[i].rank].push_back(static_cast<int>(i));
-  for (auto& [rank, ls] : by_rank) {
-    std::sort(ls.begin(), ls.end(), [&](int a, int b) {
-      const Lane &x = d->lanes[a], &y = d->lanes[b];
-      bool xs = !x.gpu && x.stream == kStepsLane, ys = !y.gpu && y.stream == kStepsLane;
-      if (xs != ys) return xs;
-      if (x.gpu != y.gpu) return x.gpu;
-      return x.stream < y.stream;
-    });
-    RankGroup g;
-    g.info.rank = rank;
-    for (const RankInfo& r : d->ranks)
-      if (r.rank == rank) g.info = r;
-    g.lanes = ls;
-    d->groups.push_back(std::move(g));
-  }
-  for (Lane& l : d->lanes)
-    if (l.label.empty())
-      l.label = l.gpu ? "stream " + std::to_string(l.stream) : "thread " + std::to_string(l.stream);
-
   // The capture window (a capture with --window): a window stored as it opened (a capture
   // killed before its first cycle) ends with the run's events.
-  {
-    Ns lo = INT64_MAX, hi = INT64_MIN;
-    for (const CaptureWindow& w : reader.capture_windows(run_id)) {
-      Ns o = off(w.rank);
-      lo = std::min(lo, w.start + o);
-      hi = std::max(hi, std::max(w.end, w.start) + o);
-    }
-    if (lo < INT64_MAX) {
-      d->window_start = lo;
-      d->window_end = hi > lo ? hi : std::max(lo, d->end);
-    }
+  Ns lo = INT64_MAX, hi = INT64_MIN;
+  for (const CaptureWindow& w : reader_.capture_windows(run_id_)) {
+    Ns o = off(w.rank);
+    lo = std::min(lo, w.start + o);
+    hi = std::max(hi, std::max(w.end, w.start) + o);
   }
+  if (lo < INT64_MAX) {
+    d_.window_start = lo;
+    d_.window_end = hi > lo ? hi : std::max(lo, d_.end);
+  }
+  d_.metrics = std::move(metrics_);
+  d_.complete = true;
+  d_.ranks_loaded = static_cast<int>(d_.groups.size());
+  auto done = std::make_shared<ViewRun>(std::move(d_));
+  if (progress_) progress_->done = progress_->total.load();
+  if (publish_) publish_(done);
+  return done;
+}
 
-  for (const auto& [rank, rank_steps] : steps)
-    for (Step s : rank_steps) {
-      Ns o = off(rank);
-      s.start += o;
-      s.end += o;
-      d->steps.push_back(s);
-    }
-  fill_density(*d);
-  if (progress) progress->done = progress->total.load();
-  return d;
+}  // namespace
+
+std::shared_ptr<ViewRun> load_view_run(const std::string& path, int64_t run_id,
+                                       LoadProgress* progress, const Publish& publish) {
+  return Loader(path, run_id, progress, publish).run();
 }
 
 BackgroundLoad::BackgroundLoad(std::string path, int64_t run_id,
@@ -441,12 +527,15 @@ BackgroundLoad::BackgroundLoad(std::string path, int64_t run_id,
     : path_(std::move(path)), run_id_(run_id) {
   thread_ = std::thread([this, derive = std::move(derive)] {
     try {
-      auto d = load_view_run(path_, run_id_, &progress_);
-      if (derive) derive(*d);
-      std::lock_guard<std::mutex> lock(mu_);
-      data_ = std::move(d);
+      load_view_run(path_, run_id_, &progress_, [&](std::shared_ptr<ViewRun> d) {
+        if (d->complete && derive) derive(*d);
+        std::lock_guard<std::mutex> lock(mu_);
+        data_ = std::move(d);
+        ++handed_over_;
+      });
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(mu_);
+      data_.reset();
       error_ = e.what();
     }
     finished_ = true;

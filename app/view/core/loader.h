@@ -1,5 +1,7 @@
 // Loading a run of a `.braid` file into ViewRun, on the caller's thread or in the background
-// with a progress fraction that frames can show while they keep drawing.
+// with a progress fraction that frames can show while they keep drawing. A load hands over the
+// run as it grows: the collectives and steps first, then the lanes a rank at a time, so frames
+// show the first ranks while the rest stream in (the way Tracy shows a capture as it arrives).
 #pragma once
 
 #include <algorithm>
@@ -24,10 +26,17 @@ struct LoadProgress {
   }
 };
 
+// Called on the loading thread with each ViewRun a load hands over; the last one is complete.
+using Publish = std::function<void(std::shared_ptr<ViewRun>)>;
+
 // Reads every event of `run_id` (kernels, memcpys, collectives, CPU calls, annotations) into
-// lanes. Throws braid::Error naming the file (missing file, no such run, cancelled).
+// lanes, one rank at a time: the run's collectives, matching and per-collective metrics first,
+// then each rank's events (read once, through the analysis's per-rank load, whose rows are let
+// go as soon as the rank's lanes are made). Returns the complete run. Throws braid::Error naming
+// the file (missing file, no such run, cancelled).
 std::shared_ptr<ViewRun> load_view_run(const std::string& path, int64_t run_id,
-                                       LoadProgress* progress = nullptr);
+                                       LoadProgress* progress = nullptr,
+                                       const Publish& publish = nullptr);
 
 // One load on its own thread. The destructor cancels and joins.
 class BackgroundLoad {
@@ -42,8 +51,11 @@ class BackgroundLoad {
 
   bool finished() const { return finished_.load(); }
   double fraction() const { return progress_.fraction(); }
-  // After finished(): the data, or null with error() set.
+  // The latest ViewRun handed over (null before the first), and how many have been: a frame
+  // takes the latest when the count moved. After finished(): the complete run, or null with
+  // error() set.
   std::shared_ptr<ViewRun> result() const;
+  int64_t handed_over() const { return handed_over_.load(); }
   std::string error() const;
   const std::string& path() const { return path_; }
   int64_t run_id() const { return run_id_; }
@@ -53,6 +65,7 @@ class BackgroundLoad {
   int64_t run_id_;
   LoadProgress progress_;
   std::atomic<bool> finished_{false};
+  std::atomic<int64_t> handed_over_{0};
   mutable std::mutex mu_;
   std::shared_ptr<ViewRun> data_;
   std::string error_;

@@ -1,11 +1,18 @@
 // What the GUI shows of one run: per (rank, stream) lanes of events on the job's common time
 // axis, each lane split into rows of non-overlapping events sorted by start (so the visible
 // window of a row is a binary search on start and on end), plus the collectives with their
-// cross-rank matches and the analysis metrics. Built once by the loader; read-only afterwards,
-// so frames never lock.
+// cross-rank matches and the analysis metrics.
+//
+// A ViewRun is never changed once the loader hands it over, so frames never lock. The loader
+// hands over a run as it grows (core/loader.h): first the collectives, their matches and the
+// steps, then a ViewRun more each time a rank's lanes are in, the last one `complete` with the
+// metrics. Those ViewRuns share what they have in common (Shared below): handing over one more
+// rank copies a few pointers per lane, never an event.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,8 +42,38 @@ struct Event {
 };
 static_assert(sizeof(Event) == 32, "Event is a packed 32-byte record");
 
+// A vector that never changes once made, shared by the ViewRuns a load hands over (copying one
+// copies a pointer). Reads like a const std::vector.
+template <typename T>
+class Shared {
+ public:
+  Shared() = default;
+  explicit Shared(std::vector<T> v) : p_(std::make_shared<const std::vector<T>>(std::move(v))) {}
+  const std::vector<T>& vec() const { return p_ ? *p_ : none(); }
+  const T& operator[](size_t i) const { return vec()[i]; }
+  size_t size() const { return vec().size(); }
+  bool empty() const { return vec().empty(); }
+  auto begin() const { return vec().begin(); }
+  auto end() const { return vec().end(); }
+  const T& front() const { return vec().front(); }
+  const T& back() const { return vec().back(); }
+
+ private:
+  static const std::vector<T>& none() {
+    static const std::vector<T> kNone;
+    return kNone;
+  }
+  std::shared_ptr<const std::vector<T>> p_;
+};
+
 struct Row {
   std::vector<Event> events;  // sorted by start, non-overlapping (ends sorted too)
+};
+
+// Where an event is: lane, row and position in the row.
+struct EventRef {
+  int lane = -1, row = -1;
+  int64_t index = -1;
 };
 
 struct Lane {
@@ -44,7 +81,7 @@ struct Lane {
   int64_t stream = 0;
   bool gpu = true;
   std::string label;
-  std::vector<Row> rows;
+  Shared<Row> rows;
   int64_t event_count = 0;
   // Busy fraction per bin of the run's whole span (overview strip), kOverviewBins entries.
   std::vector<float> density;
@@ -56,11 +93,10 @@ struct RankGroup {
   std::vector<int> lanes;  // indexes into ViewRun::lanes, GPU streams first
 };
 
-// A collective as one rank executed it, with its place in the lanes and its cross-rank match.
+// A collective as one rank executed it, with its cross-rank match. Where it is drawn:
+// ViewRun::place.
 struct CollRec {
-  Collective c;  // times on the job axis
-  int32_t lane = -1, row = -1;
-  int64_t index = -1;  // position in the row
+  Collective c;        // times on the job axis
   int32_t match = -1;  // index into ViewRun::matches, -1 when unmatched
 };
 
@@ -80,18 +116,23 @@ struct ViewRun {
   std::string path;
   RunRow run;
   std::vector<RankInfo> ranks;
-  std::vector<RankGroup> groups;  // one per rank, by rank
-  std::vector<Lane> lanes;
-  std::vector<CollRec> colls;
-  std::vector<Match> matches;  // analysis::match_trace_collectives's groups
+  std::vector<RankGroup> groups;  // one per rank loaded, by rank
+  std::vector<Lane> lanes;        // rank by rank, each rank's lanes in its group's order
+  Shared<CollRec> colls;          // every rank's, from the first ViewRun a load hands over
+  Shared<Match> matches;          // analysis::match_trace_collectives's groups
+  int ranks_loaded = 0;           // ranks whose lanes are in (as groups), of ranks.size()
+  bool complete = false;          // every rank's lanes, the metrics and the exact span are in
   // What `braid analyze` computes for the run (analysis::compute_metrics on the file's clock
-  // offsets): per rank and step the time breakdown, per matched collective its timing.
+  // offsets): per rank and step the time breakdown, per matched collective its timing. Empty
+  // until `complete`.
   analysis::Metrics metrics;
   std::vector<Step> steps;  // job axis
   std::vector<Communicator> communicators;
   std::vector<Diagnostic> diagnostics;
-  std::vector<std::string> strings;  // interned names, by StrId
-  Ns start = 0, end = 0;             // span of all events on the job axis
+  Shared<std::string> strings;  // interned names, by StrId
+  // Span of all events on the job axis; until `complete`, of the steps, the collectives and
+  // the ranks loaded.
+  Ns start = 0, end = 0;
   Ns gpu_start = 0, gpu_end = 0;     // span of the GPU work (kernels, copies), else start/end
   // The capture window the agent recorded (`capture_windows`, all ranks' windows on the job
   // axis, from the first opening to the last closing); window_end <= window_start: none.
@@ -109,6 +150,10 @@ struct ViewRun {
   }
   std::string run_title() const;                    // "run 2 (replayed, sim)"
   int lane_of(int32_t rank, int64_t stream) const;  // -1 if absent
+  int lane_of(int32_t rank, int64_t stream, bool gpu) const;
+  // Where collective `ci` is drawn: the communication kernel that carried it, or its own
+  // event; none while its rank is not loaded.
+  std::optional<EventRef> place(int32_t ci) const;
 };
 
 }  // namespace braid::view

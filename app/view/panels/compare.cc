@@ -95,7 +95,9 @@ void compare(App& app) {
           const CollRec& c = app.slots[1].data->colls[f];
           t0 = std::min(t0, to_axis(app, 1, c.c.start));
           t1 = std::max(t1, to_axis(app, 1, c.c.end));
-          if (!first && c.lane >= 0) first = Selection{1, Hit{c.lane, c.row, c.index, 1}};
+          if (!first)
+            if (const std::optional<EventRef> at = app.slots[1].data->place(f))
+              first = Selection{1, Hit{at->lane, at->row, at->index, 1}};
         }
         for (int32_t r : l.steps[0].replaced) {
           const CollRec& c = app.slots[0].data->colls[r];

@@ -102,8 +102,9 @@ void details(App& app) {
         std::string label = "rank " + std::to_string(o.c.rank) + ": start " +
                             dur(o.c.start - d.start) + ", " + dur(o.c.end - o.c.start) + "##m" +
                             std::to_string(m);
-        if (ImGui::Selectable(label.c_str(), m == e.coll) && o.lane >= 0)
-          select_event(app, sel.slot, Hit{o.lane, o.row, o.index, 1}, false);
+        if (ImGui::Selectable(label.c_str(), m == e.coll))
+          if (const std::optional<EventRef> at = d.place(m))
+            select_event(app, sel.slot, Hit{at->lane, at->row, at->index, 1}, false);
       }
     }
     return;

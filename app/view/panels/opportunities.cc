@@ -191,8 +191,8 @@ void stored(App& app) {
     if (ImGui::Selectable(label.c_str(), false, ImGuiSelectableFlags_SpanAllColumns)) {
       if (v.t0 >= 0) {
         zoom_to(app, to_axis(app, 0, v.t0), to_axis(app, 0, v.t1));
-        const CollRec& c = d->colls[v.colls.front()];
-        if (c.lane >= 0) app.selected = Selection{0, Hit{c.lane, c.row, c.index, 1}};
+        if (const std::optional<EventRef> at = d->place(v.colls.front()))
+          app.selected = Selection{0, Hit{at->lane, at->row, at->index, 1}};
       } else {
         app.status = "opportunity " + std::to_string(i + 1) +
                      ": its operations have no counterpart in " + d->run_title();

@@ -39,9 +39,10 @@ std::optional<Point> place_of(const App& app, int slot, const SectionPlace& sp, 
                               float axis_x0, const LayoutOptions& opt) {
   const ViewRun& d = *app.slots[slot].data;
   const CollRec& r = d.colls[ci];
-  if (r.lane < 0 || sp.lane_box[r.lane] < 0) return std::nullopt;
-  const LaneBox& b = app.slots[slot].layout.lanes[sp.lane_box[r.lane]];
-  float y = sp.top + b.y0 + (static_cast<float>(r.row) + 0.5f) * opt.row_h;
+  const std::optional<EventRef> at = d.place(ci);
+  if (!at || sp.lane_box[at->lane] < 0) return std::nullopt;
+  const LaneBox& b = app.slots[slot].layout.lanes[sp.lane_box[at->lane]];
+  float y = sp.top + b.y0 + (static_cast<float>(at->row) + 0.5f) * opt.row_h;
   float x = axis_x0 + app.axis.x_of(to_axis(app, slot, r.c.start));
   return Point{x, y, r.c.rank};
 }
