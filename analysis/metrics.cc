@@ -76,8 +76,9 @@ RankMetrics row_metrics(int32_t rank, Activity& a, Ns lo, Ns hi) {
   return m;
 }
 
-// Length of [a, b) that the merged, sorted intervals `cover` leave uncovered (binary search:
-// a collective costs the intervals it overlaps, not the rank's whole list).
+}  // namespace
+
+// Binary search: a collective costs the intervals it overlaps, not the rank's whole list.
 Ns uncovered(Ns a, Ns b, const std::vector<Interval>& cover) {
   auto it = std::upper_bound(cover.begin(), cover.end(), a,
                              [](Ns t, const Interval& i) { return t < i.end; });
@@ -86,6 +87,8 @@ Ns uncovered(Ns a, Ns b, const std::vector<Interval>& cover) {
     covered += std::min(b, it->end) - std::max(a, it->start);
   return (b - a) - covered;
 }
+
+namespace {
 
 constexpr Ns kUs = 1000;
 Ns ceil_us(Ns t) { return t >= 0 ? (t + kUs - 1) / kUs * kUs : -((-t) / kUs * kUs); }

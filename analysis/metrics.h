@@ -37,6 +37,8 @@ struct Interval {
 Ns merge_intervals(std::vector<Interval>& v);
 // Total length of the intersection of two merged lists.
 Ns intersect_length(const std::vector<Interval>& a, const std::vector<Interval>& b);
+// The time of [a, b] that no interval of `cover` (merged: sorted, disjoint) covers.
+Ns uncovered(Ns a, Ns b, const std::vector<Interval>& cover);
 
 struct RankMetrics {
   int32_t rank = 0;

@@ -62,7 +62,8 @@ RankTrace& rank_in(RunData& d, int32_t r) {
   return t;
 }
 
-// `run` of `reader` with each rank's info and GPU streams, nothing else yet.
+}  // namespace
+
 RunData run_frame(const TraceReader& reader, int64_t run) {
   RunData d;
   d.run_id = run;
@@ -72,6 +73,8 @@ RunData run_frame(const TraceReader& reader, int64_t run) {
     if (s.gpu) rank_in(d, s.rank).streams.push_back(std::move(s));
   return d;
 }
+
+namespace {
 
 // The collectives in start order, as the analyses take them.
 void sort_collectives(RankTrace& t) {
@@ -101,6 +104,22 @@ void finish_events(RankTrace& t) {
 }
 
 }  // namespace
+
+SyncNames sync_names(const std::vector<std::string>& strings) {
+  SyncNames out;
+  for (size_t id = 0; id < strings.size(); ++id)
+    if (auto k = sync_kind_of(strings[id])) out.emplace(static_cast<int64_t>(id), *k);
+  return out;
+}
+
+void fill_collectives(const TraceReader& reader, int64_t run, RankTrace& t) {
+  reader.collectives(run, t.info.rank, [&](const Collective& c) {
+    t.collectives.push_back(c);
+    return true;
+  });
+  sort_collectives(t);
+  t.collectives.shrink_to_fit();
+}
 
 SyncNames sync_names(const TraceReader& reader, int64_t run) {
   SyncNames out;

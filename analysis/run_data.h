@@ -130,6 +130,11 @@ int64_t memory_left();
 // [t0, t1) of each of `streams` and the launch calls that start in [host0, host1) on `threads`;
 // strip_rank() takes them away again.
 RunData load_skeleton(const TraceReader& reader, int64_t run, const LoadTick& tick = nullptr);
+// `run` with each rank's info and GPU streams, nothing else yet (load_skeleton's start).
+RunData run_frame(const TraceReader& reader, int64_t run);
+// Adds one rank's collectives, in the order load_skeleton() gives them (a load that reads the
+// ranks one at a time from the start, as braid-view does).
+void fill_collectives(const TraceReader& reader, int64_t run, RankTrace& t);
 // What fill_rank saw of the rank, for its windows: the streams of its GPU work, the threads of
 // its launch calls (runtime or driver calls with a correlation id), the longest of those calls.
 struct RankShape {
@@ -139,6 +144,9 @@ struct RankShape {
 // The run's synchronization calls by name id (sync_names reads every API call's name once).
 using SyncNames = std::map<int64_t, SyncKind>;
 SyncNames sync_names(const TraceReader& reader, int64_t run);
+// The same from the file's names (every string that names a synchronization call), without
+// reading the API calls: the same answer for any API call's name.
+SyncNames sync_names(const std::vector<std::string>& strings);
 void fill_rank(const TraceReader& reader, int64_t run, const SyncNames& names, RankTrace& t,
                RankShape* shape = nullptr);
 struct RankWindow {

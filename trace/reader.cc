@@ -479,6 +479,10 @@ namespace {
 const Rows kCollectives{"collectives", kCollectiveColumns, "rank, start_ns"};
 }  // namespace
 
+void TraceReader::collectives(int64_t run, int32_t rank, const Fn<Collective>& fn) const {
+  rank_rows(db_, kCollectives, run, rank, collective_from_row, fn);
+}
+
 void TraceReader::collectives(int64_t run, const Fn<Collective>& fn) const {
   each_row(db_, kCollectives, run, collective_from_row, fn);
 }

@@ -92,6 +92,7 @@ class TraceReader {
   void runtime_calls(int64_t run, int32_t rank, const Fn<ApiCall>& fn) const;
   void api_calls(int64_t run, int32_t rank, const Fn<ApiCall>& fn) const;
   void ranges(int64_t run, int32_t rank, const Fn<Range>& fn) const;
+  void collectives(int64_t run, int32_t rank, const Fn<Collective>& fn) const;  // by start
   // The runtime and driver calls of one thread of a rank that start in [t0, t1), by start.
   void runtime_calls(int64_t run, int32_t rank, int64_t tid, Ns t0, Ns t1,
                      const Fn<ApiCall>& fn) const;

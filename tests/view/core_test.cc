@@ -689,10 +689,12 @@ TEST(ViewRealTrace, StreamsInRankByRankAndEndsAsTheWholeAnalysis) {
     EXPECT_EQ(handed.back(), d);
     EXPECT_TRUE(d->complete);
     EXPECT_DOUBLE_EQ(progress.fraction(), 1.0);
+    // First what every rank shares (steps), before anything that grows with the events.
     EXPECT_TRUE(handed.front()->lanes.empty());
-    EXPECT_EQ(handed.front()->colls.size(), d->colls.size());
+    EXPECT_TRUE(handed.front()->colls.empty());
     EXPECT_GT(d->colls.size(), 0u);
     EXPECT_EQ(handed.front()->steps.size(), d->steps.size());
+    EXPECT_FALSE(d->matches.empty());
     for (size_t i = 0; i + 1 < handed.size(); ++i) {
       const ViewRun& v = *handed[i];
       EXPECT_FALSE(v.complete);
@@ -710,7 +712,25 @@ TEST(ViewRealTrace, StreamsInRankByRankAndEndsAsTheWholeAnalysis) {
       if (i > 0) {
         EXPECT_GT(v.lanes.size(), handed[i - 1]->lanes.size());
       }
+      // The collectives of the ranks in, the same as the complete run's, not matched yet.
+      ASSERT_LE(v.colls.size(), d->colls.size());
+      for (size_t ci = 0; ci < v.colls.size(); ++ci) {
+        const CollRec a = v.colls[ci], b = d->colls[ci];
+        EXPECT_EQ(std::tie(a.c.rank, a.c.seq, a.c.start, a.c.end),
+                  std::tie(b.c.rank, b.c.seq, b.c.start, b.c.end));
+        EXPECT_EQ(a.match, -1);
+      }
+      int64_t carrying = 0;
+      for (const Lane& l : v.lanes)
+        for (const Row& row : l.rows)
+          for (const Event& e : row.events) {
+            ASSERT_LT(e.coll, static_cast<int32_t>(v.colls.size()));
+            carrying += e.coll >= 0;
+          }
+      EXPECT_EQ(carrying, static_cast<int64_t>(v.colls.size()));
     }
+    for (const Match& m : d->matches)
+      for (int32_t ci : m.members) EXPECT_EQ(&d->matches[d->colls[ci].match], &m);
     // Every collective is placed on the event that draws it.
     for (size_t ci = 0; ci < d->colls.size(); ++ci) {
       const auto at = d->place(static_cast<int32_t>(ci));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <future>
 #include <map>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 
@@ -103,7 +104,7 @@ class Loader {
     // flight is waited for (the future's destructor) before anything it uses goes away.
     TraceReader second(path_);
     std::vector<std::pair<int32_t, analysis::RankTrace*>> order;
-    for (auto& [rank, t] : skeleton_.ranks) order.emplace_back(rank, &t);
+    for (auto& [rank, t] : run_->ranks) order.emplace_back(rank, &t);
     auto read = [&](size_t i) {
       return std::async(std::launch::async, [this, &second, &order, i] {
         return read_rank(second, order[i].first, *order[i].second);
@@ -149,6 +150,8 @@ class Loader {
   RankRead read_rank(const TraceReader& reader, int32_t rank, analysis::RankTrace& t) const;
   void add_rank(RankRead& in);
   void add_lanes(int32_t rank, RankLanes& lanes);
+  std::vector<int32_t> ranks_with_rows() const;
+  void match();
   std::shared_ptr<ViewRun> finish();
 
   TraceReader reader_;
@@ -158,13 +161,15 @@ class Loader {
   const Publish& publish_;
   ViewRun d_;
   std::unordered_map<int32_t, Ns> offset_;
-  analysis::RunData skeleton_;
-  analysis::MatchResult match_;
+  // The analysis's view of the run, filled a rank at a time: each rank's collectives (which
+  // d_.colls shows once the rank is in: never changed after), steps and launches; its events
+  // only while it loads.
+  std::shared_ptr<analysis::RunData> run_;
   analysis::ClockFit clocks_;
   analysis::SyncNames sync_names_;
-  analysis::Metrics metrics_;  // handed over with the complete run
-  std::map<int32_t, std::vector<std::pair<int32_t, int32_t>>> members_;
-  std::map<int32_t, int32_t> first_coll_;  // a rank's first collective in d_.colls
+  analysis::Metrics metrics_;             // handed over with the complete run
+  std::map<int32_t, size_t> first_coll_;  // a rank's first collective in d_.colls
+  std::vector<Ns> exposed_;               // per collective: of its time, what no computation covers
   std::map<int64_t, StrId> step_names_;
   std::map<std::tuple<int32_t, int64_t, bool>, std::string> names_;  // streams' and threads'
   Ns density_start_ = 0, density_end_ = 0;                           // the bins' span
@@ -198,60 +203,32 @@ void Loader::begin() {
   // COUNT(*) would read the whole table (half a minute on a 7 GB file before the first frame).
   // Exact for a file of one run; a file of several runs over-counts, and the bar jumps to the
   // end when the load is done.
-  int64_t collectives = 0;
   if (progress_) {
     int64_t total = 0;
-    for (const char* t : {"kernels", "memcpys", "collectives", "api_calls", "nvtx_ranges"}) {
-      const int64_t rows =
-          sql::scalar(reader_.db(), std::string("SELECT COALESCE(MAX(rowid), 0) FROM ") + t);
-      total += rows;
-      if (std::string_view(t) == "collectives") collectives = rows;
-    }
+    for (const char* t : {"kernels", "memcpys", "collectives", "api_calls", "nvtx_ranges"})
+      total += sql::scalar(reader_.db(), std::string("SELECT COALESCE(MAX(rowid), 0) FROM ") + t);
     progress_->total = std::max<int64_t>(1, total);
   }
 
-  // Every rank's collectives and steps, the matching and the per-collective metrics, as `braid
-  // analyze` computes them, on the clock offsets the file holds (those `braid analyze` solved,
-  // once it has run). Ranks' kernels and calls come later, one rank at a time.
-  try {
-    skeleton_ = analysis::load_skeleton(reader_, run_id_,
-                                        [&](int64_t) { return !(progress_ && progress_->cancel); });
-  } catch (const Error&) {
-    if (progress_ && progress_->cancel) throw cancelled();
-    throw;
-  }
-  tick(collectives);
-  sync_names_ = analysis::sync_names(reader_, run_id_);
-  match_ = analysis::match_trace_collectives(skeleton_);
-  clocks_ = analysis::stored_clocks(skeleton_);
-  analysis::add_collective_metrics(skeleton_, match_, clocks_, {}, metrics_);
-  members_ = analysis::members_by_rank(metrics_);
-
-  // The view's collectives, numbered rank by rank in the skeleton's order, on the job axis:
-  // a collective of the analysis (rank, index) is colls[first_coll_[rank] + index].
-  std::vector<CollRec> colls;
-  std::vector<Match> matches;
+  // What every rank shares and is small: infos, streams, steps, names. The collectives, the
+  // matching and the metrics come with the ranks (and the matching at the end): nothing read
+  // here grows with the events, so the first rank's lanes follow at once.
   std::vector<std::string> strings = reader_.strings();
-  size_t coll_count = 0;
-  for (const auto& [rank, t] : skeleton_.ranks) coll_count += t.collectives.size();
-  colls.reserve(coll_count);
+  run_ = std::make_shared<analysis::RunData>(analysis::run_frame(reader_, run_id_));
+  for (int32_t r : ranks_with_rows()) run_->ranks[r].info.rank = r;
+  for (const Step& s : reader_.steps(run_id_)) run_->ranks[s.rank].steps.push_back(s);
+  run_->comms = reader_.communicators(run_id_);
+  run_->reader = nullptr;  // names from `strings`: the RunData outlives this reader
+  run_->strings = strings;
+  sync_names_ = analysis::sync_names(strings);
+  clocks_ = analysis::stored_clocks(*run_);
+  d_.colls.hold(run_);
   d_.start = INT64_MAX;
   d_.end = INT64_MIN;
-  for (auto& [rank, t] : skeleton_.ranks) {
+  for (auto& [rank, t] : run_->ranks) {
+    t.info.rank = rank;
+    t.index_steps();
     const Ns o = off(rank);
-    first_coll_[rank] = static_cast<int32_t>(colls.size());
-    for (const Collective& c : t.collectives) {
-      CollRec r;
-      r.c = c;
-      r.c.start += o;
-      r.c.end += o;
-      if (r.c.enqueue >= 0) r.c.enqueue += o;
-      d_.start = std::min(d_.start, r.c.start);
-      d_.end = std::max(d_.end, std::max(r.c.end, r.c.start));
-      colls.push_back(std::move(r));
-    }
-    // Given back to the rank while it loads (add_rank): held once, not twice.
-    std::vector<Collective>().swap(t.collectives);
     for (Step s : t.steps) {
       s.start += o;
       s.end += o;
@@ -262,37 +239,6 @@ void Loader::begin() {
       if (fresh) strings.push_back("step " + std::to_string(s.step));
     }
   }
-  for (size_t g = 0; g < match_.groups.size(); ++g) {
-    const analysis::CollGroup& grp = match_.groups[g];
-    if (grp.members.empty()) continue;
-    Match m;
-    m.order = grp.seq;
-    m.op = grp.op;
-    m.latest_start = INT64_MIN;
-    m.earliest_end = INT64_MAX;
-    m.latest_end = INT64_MIN;
-    for (const analysis::CollRef& ref : grp.members) {
-      auto ci = first_coll_.at(ref.rank) + ref.index;
-      CollRec& r = colls[ci];
-      m.comm = r.c.comm;
-      m.members.push_back(ci);
-      m.latest_start = std::max(m.latest_start, r.c.start);
-      m.earliest_end = std::min(m.earliest_end, r.c.end);
-      m.latest_end = std::max(m.latest_end, r.c.end);
-      r.match = static_cast<int32_t>(matches.size());
-    }
-    matches.push_back(std::move(m));
-  }
-  std::vector<int32_t> match_of(match_.groups.size(), -1);
-  for (size_t g = 0, m = 0; g < match_.groups.size(); ++g)
-    if (!match_.groups[g].members.empty()) match_of[g] = static_cast<int32_t>(m++);
-  for (size_t i = 0; i < metrics_.collectives.size(); ++i)
-    if (const int32_t m = match_of[metrics_.collectives[i].group]; m >= 0)
-      matches[m].metrics = static_cast<int32_t>(i);
-  match_.groups.clear();
-  match_.groups.shrink_to_fit();
-  d_.colls = Shared<CollRec>(std::move(colls));
-  d_.matches = Shared<Match>(std::move(matches));
   d_.strings = Shared<std::string>(std::move(strings));
   if (d_.start > d_.end) d_.start = d_.end = 0;
   density_start_ = d_.start;
@@ -300,6 +246,26 @@ void Loader::begin() {
   d_.gpu_start = d_.start;
   d_.gpu_end = d_.end;
   hand_over();
+}
+
+// The ranks with rows in any event table, by a look-up per rank in each table's index (a rank
+// the `ranks` table lacks still gets its lanes).
+std::vector<int32_t> Loader::ranks_with_rows() const {
+  std::set<int32_t> out;
+  for (const char* t : {"kernels", "memcpys", "collectives", "api_calls", "nvtx_ranges"}) {
+    sql::Stmt s(reader_.db(), std::string("SELECT rank FROM ") + t +
+                                  " WHERE run_id=? AND rank>? ORDER BY run_id, rank LIMIT 1");
+    int64_t after = INT64_MIN;
+    for (;;) {
+      s.reset();
+      s.bind(1, run_id_);
+      s.bind(2, after);
+      if (!s.step()) break;
+      after = s.i64(0);
+      out.insert(static_cast<int32_t>(after));
+    }
+  }
+  return {out.begin(), out.end()};
 }
 
 // The rank's lanes, in its group's order (steps, GPU streams by id, host lanes by id), each
@@ -362,16 +328,7 @@ void Loader::add_lanes(int32_t rank, RankLanes& lanes) {
 Loader::RankRead Loader::read_rank(const TraceReader& reader, int32_t rank,
                                    analysis::RankTrace& t) const {
   RankRead in{rank, &t, {}, {}};
-  const Ns o = off(rank);
-  // The rank's collectives back from the view's, on its own clock, for its metrics.
-  for (size_t ci = first_coll_.at(rank); ci < d_.colls.size() && d_.colls[ci].c.rank == rank;
-       ++ci) {
-    Collective c = d_.colls[ci].c;
-    c.start -= o;
-    c.end -= o;
-    if (c.enqueue >= 0) c.enqueue -= o;
-    t.collectives.push_back(c);
-  }
+  analysis::fill_collectives(reader, run_id_, t);
   analysis::fill_rank(reader, run_id_, sync_names_, t);
   reader.api_calls(run_id_, rank, [&](const ApiCall& c) {
     in.calls.push_back(c);
@@ -389,12 +346,16 @@ void Loader::add_rank(RankRead& in) {
   const int32_t rank = in.rank;
   analysis::RankTrace& t = *in.t;
   const Ns o = off(rank);
-  const auto first = static_cast<size_t>(first_coll_.at(rank));
-  const size_t last = first + t.collectives.size();
+  const size_t first = d_.colls.size();
+  first_coll_[rank] = first;
+  // The rank's metrics rows, and each of its collectives' exposed time (what its members'
+  // exposure will be once matched: the time of [arrival, end] no computation of the rank covers).
   const std::vector<analysis::Interval> comp =
-      analysis::add_rank_metrics(skeleton_, rank, clocks_, {}, metrics_);
-  if (auto it = members_.find(rank); it != members_.end())
-    analysis::add_exposure(metrics_, it->second, comp);
+      analysis::add_rank_metrics(*run_, rank, clocks_, {}, metrics_);
+  const Ns clock = clocks_.offset(rank);
+  for (const Collective& c : t.collectives)
+    exposed_.push_back(
+        analysis::uncovered(c.start + clock, std::max(c.start, c.end) + clock, comp));
 
   RankLanes lanes;
   auto lane = [&](int64_t stream, bool gpu) -> std::vector<Event>& { return lanes[{stream, gpu}]; };
@@ -406,9 +367,8 @@ void Loader::add_rank(RankRead& in) {
     lane(m.stream, true)
         .push_back({m.start + o, m.end + o, m.name, static_cast<uint8_t>(Category::Memory),
                     EventKind::Memcpy, static_cast<uint16_t>(m.kind), -1});
-  tick(static_cast<int64_t>(t.kernels.size() + t.memcpys.size()));
-  analysis::strip_rank(t);
-  std::vector<Collective>().swap(t.collectives);
+  tick(static_cast<int64_t>(t.kernels.size() + t.memcpys.size() + t.collectives.size()));
+  analysis::strip_rank(t);  // keeps the collectives, their launches and the steps
   for (const ApiCall& c : in.calls)
     lane(c.tid, false)
         .push_back({c.start + o, c.end + o, c.name, kCategoryCpu, EventKind::CpuCall,
@@ -426,8 +386,11 @@ void Loader::add_rank(RankRead& in) {
 
   // A collective is drawn as the communication kernel that carried it; one without a kernel
   // (CPU-side times, or a kernel the trace lacks) becomes an event of its own.
-  for (size_t ci = first; ci < last; ++ci) {
-    const Collective& c = d_.colls[ci].c;
+  for (size_t i = 0; i < t.collectives.size(); ++i) {
+    const size_t ci = first + i;
+    Collective c = t.collectives[i];
+    c.start += o;
+    c.end += o;
     bool attached = false;
     if (c.stream >= 0) {
       auto& ev = lane(c.stream, true);
@@ -473,10 +436,58 @@ void Loader::add_rank(RankRead& in) {
     d_.gpu_end = gpu_end_;
   }
   gpu_density(d_);
+  if (!t.collectives.empty()) d_.colls.add_rank(&t.collectives, o);  // never changed after
   hand_over();
 }
 
+// Matching every rank's collectives (each rank's are in), as `braid analyze` does, and the
+// per-collective metrics; a member's exposure is its collective's, found as the rank loaded.
+void Loader::match() {
+  const analysis::MatchResult m = analysis::match_trace_collectives(*run_);
+  analysis::add_collective_metrics(*run_, m, clocks_, {}, metrics_);
+  for (analysis::CollectiveMetrics& cm : metrics_.collectives) {
+    const analysis::CollGroup& grp = m.groups[static_cast<size_t>(cm.group)];
+    for (size_t j = 0; j < grp.members.size(); ++j) {
+      const analysis::CollRef& ref = grp.members[j];
+      cm.members[j].exposed_ns = exposed_[first_coll_.at(ref.rank) + ref.index];
+      cm.exposed_ns += cm.members[j].exposed_ns;
+    }
+  }
+  std::vector<int32_t> metrics_of(m.groups.size(), -1);
+  for (size_t i = 0; i < metrics_.collectives.size(); ++i)
+    metrics_of[metrics_.collectives[i].group] = static_cast<int32_t>(i);
+  std::vector<Match> matches;
+  std::vector<int32_t> match_of(d_.colls.size(), -1);
+  for (size_t g = 0; g < m.groups.size(); ++g) {
+    const analysis::CollGroup& grp = m.groups[g];
+    if (grp.members.empty()) continue;
+    Match x;
+    x.order = grp.seq;
+    x.op = grp.op;
+    x.metrics = metrics_of[g];
+    x.latest_start = INT64_MIN;
+    x.earliest_end = INT64_MAX;
+    x.latest_end = INT64_MIN;
+    for (const analysis::CollRef& ref : grp.members) {
+      const size_t ci = first_coll_.at(ref.rank) + ref.index;
+      const Collective& c = run_->ranks.at(ref.rank).collectives[ref.index];
+      const Ns o = off(ref.rank);
+      x.comm = c.comm;
+      x.members.push_back(static_cast<int32_t>(ci));
+      x.latest_start = std::max(x.latest_start, c.start + o);
+      x.earliest_end = std::min(x.earliest_end, c.end + o);
+      x.latest_end = std::max(x.latest_end, c.end + o);
+      match_of[ci] = static_cast<int32_t>(matches.size());
+    }
+    matches.push_back(std::move(x));
+  }
+  std::vector<Ns>().swap(exposed_);
+  d_.matches = Shared<Match>(std::move(matches));
+  d_.colls.set_matches(Shared<int32_t>(std::move(match_of)));
+}
+
 std::shared_ptr<ViewRun> Loader::finish() {
+  match();
   // The exact span, and the lanes' busy fractions over it when it is not the one they had.
   if (exact_start_ <= exact_end_) {
     d_.start = exact_start_;

@@ -1,7 +1,8 @@
 // Loading a run of a `.braid` file into ViewRun, on the caller's thread or in the background
 // with a progress fraction that frames can show while they keep drawing. A load hands over the
-// run as it grows: the collectives and steps first, then the lanes a rank at a time, so frames
-// show the first ranks while the rest stream in (the way Tracy shows a capture as it arrives).
+// run as it grows: its ranks and steps first, then the lanes and collectives a rank at a time,
+// so frames show the first ranks while the rest stream in (the way Tracy shows a capture as it
+// arrives); the cross-rank matching and the metrics come with the last.
 #pragma once
 
 #include <algorithm>
@@ -30,10 +31,13 @@ struct LoadProgress {
 using Publish = std::function<void(std::shared_ptr<ViewRun>)>;
 
 // Reads every event of `run_id` (kernels, memcpys, collectives, CPU calls, annotations) into
-// lanes, one rank at a time: the run's collectives, matching and per-collective metrics first,
-// then each rank's events (read once, through the analysis's per-rank load, whose rows are let
-// go as soon as the rank's lanes are made). Returns the complete run. Throws braid::Error naming
-// the file (missing file, no such run, cancelled).
+// lanes, one rank at a time: each rank read once through the analysis's per-rank load
+// (analysis::fill_collectives, fill_rank), its metrics rows and each collective's exposed time
+// computed, its rows let go as soon as its lanes are made (its collectives are kept, once, for
+// the view and the matching); then the matching and the per-collective metrics, as `braid
+// analyze` computes them. A second thread reads the next rank while one is made into lanes.
+// Returns the complete run. Throws braid::Error naming the file (missing file, no such run,
+// cancelled).
 std::shared_ptr<ViewRun> load_view_run(const std::string& path, int64_t run_id,
                                        LoadProgress* progress = nullptr,
                                        const Publish& publish = nullptr);

@@ -4,6 +4,23 @@
 
 namespace braid::view {
 
+const CollTable::Part& CollTable::part(size_t i) const {
+  auto it = std::upper_bound(parts_.begin(), parts_.end(), i,
+                             [](size_t v, const Part& p) { return v < p.first; });
+  return *(it - 1);
+}
+
+CollRec CollTable::operator[](size_t i) const {
+  const Part& p = part(i);
+  CollRec r;
+  r.c = (*p.v)[i - p.first];
+  r.c.start += p.offset;
+  r.c.end += p.offset;
+  if (r.c.enqueue >= 0) r.c.enqueue += p.offset;
+  r.match = i < match_.size() ? match_[i] : -1;
+  return r;
+}
+
 const std::string& ViewRun::str(StrId id) const {
   static const std::string kEmpty;
   return id < strings.size() ? strings[id] : kEmpty;
@@ -32,7 +49,8 @@ int ViewRun::lane_of(int32_t rank, int64_t stream, bool gpu) const {
 
 std::optional<EventRef> ViewRun::place(int32_t ci) const {
   if (ci < 0 || static_cast<size_t>(ci) >= colls.size()) return std::nullopt;
-  const Collective& c = colls[ci].c;
+  const CollRec rec = colls[ci];
+  const Collective& c = rec.c;
   // The loader attaches a collective to the kernel that starts with it or the first one inside
   // it (core/loader.cc), else gives it an event of its own at its start, on its stream's lane
   // or its rank's host lane (stream -1).

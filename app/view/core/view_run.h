@@ -4,10 +4,10 @@
 // cross-rank matches and the analysis metrics.
 //
 // A ViewRun is never changed once the loader hands it over, so frames never lock. The loader
-// hands over a run as it grows (core/loader.h): first the collectives, their matches and the
-// steps, then a ViewRun more each time a rank's lanes are in, the last one `complete` with the
-// metrics. Those ViewRuns share what they have in common (Shared below): handing over one more
-// rank copies a few pointers per lane, never an event.
+// hands over a run as it grows (core/loader.h): first its ranks and steps, then a ViewRun more
+// each time a rank's lanes and collectives are in, the last one `complete` with the matches and
+// the metrics. Those ViewRuns share what they have in common (Shared, CollTable below): handing
+// over one more rank copies a few pointers per lane, never an event or a collective.
 #pragma once
 
 #include <cstdint>
@@ -97,7 +97,55 @@ struct RankGroup {
 // ViewRun::place.
 struct CollRec {
   Collective c;        // times on the job axis
-  int32_t match = -1;  // index into ViewRun::matches, -1 when unmatched
+  int32_t match = -1;  // index into ViewRun::matches, -1 when unmatched (or not matched yet)
+};
+
+// The collectives of the ranks loaded, numbered rank by rank in the analysis's order (collective
+// i of the analysis's rank r is [first of r + i]). They stay where the load's analysis holds them
+// (analysis::RunData, on each rank's own clock, once for the GUI and the metrics); [i] gives one
+// on the job axis with its match, which the complete run has.
+class CollTable {
+ public:
+  CollRec operator[](size_t i) const;
+  size_t size() const { return parts_.empty() ? 0 : parts_.back().first + parts_.back().v->size(); }
+  bool empty() const { return size() == 0; }
+  // Collective i's rank's range [first, first + count).
+  size_t first_of(size_t i) const { return part(i).first; }
+
+  class iterator {
+   public:
+    iterator(const CollTable* t, size_t i) : t_(t), i_(i) {}
+    CollRec operator*() const { return (*t_)[i_]; }
+    iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator!=(const iterator& o) const { return i_ != o.i_; }
+
+   private:
+    const CollTable* t_;
+    size_t i_;
+  };
+  iterator begin() const { return {this, 0}; }
+  iterator end() const { return {this, size()}; }
+
+  // The loader's: `run` holds the collectives; a rank's are added once they will not change.
+  void hold(std::shared_ptr<const void> run) { run_ = std::move(run); }
+  void add_rank(const std::vector<Collective>* v, Ns offset) {
+    parts_.push_back({size(), v, offset});
+  }
+  void set_matches(Shared<int32_t> match) { match_ = std::move(match); }
+
+ private:
+  struct Part {
+    size_t first = 0;
+    const std::vector<Collective>* v = nullptr;
+    Ns offset = 0;
+  };
+  const Part& part(size_t i) const;
+  std::shared_ptr<const void> run_;  // keeps the vectors alive
+  std::vector<Part> parts_;          // by first
+  Shared<int32_t> match_;            // per collective, once the run is complete
 };
 
 // The instances of one collective across the ranks of its communicator.
@@ -118,7 +166,7 @@ struct ViewRun {
   std::vector<RankInfo> ranks;
   std::vector<RankGroup> groups;  // one per rank loaded, by rank
   std::vector<Lane> lanes;        // rank by rank, each rank's lanes in its group's order
-  Shared<CollRec> colls;          // every rank's, from the first ViewRun a load hands over
+  CollTable colls;                // the ranks loaded
   Shared<Match> matches;          // analysis::match_trace_collectives's groups
   int ranks_loaded = 0;           // ranks whose lanes are in (as groups), of ranks.size()
   bool complete = false;          // every rank's lanes, the metrics and the exact span are in
