@@ -282,8 +282,16 @@ int main(int argc, char** argv) {
   // every rank's, while the rest of the load goes on.
   double first_events_s = -1;
   int64_t partial_frames = 0;
+  std::string slowest_loading;  // what the slowest frame while loading had in
   while (app.loading()) {
     loading.push_back(build_one(app, nullptr));
+    if (loading.back() >= *std::max_element(loading.begin(), loading.end())) {
+      const ViewRun* p = app.run(0);
+      slowest_loading = !p ? std::string("no run yet")
+                           : std::to_string(p->ranks_loaded) + " ranks in" +
+                                 (p->complete ? ", complete" : "") +
+                                 (app.loading() ? "" : ", load done");
+    }
     if (const ViewRun* p = app.run(0); p && !p->lanes.empty()) {
       if (first_events_s < 0) first_events_s = now() - l0;
       ++partial_frames;
@@ -331,6 +339,7 @@ int main(int argc, char** argv) {
   std::printf("| %-28s | %8.2f | %8.2f | %8.2f | %9s |\n",
               ("while loading (" + std::to_string(loading.size()) + " frames)").c_str(), ls.p50,
               ls.p99, ls.max, "-");
+  std::printf("(the slowest frame while loading: %s)\n", slowest_loading.c_str());
   std::vector<Stats> all;
   all.push_back(run("zoomed out (whole run)", [&](int) { fit_all(app); }));
   Ns mid = d.start + (d.end - d.start) / 2;

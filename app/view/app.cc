@@ -395,7 +395,7 @@ std::string event_title(const ViewRun& d, const Event& e) {
   }
   const std::string& n = d.str(e.name);
   if (!n.empty()) return n;
-  if (e.kind == EventKind::Memcpy) return std::string(to_string(static_cast<MemKind>(e.reserved)));
+  if (e.kind() == EventKind::Memcpy) return std::string(to_string(e.mem_kind()));
   return "(unnamed)";
 }
 

@@ -66,7 +66,7 @@ TEST_F(ViewKnownTrace, LanesHoldEventsOnTheJobAxisWithClockOffsetsApplied) {
     ASSERT_EQ(steps.rows.size(), 1u);
     ASSERT_EQ(steps.rows[0].events.size(), 1u);
     const Event& st = steps.rows[0].events[0];
-    EXPECT_EQ(st.kind, EventKind::Step);
+    EXPECT_EQ(st.kind(), EventKind::Step);
     EXPECT_EQ(d_->str(st.name), "step 0");
     EXPECT_EQ(st.start, kBase);  // [0, 100) us on the job axis (rank 1's offset applied)
     EXPECT_EQ(st.end, kBase + us(100));
@@ -248,8 +248,7 @@ TEST(ViewTimeAxis, RulerTicksAdaptTheirUnitAndSpacing) {
 // A row of `n` events of 10 ns every 15 ns.
 Row dense_row(int64_t n) {
   Row r;
-  for (int64_t i = 0; i < n; ++i)
-    r.events.push_back({i * 15, i * 15 + 10, 1, 1, EventKind::Kernel, 0, -1});
+  for (int64_t i = 0; i < n; ++i) r.events.push_back({i * 15, i * 15 + 10, 1, 1});
   return r;
 }
 
@@ -286,11 +285,9 @@ TEST(ViewLod, FoldsSmallEventsIntoCountedBlocksBoundedByWidth) {
 
 TEST(ViewLod, WideEventsAreNeverFoldedIntoBlocks) {
   Row r;
-  for (int64_t i = 0; i < 100; ++i)
-    r.events.push_back({i * 10, i * 10 + 5, 1, 1, EventKind::Kernel, 0, -1});
-  r.events.push_back({1000, 50'000, 2, 1, EventKind::Kernel, 0, -1});  // wide
-  for (int64_t i = 0; i < 100; ++i)
-    r.events.push_back({50'000 + i * 10, 50'005 + i * 10, 1, 1, EventKind::Kernel, 0, -1});
+  for (int64_t i = 0; i < 100; ++i) r.events.push_back({i * 10, i * 10 + 5, 1, 1});
+  r.events.push_back({1000, 50'000, 2, 1});  // wide
+  for (int64_t i = 0; i < 100; ++i) r.events.push_back({50'000 + i * 10, 50'005 + i * 10, 1, 1});
   TimeAxis a;
   a.set_width(1000);
   a.set_window(0, 100'000);  // 100 ns per px
@@ -312,13 +309,13 @@ TEST(ViewLod, EventsAPixelWideStayThemselvesAndGapsStayVisible) {
   // 100 ns per px: tiny 20-ns events every 30 ns (gaps of 0.1 px: folded together), a 150-ns
   // event (1.5 px: itself), then, after a 150-ns gap (1.5 px), more tiny events.
   Ns t = 0;
-  for (int i = 0; i < 10; ++i, t += 30) r.events.push_back({t, t + 20, 1, 3, EventKind::Kernel});
-  r.events.push_back({t, t + 150, 2, 1, EventKind::Kernel});  // gemm, 1.5 px
+  for (int i = 0; i < 10; ++i, t += 30) r.events.push_back({t, t + 20, 1, 3});
+  r.events.push_back({t, t + 150, 2, 1});  // gemm, 1.5 px
   t += 150;
   t += 150;  // the gap
-  for (int i = 0; i < 6; ++i, t += 30) r.events.push_back({t, t + 20, 1, 3, EventKind::Kernel});
+  for (int i = 0; i < 6; ++i, t += 30) r.events.push_back({t, t + 20, 1, 3});
   // Three gemms of 0.9 px, 0.1 px apart: folded with them, and most of the block's time.
-  for (int i = 0; i < 3; ++i, t += 100) r.events.push_back({t, t + 90, 3, 1, EventKind::Kernel});
+  for (int i = 0; i < 3; ++i, t += 100) r.events.push_back({t, t + 90, 3, 1});
   TimeAxis a;
   a.set_width(1000);
   a.set_window(0, 100'000);
@@ -432,6 +429,29 @@ TEST_F(ViewKnownTrace, SearchFindsNamesCaseInsensitivelyInTimeOrder) {
   EXPECT_EQ(search_events(*d_, "aten::").total, 2);
   EXPECT_EQ(search_events(*d_, "no such name").total, 0);
   EXPECT_EQ(search_events(*d_, "a", 3).hits.size(), 3u);
+}
+
+// Issue 33: an event is 24 bytes; its kind is in its category (a copy's kind too), its name id
+// in 24 bits, its collective in 32.
+TEST(ViewEvent, KindCopyKindAndNameLiveIn24Bytes) {
+  static_assert(sizeof(Event) == 24);
+  const Event k{5, 9, kMaxEventNames - 1, static_cast<uint8_t>(Category::CommAllReduce), 7};
+  EXPECT_EQ(k.name, kMaxEventNames - 1);
+  EXPECT_EQ(k.category, static_cast<uint8_t>(Category::CommAllReduce));
+  EXPECT_EQ(k.kind(), EventKind::Kernel);
+  EXPECT_EQ(k.coll, 7);
+  for (MemKind m :
+       {MemKind::HtoD, MemKind::DtoH, MemKind::PtoP, MemKind::Memset, MemKind::Unknown}) {
+    const Event c{0, 1, 3, memcpy_category(m)};
+    EXPECT_EQ(c.kind(), EventKind::Memcpy);
+    EXPECT_EQ(c.mem_kind(), m);
+    EXPECT_EQ(category_name(c.category), "memory");  // drawn and counted as memory
+    EXPECT_EQ(category_color(c.category), category_color(static_cast<uint8_t>(Category::Memory)));
+  }
+  EXPECT_EQ(Event(0, 1, 3, kCategoryCpu).kind(), EventKind::CpuCall);
+  EXPECT_EQ(Event(0, 1, 3, kCategoryAnnotation).kind(), EventKind::Annotation);
+  EXPECT_EQ(Event(0, 1, 3, kCategoryStep).kind(), EventKind::Step);
+  EXPECT_EQ(Event(0, 1, 3, static_cast<uint8_t>(Category::Memory)).kind(), EventKind::Kernel);
 }
 
 TEST(ViewColors, CategoriesHaveDistinctColours) {

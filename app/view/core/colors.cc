@@ -5,6 +5,8 @@
 namespace braid::view {
 
 Rgb category_color(uint8_t category) {
+  if (category >= kCategoryMemcpy && category < kCategoryCpu)
+    category = static_cast<uint8_t>(Category::Memory);  // a copy
   switch (category) {
     case kCategoryCpu:
       return {96, 125, 139};
@@ -50,6 +52,7 @@ std::string category_name(uint8_t category) {
   if (category == kCategoryCpu) return "cpu";
   if (category == kCategoryAnnotation) return "annotation";
   if (category == kCategoryStep) return "step";
+  if (category >= kCategoryMemcpy) return std::string(to_string(Category::Memory));  // a copy
   return std::string(to_string(static_cast<Category>(category)));
 }
 

@@ -239,6 +239,11 @@ void Loader::begin() {
       if (fresh) strings.push_back("step " + std::to_string(s.step));
     }
   }
+  if (strings.size() > kMaxEventNames)
+    throw Error(ErrorCode::Unsupported,
+                path_ + ": " + std::to_string(strings.size()) +
+                    " distinct names (with the steps'); braid-view holds at most " +
+                    std::to_string(kMaxEventNames) + " (24-bit name ids)");
   d_.strings = Shared<std::string>(std::move(strings));
   if (d_.start > d_.end) d_.start = d_.end = 0;
   density_start_ = d_.start;
@@ -293,8 +298,7 @@ void Loader::add_lanes(int32_t rank, RankLanes& lanes) {
     l.gpu = key.second;
     if (key.first == kStepsLane && !key.second) {
       l.label = "steps";
-    } else if (key.first == -1 && !key.second && !ev.empty() &&
-               ev.front().kind == EventKind::Collective) {
+    } else if (key.first == -1 && !key.second && !ev.empty() && ev.front().coll >= 0) {
       l.label = "collectives (host)";
     } else if (auto n = names_.find(std::make_tuple(rank, key.first, key.second));
                n != names_.end()) {
@@ -307,8 +311,7 @@ void Loader::add_lanes(int32_t rank, RankLanes& lanes) {
     for (const Event& e : ev) {
       exact_start_ = std::min(exact_start_, e.start);
       exact_end_ = std::max(exact_end_, e.end);
-      if (e.kind == EventKind::Kernel || e.kind == EventKind::Memcpy ||
-          (e.kind == EventKind::Collective && l.gpu)) {
+      if (l.gpu && (e.kind() == EventKind::Kernel || e.kind() == EventKind::Memcpy)) {
         gpu_start_ = std::min(gpu_start_, e.start);
         gpu_end_ = std::max(gpu_end_, e.end);
       }
@@ -361,22 +364,15 @@ void Loader::add_rank(RankRead& in) {
   auto lane = [&](int64_t stream, bool gpu) -> std::vector<Event>& { return lanes[{stream, gpu}]; };
   for (const Kernel& k : t.kernels)
     lane(k.stream, true)
-        .push_back({k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category),
-                    EventKind::Kernel, 0, -1});
+        .push_back({k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category)});
   for (const Memcpy& m : t.memcpys)
-    lane(m.stream, true)
-        .push_back({m.start + o, m.end + o, m.name, static_cast<uint8_t>(Category::Memory),
-                    EventKind::Memcpy, static_cast<uint16_t>(m.kind), -1});
+    lane(m.stream, true).push_back({m.start + o, m.end + o, m.name, memcpy_category(m.kind)});
   tick(static_cast<int64_t>(t.kernels.size() + t.memcpys.size() + t.collectives.size()));
   analysis::strip_rank(t);  // keeps the collectives, their launches and the steps
   for (const ApiCall& c : in.calls)
-    lane(c.tid, false)
-        .push_back({c.start + o, c.end + o, c.name, kCategoryCpu, EventKind::CpuCall,
-                    static_cast<uint16_t>(c.kind), -1});
+    lane(c.tid, false).push_back({c.start + o, c.end + o, c.name, kCategoryCpu});
   for (const Range& r : in.ranges)
-    lane(r.stream, r.on_gpu)
-        .push_back(
-            {r.start + o, r.end + o, r.name, kCategoryAnnotation, EventKind::Annotation, 0, -1});
+    lane(r.stream, r.on_gpu).push_back({r.start + o, r.end + o, r.name, kCategoryAnnotation});
   tick(static_cast<int64_t>(in.calls.size() + in.ranges.size()));
   std::vector<ApiCall>().swap(in.calls);
   std::vector<Range>().swap(in.ranges);
@@ -398,7 +394,7 @@ void Loader::add_rank(RankRead& in) {
                                  [](const Event& e, Ns at) { return e.start < at; });
       // Prefer the kernel starting exactly with the collective, else the first one inside it.
       for (; it != ev.end() && it->start < std::max(c.end, c.start + 1); ++it) {
-        if (it->kind == EventKind::Kernel && it->coll < 0 &&
+        if (it->kind() == EventKind::Kernel && it->coll < 0 &&
             is_comm(static_cast<Category>(it->category))) {
           it->coll = static_cast<int32_t>(ci);
           attached = true;
@@ -407,12 +403,7 @@ void Loader::add_rank(RankRead& in) {
       }
     }
     if (!attached) {
-      Event e{c.start,
-              std::max(c.end, c.start),
-              c.name,
-              static_cast<uint8_t>(comm_category(c.op)),
-              EventKind::Collective,
-              0,
+      Event e{c.start, std::max(c.end, c.start), c.name, static_cast<uint8_t>(comm_category(c.op)),
               static_cast<int32_t>(ci)};
       auto& ev = lane(c.stream >= 0 ? c.stream : -1, c.stream >= 0);
       ev.insert(std::upper_bound(ev.begin(), ev.end(), e, by_start), e);
@@ -423,8 +414,8 @@ void Loader::add_rank(RankRead& in) {
   if (!t.steps.empty()) {
     auto& ev = lane(kStepsLane, false);
     for (const Step& s : t.steps)
-      ev.push_back({s.start + o, std::max(s.end, s.start) + o, step_names_.at(s.step),
-                    kCategoryStep, EventKind::Step, 0, -1});
+      ev.push_back(
+          {s.start + o, std::max(s.end, s.start) + o, step_names_.at(s.step), kCategoryStep});
     std::stable_sort(ev.begin(), ev.end(), by_start);
   }
 

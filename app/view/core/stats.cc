@@ -48,7 +48,7 @@ RangeStats range_stats(const ViewRun& d, Ns t0, Ns t1) {
       auto it = std::upper_bound(row.events.begin(), row.events.end(), t0,
                                  [](Ns v, const Event& e) { return v < e.end; });
       for (; it != row.events.end() && it->start < t1; ++it) {
-        if (it->kind == EventKind::Step) continue;  // the steps lane repeats the steps table
+        if (it->kind() == EventKind::Step) continue;  // the steps lane repeats the steps table
         Ns a = std::max(it->start, t0), b = std::min(it->end, t1);
         auto& c = s.by_category[category_name(it->category)];
         ++c.count;
@@ -58,7 +58,7 @@ RangeStats range_stats(const ViewRun& d, Ns t0, Ns t1) {
           ++s.collectives;
           s.collective_bytes += std::max<int64_t>(0, d.colls[it->coll].c.bytes);
         }
-        if (l.gpu && it->kind != EventKind::Annotation) gpu[l.rank].push_back({a, b});
+        if (l.gpu && it->kind() != EventKind::Annotation) gpu[l.rank].push_back({a, b});
       }
     }
   for (auto& [rank, iv] : gpu) s.gpu_busy[rank] = analysis::merge_intervals(iv);

@@ -22,25 +22,45 @@
 
 namespace braid::view {
 
-enum class EventKind : uint8_t { Kernel, Memcpy, Collective, CpuCall, Annotation, Step };
+// What an event is, which its category says (Event::kind).
+enum class EventKind : uint8_t { Kernel, Memcpy, CpuCall, Annotation, Step };
 
 // Categories beyond trace/model.h's kernel categories, for events that are not kernels.
+inline constexpr uint8_t kCategoryMemcpy = 100;      // + MemKind: a row of `memcpys` (memory)
 inline constexpr uint8_t kCategoryCpu = 200;         // CPU op / runtime call
 inline constexpr uint8_t kCategoryAnnotation = 201;  // NVTX range, user annotation
 inline constexpr uint8_t kCategoryStep = 202;        // a step of the `steps` table
+inline uint8_t memcpy_category(MemKind k) {
+  return static_cast<uint8_t>(kCategoryMemcpy + static_cast<uint8_t>(k));
+}
 // The stream id of a rank's steps lane (its first lane): the steps the file holds, one row.
 inline constexpr int64_t kStepsLane = INT64_MIN;
+// Names an event can have: its name id has 24 bits (the loader refuses a file with more).
+inline constexpr uint32_t kMaxEventNames = 1u << 24;
 
-// One drawn event. 32 bytes, so a 10-million-event trace takes 320 MB.
+// One drawn event: 24 bytes (issue 33: at most 40 bytes an event in memory, all told), so 100
+// million events take 2.4 GB. Its kind is in its category (a copy's kind too), its name id in
+// 24 bits.
 struct Event {
   Ns start = 0, end = 0;  // job axis (rank clock + clock_offset_ns)
-  StrId name = 0;
-  uint8_t category = 0;  // braid::Category code, or kCategoryCpu / Annotation / Step
-  EventKind kind = EventKind::Kernel;
-  uint16_t reserved = 0;
+  uint32_t name : 24 = 0;
+  // braid::Category code, or kCategoryMemcpy + MemKind, kCategoryCpu / Annotation / Step
+  uint32_t category : 8 = 0;
   int32_t coll = -1;  // index into ViewRun::colls when the event carries a collective
+
+  Event() = default;
+  Event(Ns s, Ns e, StrId n, uint8_t cat, int32_t c = -1)
+      : start(s), end(e), name(n), category(cat), coll(c) {}
+  EventKind kind() const {
+    if (category == kCategoryCpu) return EventKind::CpuCall;
+    if (category == kCategoryAnnotation) return EventKind::Annotation;
+    if (category == kCategoryStep) return EventKind::Step;
+    if (category >= kCategoryMemcpy) return EventKind::Memcpy;
+    return EventKind::Kernel;
+  }
+  MemKind mem_kind() const { return static_cast<MemKind>(category - kCategoryMemcpy); }
 };
-static_assert(sizeof(Event) == 32, "Event is a packed 32-byte record");
+static_assert(sizeof(Event) == 24, "Event is a packed 24-byte record");
 
 // A vector that never changes once made, shared by the ViewRuns a load hands over (copying one
 // copies a pointer). Reads like a const std::vector.

@@ -58,12 +58,11 @@ void details(App& app) {
   if (!begin_kv("details")) return;
   row(app, "run", d.run_title());
   row(app, "rank / lane", std::to_string(lane.rank) + " / " + lane.label);
-  if (e.kind == EventKind::Step) row(app, "step", d.str(e.name));
+  if (e.kind() == EventKind::Step) row(app, "step", d.str(e.name));
   row(app, "category", category_name(e.category));
   row(app, "start", dur(e.start - d.start) + " after the run's start");
   row(app, "duration", dur(e.end - e.start));
-  if (e.kind == EventKind::Memcpy)
-    row(app, "memcpy", std::string(to_string(static_cast<MemKind>(e.reserved))));
+  if (e.kind() == EventKind::Memcpy) row(app, "memcpy", std::string(to_string(e.mem_kind())));
   if (e.coll >= 0) {
     const CollRec& r = d.colls[e.coll];
     const Collective& c = r.c;

@@ -75,8 +75,8 @@ void tooltip(const App& app, int slot, const Hit& h) {
                   t.nranks);
     ImGui::Text("wait %s, transfer %s", format_duration(static_cast<double>(t.wait)).c_str(),
                 format_duration(static_cast<double>(t.transfer)).c_str());
-  } else if (e.kind == EventKind::Memcpy) {
-    ImGui::Text("memcpy %s", std::string(to_string(static_cast<MemKind>(e.reserved))).c_str());
+  } else if (e.kind() == EventKind::Memcpy) {
+    ImGui::Text("memcpy %s", std::string(to_string(e.mem_kind())).c_str());
   }
   ImGui::TextDisabled("%s, rank %d", category_name(e.category).c_str(), d.lanes[h.lane].rank);
   ImGui::EndTooltip();
@@ -469,7 +469,7 @@ void timeline(App& app, ImVec2 size) {
           // A step (the steps lane) zooms to itself.
           const Hit& h = app.hovered->hit;
           const ViewRun& hd = *app.slots[app.hovered->slot].data;
-          bool step = h.count == 1 && hd.event(h.lane, h.row, h.index).kind == EventKind::Step;
+          bool step = h.count == 1 && hd.event(h.lane, h.row, h.index).kind() == EventKind::Step;
           select_event(app, app.hovered->slot, h, step);
         } else
           app.selected.reset();
