@@ -242,6 +242,7 @@ bool explorer_frames(App& app, const std::string& cache, Run&& run, std::vector<
 }
 
 int main(int argc, char** argv) {
+  braid::view::lean_malloc();
   CLI::App cli{"braid-view frame-time benchmark (validates what it measured)"};
   int ranks = 64, frames = 300, width = 1920, height = 1080;
   int64_t events = 10'000'000;

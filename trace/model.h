@@ -132,24 +132,27 @@ struct Step {
 };
 
 // One collective (or point-to-point) operation as executed by one rank.
+// Fields by size (8-byte, then 4-byte, then the op), so that it packs into 112 bytes: a large
+// run holds millions (braid-view, analysis::load_skeleton).
 struct Collective {
-  int32_t rank = 0;
-  StrId comm = 0;       // communicator identity shared by all its ranks (e.g. PG name)
-  int64_t seq = -1;     // per-communicator sequence number, -1 if the trace has none
-  CollOp op = CollOp::Unknown;
-  StrId dtype = 0;
+  int64_t seq = -1;  // per-communicator sequence number, -1 if the trace has none
   int64_t in_count = -1, out_count = -1;  // elements, -1 if unknown
   int64_t bytes = -1;   // nccl-tests "size": the larger of the in/out buffers, -1 if unknown
-  int32_t peer_or_root = -1;
   int64_t stream = -1;  // -1: no GPU kernel was seen (times are CPU-side)
   Ns start = 0, end = 0;
-  Ns enqueue = -1;      // host time of the launching call, -1 if unknown
+  Ns enqueue = -1;         // host time of the launching call, -1 if unknown
+  int64_t kernel_ref = 0;  // correlation id of the kernel that carried it
+  int32_t rank = 0;
+  StrId comm = 0;  // communicator identity shared by all its ranks (e.g. PG name)
+  StrId dtype = 0;
+  int32_t peer_or_root = -1;
   StrId algo = 0, proto = 0;
   int32_t channels = -1;
   int32_t group_size = -1;
-  StrId name = 0;            // kernel name or CPU op name
-  int64_t kernel_ref = 0;    // correlation id of the kernel that carried it
+  StrId name = 0;  // kernel name or CPU op name
+  CollOp op = CollOp::Unknown;
 };
+static_assert(sizeof(Collective) == 112, "Collective packs into 112 bytes");
 
 struct RankInfo {
   int32_t rank = 0;

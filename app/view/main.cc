@@ -303,6 +303,7 @@ int run_view(const Options& opt) {
 }  // namespace braid::view
 
 int main(int argc, char** argv) {
+  braid::view::lean_malloc();
   braid::view::Options opt;
   CLI::App cli{
       "braid-view: before/after timelines of a .braid file.\n"

@@ -1,5 +1,7 @@
 #include "app/view/core/loader.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <future>
 #include <map>
@@ -472,9 +474,11 @@ void Loader::match() {
     }
     matches.push_back(std::move(x));
   }
-  std::vector<Ns>().swap(exposed_);
+  // The member lists go (their wait and exposure are the Match's and the collective's).
+  for (analysis::CollectiveMetrics& cm : metrics_.collectives)
+    std::vector<analysis::MemberTiming>().swap(cm.members);
   d_.matches = Shared<Match>(std::move(matches));
-  d_.colls.set_matches(Shared<int32_t>(std::move(match_of)));
+  d_.colls.set_matches(Shared<int32_t>(std::move(match_of)), Shared<Ns>(std::move(exposed_)));
 }
 
 std::shared_ptr<ViewRun> Loader::finish() {
@@ -518,6 +522,8 @@ std::shared_ptr<ViewRun> Loader::finish() {
 }
 
 }  // namespace
+
+void lean_malloc() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
 
 std::shared_ptr<ViewRun> load_view_run(const std::string& path, int64_t run_id,
                                        LoadProgress* progress, const Publish& publish) {

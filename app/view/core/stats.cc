@@ -24,11 +24,10 @@ CollTiming coll_timing(const ViewRun& d, int32_t ci) {
     t.transfer = cm.transfer_ns;
     t.algbw_gbs = cm.algbw_gbps;
     t.busbw_gbs = cm.busbw_gbps;
-    for (const analysis::MemberTiming& mt : cm.members)
-      if (mt.rank == r.c.rank) {
-        t.wait = mt.wait_ns;
-        t.exposed = mt.exposed_ns;
-      }
+    // A member's timing as analysis::add_collective_metrics gives it (the loader keeps it per
+    // collective, not per member list): its arrival is its start on the job axis.
+    t.wait = cm.last_arrival - r.c.start;
+    t.exposed = d.colls.exposed(static_cast<size_t>(ci));
     return t;
   }
   if (r.c.bytes > 0 && t.transfer > 0) {

@@ -154,7 +154,13 @@ class CollTable {
   void add_rank(const std::vector<Collective>* v, Ns offset) {
     parts_.push_back({size(), v, offset});
   }
-  void set_matches(Shared<int32_t> match) { match_ = std::move(match); }
+  void set_matches(Shared<int32_t> match, Shared<Ns> exposed) {
+    match_ = std::move(match);
+    exposed_ = std::move(exposed);
+  }
+  // Of collective i's time, what no computation of its rank covers (its member's exposure in
+  // analysis::MemberTiming); -1 until the run is complete.
+  Ns exposed(size_t i) const { return i < exposed_.size() ? exposed_[i] : -1; }
 
  private:
   struct Part {
@@ -166,6 +172,7 @@ class CollTable {
   std::shared_ptr<const void> run_;  // keeps the vectors alive
   std::vector<Part> parts_;          // by first
   Shared<int32_t> match_;            // per collective, once the run is complete
+  Shared<Ns> exposed_;               // per collective, once the run is complete
 };
 
 // The instances of one collective across the ranks of its communicator.
@@ -192,7 +199,9 @@ struct ViewRun {
   bool complete = false;          // every rank's lanes, the metrics and the exact span are in
   // What `braid analyze` computes for the run (analysis::compute_metrics on the file's clock
   // offsets): per rank and step the time breakdown, per matched collective its timing. Empty
-  // until `complete`.
+  // until `complete`. The collectives' member lists are not kept (a few hundred MB at 100 M
+  // events): a member's wait is its match's last arrival less its start, its exposure
+  // CollTable::exposed (coll_timing, core/stats.h).
   analysis::Metrics metrics;
   std::vector<Step> steps;  // job axis
   std::vector<Communicator> communicators;
