@@ -326,8 +326,8 @@ void select_event(App& app, int slot, const Hit& hit, bool zoom) {
   if (!d) return;
   const Event& e = d->event(hit.lane, hit.row, hit.index);
   Ns t0 = e.start, t1 = e.end;
-  if (e.coll >= 0 && d->colls[e.coll].match >= 0)
-    for (int32_t m : d->matches[d->colls[e.coll].match].members) {
+  if (e.coll >= 0 && d->colls.match(e.coll) >= 0)
+    for (int32_t m : d->matches[d->colls.match(e.coll)].members) {
       t0 = std::min(t0, d->colls[m].c.start);
       t1 = std::max(t1, d->colls[m].c.end);
     }

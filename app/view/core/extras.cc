@@ -66,8 +66,8 @@ std::vector<std::vector<int32_t>> colls_of_op_per_step(const ViewRun& d, const f
   for (int64_t k = p.order; k < static_cast<int64_t>(mine.size()) && out.size() < max_steps;
        k += p.per_step) {
     int32_t c = mine[k];
-    if (d.colls[c].match >= 0)
-      out.push_back(d.matches[d.colls[c].match].members);
+    if (d.colls.match(c) >= 0)
+      out.push_back(d.matches[d.colls.match(c)].members);
     else
       out.push_back({c});
   }

@@ -17,7 +17,7 @@ CollRec CollTable::operator[](size_t i) const {
   r.c.start += p.offset;
   r.c.end += p.offset;
   if (r.c.enqueue >= 0) r.c.enqueue += p.offset;
-  r.match = i < match_.size() ? match_[i] : -1;
+  r.match = match(i);
   return r;
 }
 

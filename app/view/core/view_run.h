@@ -158,6 +158,8 @@ class CollTable {
     match_ = std::move(match);
     exposed_ = std::move(exposed);
   }
+  // Collective i's match ([i].match without the collective), -1 while unmatched.
+  int32_t match(size_t i) const { return i < match_.size() ? match_[i] : -1; }
   // Of collective i's time, what no computation of its rank covers (its member's exposure in
   // analysis::MemberTiming); -1 until the run is complete.
   Ns exposed(size_t i) const { return i < exposed_.size() ? exposed_[i] : -1; }

@@ -285,8 +285,8 @@ void timeline(App& app, ImVec2 size) {
                           t.c_str());
             }
           }
-          if (app.show_flows && e.coll >= 0 && d.colls[e.coll].match >= 0 && flows[s].size() < 4000)
-            flows[s][d.colls[e.coll].match].push_back(
+          if (app.show_flows && e.coll >= 0 && d.colls.match(e.coll) >= 0 && flows[s].size() < 4000)
+            flows[s][d.colls.match(e.coll)].push_back(
                 {axis_x0 + it.x0, (ry0 + ry1) * 0.5f, l.rank});
         }
         if (hovered_area && mouse.y >= ry0 && mouse.y < ry1 + 1) {
@@ -410,9 +410,9 @@ void timeline(App& app, ImVec2 size) {
         dl->AddRect(ImVec2(x0 - 1, y0), ImVec2(x1 + 1, y0 + opt.row_h),
                     IM_COL32(255, 255, 255, 255), 0, 0, 2.f);
       }
-      if (e.coll >= 0 && d.colls[e.coll].match >= 0) {
+      if (e.coll >= 0 && d.colls.match(e.coll) >= 0) {
         std::vector<Point> pts;
-        for (int32_t m : d.matches[d.colls[e.coll].match].members)
+        for (int32_t m : d.matches[d.colls.match(e.coll)].members)
           if (auto p = place_of(app, sel.slot, places[sel.slot], m, axis_x0, opt))
             pts.push_back(*p);
         std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.y < b.y; });
