@@ -145,7 +145,12 @@ bool app_poll(App& app) {
     // While a run streams in, the view follows its span as it grows, until the user moves it.
     const bool follow = app.fit_pending || (app.auto_fit && app.axis.t0() == app.auto_fit->first &&
                                             app.axis.t1() == app.auto_fit->second);
-    if (app.all_ready() && follow) {
+    // A run whose first ViewRun has no span yet (no steps: nothing before its first rank) is
+    // fitted once it has one.
+    bool span = true;
+    for (int s = 0; s < 2; ++s)
+      if (const ViewRun* d = app.run(s)) span = span && (d->complete || d->end > d->start);
+    if (app.all_ready() && follow && span) {
       fit_all(app);
       app.fit_pending = false;
       app.auto_fit.reset();

@@ -69,6 +69,36 @@ TEST_F(ViewHeadless, FitShowsTheWholeRunWithEveryLane) {
   EXPECT_GT(lane(0, 1, 7)->y0, lane(0, 0, 7)->y1);  // rank 1 below rank 0
 }
 
+// Issue 33: a run streams in a rank at a time. One without steps has no span until its first
+// rank is in (epoch-scale times, far from the empty first ViewRun's 0): the view fits it once it
+// has one and follows it to the whole run.
+TEST_F(ViewHeadless, AStreamedRunWithoutStepsOpensOnItsWholeSpan) {
+  const std::string path = dir_.file("nosteps.braid");
+  const Ns base = 1'700'000'000'000'000'000;
+  {
+    TraceWriter w(path, TraceWriter::Mode::Overwrite);
+    const int64_t run = w.begin_run(RunKind::Captured, "test", "no steps");
+    const StrId k = w.intern("gemm_kernel");
+    for (int32_t r = 0; r < 4; ++r) {
+      RankInfo ri;
+      ri.rank = r;
+      w.add_rank(run, ri);
+      for (int i = 0; i < 50; ++i)
+        w.add(run, Kernel{r, 7, base + r * us(300) + i * us(10),
+                          base + r * us(300) + i * us(10) + us(8), k, Category::Gemm, i, 0});
+    }
+    w.commit();
+  }
+  open_file(path, 1);
+  ASSERT_TRUE(app_.all_ready());
+  ASSERT_TRUE(app_.run(0)->complete);
+  const Ns first = base, last = base + 3 * us(300) + 49 * us(10) + us(8);
+  const Ns margin = (last - first) / 50;  // fit: 2% each side
+  EXPECT_NEAR(static_cast<double>(app_.geom.t0), static_cast<double>(first - margin), 2.0);
+  EXPECT_NEAR(static_cast<double>(app_.geom.t1), static_cast<double>(last + margin), 2.0);
+  EXPECT_EQ(app_.geom.sections[0].lanes.size(), 4u);
+}
+
 TEST_F(ViewHeadless, HoverClickWheelDragAndKeys) {
   open(1);
   const auto l = lane(0, 0, 7);

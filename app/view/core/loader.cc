@@ -175,6 +175,7 @@ class Loader {
   std::map<int64_t, StrId> step_names_;
   std::map<std::tuple<int32_t, int64_t, bool>, std::string> names_;  // streams' and threads'
   Ns density_start_ = 0, density_end_ = 0;                           // the bins' span
+  Ns steps_start_ = INT64_MAX, steps_end_ = INT64_MIN;               // the steps' span
   Ns exact_start_ = INT64_MAX, exact_end_ = INT64_MIN;               // of the lanes loaded
   Ns gpu_start_ = INT64_MAX, gpu_end_ = INT64_MIN;                   // of their GPU work
   int64_t clamped_ = 0;
@@ -247,6 +248,8 @@ void Loader::begin() {
                     " distinct names (with the steps'); braid-view holds at most " +
                     std::to_string(kMaxEventNames) + " (24-bit name ids)");
   d_.strings = Shared<std::string>(std::move(strings));
+  steps_start_ = d_.start;
+  steps_end_ = d_.end;
   if (d_.start > d_.end) d_.start = d_.end = 0;
   density_start_ = d_.start;
   density_end_ = d_.end;
@@ -422,8 +425,10 @@ void Loader::add_rank(RankRead& in) {
   }
 
   add_lanes(rank, lanes);
-  d_.start = std::min(d_.start, exact_start_);
-  d_.end = std::max(d_.end, exact_end_);
+  // The steps' span (none: empty) and the ranks' in so far.
+  d_.start = std::min(steps_start_, exact_start_);
+  d_.end = std::max(steps_end_, exact_end_);
+  if (d_.start > d_.end) d_.start = d_.end = 0;
   if (gpu_start_ <= gpu_end_) {
     d_.gpu_start = gpu_start_;
     d_.gpu_end = gpu_end_;
