@@ -65,7 +65,7 @@ void fold_row(const Row& row, const TimeAxis& axis, Ns shift, float min_px,
     float x0 = axis.x_of(ev[i].start - shift);
     float x1 = axis.x_of(ev[i].end - shift);
     if (x1 - x0 >= min_px) {
-      out.push_back({x0, x1, i, 1, ev[i].category});
+      out.push_back({x0, x1, i, 1, static_cast<uint8_t>(ev[i].category)});
       ++i;
       continue;
     }
@@ -91,8 +91,9 @@ void fold_row(const Row& row, const TimeAxis& axis, Ns shift, float min_px,
       block_end = std::max(block_end, e1);
       j = k;
     }
-    out.push_back({x0, std::max(block_end, x0 + 1.f), i, j - i,
-                   j - i == 1 ? ev[i].category : dominant_category(ev, i, j)});
+    out.push_back(
+        {x0, std::max(block_end, x0 + 1.f), i, j - i,
+         j - i == 1 ? static_cast<uint8_t>(ev[i].category) : dominant_category(ev, i, j)});
     i = j;
   }
 }
