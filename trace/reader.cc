@@ -331,7 +331,11 @@ std::vector<std::string> TraceReader::strings() const {
   std::vector<std::string> out;
   sql::Stmt s(db_, "SELECT id, text FROM strings");
   while (s.step()) {
-    auto i = static_cast<size_t>(s.i64(0));
+    const int64_t id = s.i64(0);
+    if (id < 0 || id > static_cast<int64_t>(UINT32_MAX))  // a StrId; a larger one is corrupt
+      throw Error(ErrorCode::BadFormat,
+                  path_ + ": a name has id " + std::to_string(id) + ", past the 32-bit name ids");
+    auto i = static_cast<size_t>(id);
     if (i >= out.size()) out.resize(i + 1);
     out[i] = s.text(1);
   }

@@ -145,12 +145,8 @@ bool app_poll(App& app) {
     // While a run streams in, the view follows its span as it grows, until the user moves it.
     const bool follow = app.fit_pending || (app.auto_fit && app.axis.t0() == app.auto_fit->first &&
                                             app.axis.t1() == app.auto_fit->second);
-    // A run whose first ViewRun has no span yet (no steps: nothing before its first rank) is
-    // fitted once it has one.
-    bool span = true;
-    for (int s = 0; s < 2; ++s)
-      if (const ViewRun* d = app.run(s)) span = span && (d->complete || d->end > d->start);
-    if (app.all_ready() && follow && span) {
+    // (A first ViewRun without a span yet, no steps: fitted on nothing, then followed.)
+    if (app.all_ready() && follow) {
       fit_all(app);
       app.fit_pending = false;
       app.auto_fit.reset();
@@ -329,7 +325,7 @@ void select_event(App& app, int slot, const Hit& hit, bool zoom) {
   if (!zoom) return;
   const ViewRun* d = app.run(slot);
   if (!d) return;
-  const Event& e = d->event(hit.lane, hit.row, hit.index);
+  const Event e = d->event(hit.lane, hit.row, hit.index);
   Ns t0 = e.start, t1 = e.end;
   if (e.coll >= 0 && d->colls.match(e.coll) >= 0)
     for (int32_t m : d->matches[d->colls.match(e.coll)].members) {

@@ -282,6 +282,33 @@ TEST(Store, NewerSchemaAndForeignFilesAreRefused) {
   EXPECT_THROW(TraceReader(tmp.file("missing.braid")), Error);
 }
 
+// A name id past the 32-bit ids (a corrupt file) is said in one line, not sized for.
+TEST(Store, ANameIdPastTheNameIdsIsCorrupt) {
+  TempDir tmp;
+  const std::string path = tmp.file("ids.braid");
+  {
+    TraceWriter w(path, TraceWriter::Mode::Create);
+    w.begin_run(RunKind::Imported, "x");
+    w.intern("a kernel");
+    w.commit();
+  }
+  EXPECT_EQ(TraceReader(path).str(1), "a kernel");
+  {
+    sqlite3* db = nullptr;
+    sqlite3_open(path.c_str(), &db);
+    sql::exec(db, "INSERT INTO strings(id, text) VALUES (1099511627776, 'far')");
+    sqlite3_close(db);
+  }
+  try {
+    TraceReader(path).strings();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::BadFormat);
+    EXPECT_EQ(std::string(e.what()),
+              path + ": a name has id 1099511627776, past the 32-bit name ids");
+  }
+}
+
 }  // namespace
 }  // namespace braid
 

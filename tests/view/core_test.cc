@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <random>
+#include <tuple>
 
 #include "analysis/clock.h"
 #include "analysis/matching.h"
@@ -64,8 +65,8 @@ TEST_F(ViewKnownTrace, LanesHoldEventsOnTheJobAxisWithClockOffsetsApplied) {
     EXPECT_EQ(steps.stream, kStepsLane);
     EXPECT_EQ(steps.label, "steps");
     ASSERT_EQ(steps.rows.size(), 1u);
-    ASSERT_EQ(steps.rows[0].events.size(), 1u);
-    const Event& st = steps.rows[0].events[0];
+    ASSERT_EQ(steps.rows[0].size(), 1u);
+    const Event st = steps.rows[0][0];
     EXPECT_EQ(st.kind(), EventKind::Step);
     EXPECT_EQ(d_->str(st.name), "step 0");
     EXPECT_EQ(st.start, kBase);  // [0, 100) us on the job axis (rank 1's offset applied)
@@ -74,8 +75,9 @@ TEST_F(ViewKnownTrace, LanesHoldEventsOnTheJobAxisWithClockOffsetsApplied) {
   for (int32_t rank : {0, 1}) {
     const Lane& l = d_->lanes[lane(rank, 7)];
     ASSERT_EQ(l.rows.size(), 1u);
-    const auto& ev = l.rows[0].events;
-    ASSERT_EQ(ev.size(), 3u);
+    const Row& row = l.rows[0];
+    ASSERT_EQ(row.size(), 3u);
+    const Event ev[] = {row[0], row[1], row[2]};
     EXPECT_EQ(ev[0].start, kBase + us(10));  // rank 1's raw times are 1 us earlier
     EXPECT_EQ(ev[0].end, kBase + us(40));
     EXPECT_EQ(ev[0].category, static_cast<uint8_t>(Category::Gemm));
@@ -94,8 +96,8 @@ TEST_F(ViewKnownTrace, LanesHoldEventsOnTheJobAxisWithClockOffsetsApplied) {
   const Lane& cpu = d_->lanes[lane(0, 100, false)];
   EXPECT_FALSE(cpu.gpu);
   ASSERT_EQ(cpu.rows.size(), 2u);
-  EXPECT_EQ(d_->str(cpu.rows[0].events[0].name), "aten::mm");
-  EXPECT_EQ(d_->str(cpu.rows[1].events[0].name), "cudaLaunchKernel");
+  EXPECT_EQ(d_->str(cpu.rows[0][0].name), "aten::mm");
+  EXPECT_EQ(d_->str(cpu.rows[1][0].name), "cudaLaunchKernel");
   // The steps, then GPU lanes, then host lanes within each rank.
   EXPECT_TRUE(d_->lanes[d_->groups[0].lanes[1]].gpu);
   EXPECT_FALSE(d_->lanes[d_->groups[0].lanes.back()].gpu);
@@ -134,6 +136,25 @@ TEST_F(ViewKnownTrace, MissingRunAndFileAreNamed) {
     EXPECT_NE(std::string(e.what()).find("no run 7 (runs: 1, 2)"), std::string::npos) << e.what();
   }
   EXPECT_THROW(load_view_run(dir_.file("absent.braid"), 1), Error);
+}
+
+// Name ids have 24 bits: a file with more names is refused in one line, before they are read.
+TEST_F(ViewKnownTrace, AFileWithMoreNamesThanTheViewHoldsIsRefusedBeforeTheyAreRead) {
+  {
+    StoreUpdate up(path_);
+    sql::exec(up.db(), ("INSERT INTO strings(id, text) VALUES (" + std::to_string(kMaxEventNames) +
+                        ", 'one name too many')")
+                           .c_str());
+    up.commit();
+  }
+  try {
+    load_view_run(path_, 1);
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unsupported);
+    EXPECT_EQ(std::string(e.what()),
+              path_ + ": 16777217 names; braid-view holds at most 16777216 (24-bit name ids)");
+  }
 }
 
 TEST_F(ViewKnownTrace, BackgroundLoadReportsProgressAndResult) {
@@ -248,7 +269,7 @@ TEST(ViewTimeAxis, RulerTicksAdaptTheirUnitAndSpacing) {
 // A row of `n` events of 10 ns every 15 ns.
 Row dense_row(int64_t n) {
   Row r;
-  for (int64_t i = 0; i < n; ++i) r.events.push_back({i * 15, i * 15 + 10, 1, 1});
+  for (int64_t i = 0; i < n; ++i) r.push({i * 15, i * 15 + 10, 1, 1});
   return r;
 }
 
@@ -285,9 +306,9 @@ TEST(ViewLod, FoldsSmallEventsIntoCountedBlocksBoundedByWidth) {
 
 TEST(ViewLod, WideEventsAreNeverFoldedIntoBlocks) {
   Row r;
-  for (int64_t i = 0; i < 100; ++i) r.events.push_back({i * 10, i * 10 + 5, 1, 1});
-  r.events.push_back({1000, 50'000, 2, 1});  // wide
-  for (int64_t i = 0; i < 100; ++i) r.events.push_back({50'000 + i * 10, 50'005 + i * 10, 1, 1});
+  for (int64_t i = 0; i < 100; ++i) r.push({i * 10, i * 10 + 5, 1, 1});
+  r.push({1000, 50'000, 2, 1});  // wide
+  for (int64_t i = 0; i < 100; ++i) r.push({50'000 + i * 10, 50'005 + i * 10, 1, 1});
   TimeAxis a;
   a.set_width(1000);
   a.set_window(0, 100'000);  // 100 ns per px
@@ -309,13 +330,13 @@ TEST(ViewLod, EventsAPixelWideStayThemselvesAndGapsStayVisible) {
   // 100 ns per px: tiny 20-ns events every 30 ns (gaps of 0.1 px: folded together), a 150-ns
   // event (1.5 px: itself), then, after a 150-ns gap (1.5 px), more tiny events.
   Ns t = 0;
-  for (int i = 0; i < 10; ++i, t += 30) r.events.push_back({t, t + 20, 1, 3});
-  r.events.push_back({t, t + 150, 2, 1});  // gemm, 1.5 px
+  for (int i = 0; i < 10; ++i, t += 30) r.push({t, t + 20, 1, 3});
+  r.push({t, t + 150, 2, 1});  // gemm, 1.5 px
   t += 150;
   t += 150;  // the gap
-  for (int i = 0; i < 6; ++i, t += 30) r.events.push_back({t, t + 20, 1, 3});
+  for (int i = 0; i < 6; ++i, t += 30) r.push({t, t + 20, 1, 3});
   // Three gemms of 0.9 px, 0.1 px apart: folded with them, and most of the block's time.
-  for (int i = 0; i < 3; ++i, t += 100) r.events.push_back({t, t + 90, 3, 1});
+  for (int i = 0; i < 3; ++i, t += 100) r.push({t, t + 90, 3, 1});
   TimeAxis a;
   a.set_width(1000);
   a.set_window(0, 100'000);
@@ -431,10 +452,44 @@ TEST_F(ViewKnownTrace, SearchFindsNamesCaseInsensitivelyInTimeOrder) {
   EXPECT_EQ(search_events(*d_, "a", 3).hits.size(), 3u);
 }
 
-// Issue 33: an event is 24 bytes; its kind is in its category (a copy's kind too), its name id
-// in 24 bits, its collective in 32.
-TEST(ViewEvent, KindCopyKindAndNameLiveIn24Bytes) {
-  static_assert(sizeof(Event) == 24);
+// Issue 33: a row stores an event in 16 bytes and gives it back whole: times on an epoch-scale
+// axis exact, an end past the 32-bit duration (4.29 s) from the row's own table, the collective
+// an event carries by its index, the 24-bit name and the category.
+TEST(ViewEvent, ARowStoresAnEventIn16BytesAndGivesItBackWhole) {
+  static_assert(sizeof(PackedEvent) == 16);
+  constexpr Ns t0 = 1'700'000'000'123'456'789;  // an epoch-scale job axis
+  constexpr Ns kMax = UINT32_MAX;               // the first duration a row keeps apart
+  const uint8_t allreduce = static_cast<uint8_t>(Category::CommAllReduce);
+  const std::vector<Event> in = {
+      {t0, t0 + 5, kMaxEventNames - 1, allreduce, 7},
+      {t0 + 5, t0 + 5 + 10'000'000'000, 3, kCategoryStep},  // a 10 s step
+      {t0 + 10'000'000'005, t0 + 10'000'000'005 + kMax - 1, 4, kCategoryCpu, 123'456},
+      {t0 + 20'000'000'000, t0 + 20'000'000'000 + kMax, 5, kCategoryAnnotation, 9},
+      {t0 + 30'000'000'000, t0 + 30'000'000'000, 6, memcpy_category(MemKind::DtoH), 0},
+      {t0 + 30'000'000'001, t0 + 30'000'000'002, 2, allreduce}};
+  Row row;
+  for (const Event& e : in) row.push(e);
+  row.shrink_to_fit();
+  ASSERT_EQ(row.size(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Event out = row[i];
+    EXPECT_EQ(std::tie(out.start, out.end, out.coll), std::tie(in[i].start, in[i].end, in[i].coll))
+        << i;
+    EXPECT_EQ(out.name, in[i].name) << i;
+    EXPECT_EQ(out.category, in[i].category) << i;
+    EXPECT_EQ(row.end(i), in[i].end) << i;
+    EXPECT_EQ(row.coll(i), in[i].coll) << i;
+  }
+  // Ends are searched as starts are, the long ones included.
+  EXPECT_EQ(first_visible(row, t0 + 6), 1);
+  EXPECT_EQ(first_visible(row, in[1].end - 1), 1);
+  EXPECT_EQ(first_visible(row, in[1].end), 2);
+  EXPECT_EQ(first_visible(row, in[3].end - 1), 3);
+  EXPECT_EQ(first_visible(row, in[5].end), 6);
+}
+
+// Issue 33: an event's kind is in its category (a copy's kind too), its name id in 24 bits.
+TEST(ViewEvent, KindCopyKindAndNameLiveInTheCategoryAndName) {
   const Event k{5, 9, kMaxEventNames - 1, static_cast<uint8_t>(Category::CommAllReduce), 7};
   EXPECT_EQ(k.name, kMaxEventNames - 1);
   EXPECT_EQ(k.category, static_cast<uint8_t>(Category::CommAllReduce));
@@ -649,13 +704,13 @@ TEST(ViewRealTrace, EveryEventOnceInSortedNonOverlappingRows) {
   for (const Lane& l : d->lanes)
     for (const Row& row : l.rows) {
       if (l.stream == kStepsLane) continue;  // the steps table, shown as a lane
-      in_rows += static_cast<int64_t>(row.events.size());
-      for (size_t i = 0; i < row.events.size(); ++i) {
-        EXPECT_LE(row.events[i].start, row.events[i].end);
+      in_rows += static_cast<int64_t>(row.size());
+      for (size_t i = 0; i < row.size(); ++i) {
+        EXPECT_LE(row.start(i), row.end(i));
         if (i) {
-          EXPECT_GE(row.events[i].start, row.events[i - 1].end);
+          EXPECT_GE(row.start(i), row.end(i - 1));
         }
-        if (row.events[i].coll >= 0) ++carrying;
+        if (row.coll(i) >= 0) ++carrying;
       }
     }
   EXPECT_EQ(in_rows, d->event_count);
@@ -726,7 +781,7 @@ TEST(ViewRealTrace, StreamsInRankByRankAndEndsAsTheWholeAnalysis) {
         ASSERT_EQ(v.lanes[l].rows.size(), d->lanes[l].rows.size());
         EXPECT_EQ(v.lanes[l].rank, d->lanes[l].rank);
         for (size_t r = 0; r < v.lanes[l].rows.size(); ++r)
-          EXPECT_EQ(&v.lanes[l].rows[r].events, &d->lanes[l].rows[r].events);  // shared
+          EXPECT_EQ(&v.lanes[l].rows[r], &d->lanes[l].rows[r]);  // shared
       }
       for (size_t g = 0; g < v.groups.size(); ++g) EXPECT_EQ(v.groups[g].lanes, d->groups[g].lanes);
       if (i > 0) {
@@ -743,9 +798,9 @@ TEST(ViewRealTrace, StreamsInRankByRankAndEndsAsTheWholeAnalysis) {
       int64_t carrying = 0;
       for (const Lane& l : v.lanes)
         for (const Row& row : l.rows)
-          for (const Event& e : row.events) {
-            ASSERT_LT(e.coll, static_cast<int32_t>(v.colls.size()));
-            carrying += e.coll >= 0;
+          for (size_t k = 0; k < row.size(); ++k) {
+            ASSERT_LT(row.coll(k), static_cast<int32_t>(v.colls.size()));
+            carrying += row.coll(k) >= 0;
           }
       EXPECT_EQ(carrying, static_cast<int64_t>(v.colls.size()));
     }

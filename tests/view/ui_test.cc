@@ -301,12 +301,12 @@ TEST_F(ViewHeadless, ACaptureOpensOnItsGpuWorkWithStepsGemmsAndGapsVisible) {
   fold_row(s7->rows[0], app_.axis, 0, app_.layout_opt.min_px, items);
   int gemms = 0, folded = 0;
   for (const DrawItem& it : items) {
-    const Event& e = s7->rows[0].events[it.first];
+    const Event e = s7->rows[0][static_cast<size_t>(it.first)];
     if (it.count == 1 && e.category == static_cast<uint8_t>(Category::Gemm)) ++gemms;
     if (it.count > 1) {
       ++folded;
       EXPECT_EQ(it.category, static_cast<uint8_t>(Category::Elementwise));
-      const Event& last = s7->rows[0].events[it.first + it.count - 1];
+      const Event last = s7->rows[0][static_cast<size_t>(it.first + it.count - 1)];
       // Inside one step: from the step's start to its busy end (5.59 ms in).
       Ns step0 = kFirstStep + (e.start - kFirstStep) / kStep * kStep;
       EXPECT_LE(last.end, step0 + 11 * 350'000 + 41 * 40'000) << it.first;

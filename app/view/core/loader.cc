@@ -28,7 +28,9 @@ int64_t assign_rows(std::vector<Event>&& ev, std::vector<Row>& rows) {
   for (size_t i = 1; i < ev.size() && !overlap; ++i) overlap = ev[i].start < ev[i - 1].end;
   if (!overlap) {
     rows.emplace_back();
-    rows.back().events = std::move(ev);
+    rows.back().reserve(ev.size());
+    for (const Event& e : ev) rows.back().push(e);
+    std::vector<Event>().swap(ev);
     return 0;
   }
   int64_t clamped = 0;
@@ -49,7 +51,7 @@ int64_t assign_rows(std::vector<Event>&& ev, std::vector<Row>& rows) {
         if (x.end <= x.start) continue;
       }
     }
-    rows[r].events.push_back(x);
+    rows[r].push(x);
     last_end[r] = x.end;
   }
   return clamped;
@@ -66,11 +68,14 @@ void fill_density(Lane& l, Ns start, Ns end) {
   l.density.assign(kOverviewBins, 0.f);
   if (l.rows.empty()) return;
   // Row 0 holds the outermost events: its busy time is the lane's.
-  for (const Event& e : l.rows[0].events) {
-    double a = static_cast<double>(e.start - start) / bin;
-    double b = static_cast<double>(e.end - start) / bin;
-    int ia = std::clamp(static_cast<int>(a), 0, kOverviewBins - 1);
-    int ib = std::clamp(static_cast<int>(b), 0, kOverviewBins - 1);
+  const Row& outer = l.rows[0];
+  for (size_t k = 0; k < outer.size(); ++k) {
+    double a = static_cast<double>(outer.start(k) - start) / bin;
+    double b = static_cast<double>(outer.end(k) - start) / bin;
+    // Clamped as doubles: while a run loads, the span is an estimate an event may lie far past.
+    constexpr double kLast = kOverviewBins - 1;
+    int ia = static_cast<int>(std::clamp(a, 0.0, kLast));
+    int ib = static_cast<int>(std::clamp(b, 0.0, kLast));
     for (int i = ia; i <= ib; ++i) {
       double lo = std::max(a, static_cast<double>(i)), hi = std::min(b, i + 1.0);
       if (hi > lo) l.density[i] += static_cast<float>(hi - lo);
@@ -124,6 +129,11 @@ class Loader {
 
  private:
   Error cancelled() const { return Error(ErrorCode::Internal, path_ + ": loading cancelled"); }
+  Error too_many_names(uint64_t n, const char* what) const {
+    return Error(ErrorCode::Unsupported, path_ + ": " + std::to_string(n) + what +
+                                             "; braid-view holds at most " +
+                                             std::to_string(kMaxEventNames) + " (24-bit name ids)");
+  }
   void tick(int64_t rows) {
     if (!progress_) return;
     progress_->done += rows;
@@ -216,6 +226,10 @@ void Loader::begin() {
   // What every rank shares and is small: infos, streams, steps, names. The collectives, the
   // matching and the metrics come with the ranks (and the matching at the end): nothing read
   // here grows with the events, so the first rank's lanes follow at once.
+  // Name ids have 24 bits (Event::name): a file with more names is refused before they are read.
+  if (const int64_t last = sql::scalar(reader_.db(), "SELECT COALESCE(MAX(id), 0) FROM strings");
+      last >= static_cast<int64_t>(kMaxEventNames))
+    throw too_many_names(static_cast<uint64_t>(last) + 1, " names");
   std::vector<std::string> strings = reader_.strings();
   run_ = std::make_shared<analysis::RunData>(analysis::run_frame(reader_, run_id_));
   for (int32_t r : ranks_with_rows()) run_->ranks[r].info.rank = r;
@@ -243,10 +257,7 @@ void Loader::begin() {
     }
   }
   if (strings.size() > kMaxEventNames)
-    throw Error(ErrorCode::Unsupported,
-                path_ + ": " + std::to_string(strings.size()) +
-                    " distinct names (with the steps'); braid-view holds at most " +
-                    std::to_string(kMaxEventNames) + " (24-bit name ids)");
+    throw too_many_names(strings.size(), " names with the steps'");
   d_.strings = Shared<std::string>(std::move(strings));
   steps_start_ = d_.start;
   steps_end_ = d_.end;
@@ -323,7 +334,7 @@ void Loader::add_lanes(int32_t rank, RankLanes& lanes) {
     }
     std::vector<Row> rows;
     clamped_ += assign_rows(std::move(ev), rows);
-    for (Row& r : rows) r.events.shrink_to_fit();
+    for (Row& r : rows) r.shrink_to_fit();
     l.rows = Shared<Row>(std::move(rows));
     g.lanes.push_back(static_cast<int>(d_.lanes.size()));
     d_.lanes.push_back(std::move(l));

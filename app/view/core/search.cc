@@ -28,7 +28,7 @@ SearchResult search_events(const ViewRun& d, std::string_view text, size_t limit
   std::vector<std::pair<Ns, Hit>> found;
   for (size_t li = 0; li < d.lanes.size(); ++li)
     for (size_t ri = 0; ri < d.lanes[li].rows.size(); ++ri) {
-      const auto& ev = d.lanes[li].rows[ri].events;
+      const auto& ev = d.lanes[li].rows[ri].packed();
       for (size_t k = 0; k < ev.size(); ++k)
         if (ev[k].name < match.size() && match[ev[k].name]) {
           ++out.total;

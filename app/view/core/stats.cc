@@ -5,6 +5,7 @@
 
 #include "analysis/cost_model.h"
 #include "app/view/core/colors.h"
+#include "app/view/core/lod.h"
 
 namespace braid::view {
 
@@ -43,23 +44,22 @@ RangeStats range_stats(const ViewRun& d, Ns t0, Ns t1) {
   s.t1 = t1;
   std::map<int32_t, std::vector<analysis::Interval>> gpu;
   for (const Lane& l : d.lanes)
-    for (const Row& row : l.rows) {
-      auto it = std::upper_bound(row.events.begin(), row.events.end(), t0,
-                                 [](Ns v, const Event& e) { return v < e.end; });
-      for (; it != row.events.end() && it->start < t1; ++it) {
-        if (it->kind() == EventKind::Step) continue;  // the steps lane repeats the steps table
-        Ns a = std::max(it->start, t0), b = std::min(it->end, t1);
-        auto& c = s.by_category[category_name(it->category)];
+    for (const Row& row : l.rows)
+      for (auto i = static_cast<size_t>(first_visible(row, t0));
+           i < row.size() && row.start(i) < t1; ++i) {
+        const PackedEvent& e = row.packed()[i];
+        if (e.kind() == EventKind::Step) continue;  // the steps lane repeats the steps table
+        Ns a = std::max(e.start, t0), b = std::min(row.end(i), t1);
+        auto& c = s.by_category[category_name(static_cast<uint8_t>(e.category))];
         ++c.count;
         c.time += b - a;
         ++s.events;
-        if (it->coll >= 0) {
+        if (const int32_t ci = row.coll(i); ci >= 0) {
           ++s.collectives;
-          s.collective_bytes += std::max<int64_t>(0, d.colls[it->coll].c.bytes);
+          s.collective_bytes += std::max<int64_t>(0, d.colls[ci].c.bytes);
         }
-        if (l.gpu && it->kind() != EventKind::Annotation) gpu[l.rank].push_back({a, b});
+        if (l.gpu && e.kind() != EventKind::Annotation) gpu[l.rank].push_back({a, b});
       }
-    }
   for (auto& [rank, iv] : gpu) s.gpu_busy[rank] = analysis::merge_intervals(iv);
   return s;
 }

@@ -1,8 +1,46 @@
 #include "app/view/core/view_run.h"
 
 #include <algorithm>
+#include <stdexcept>
+
+#include "app/view/core/lod.h"
 
 namespace braid::view {
+
+namespace {
+template <typename V>
+auto by_index(const std::vector<std::pair<uint32_t, V>>& v, size_t i) {
+  return std::lower_bound(v.begin(), v.end(), static_cast<uint32_t>(i),
+                          [](const std::pair<uint32_t, V>& p, uint32_t k) { return p.first < k; });
+}
+}  // namespace
+
+void Row::push(const Event& e) {
+  if (ev_.size() >= UINT32_MAX) throw std::length_error("a row holds at most 2^32 - 1 events");
+  const auto i = static_cast<uint32_t>(ev_.size());
+  const Ns dur = std::max<Ns>(0, e.end - e.start);
+  PackedEvent p;
+  p.start = e.start;
+  p.dur = dur < PackedEvent::kLong ? static_cast<uint32_t>(dur) : PackedEvent::kLong;
+  p.name = e.name;
+  p.category = e.category;
+  ev_.push_back(p);
+  if (p.dur == PackedEvent::kLong) long_end_.push_back({i, e.start + dur});
+  if (e.coll >= 0) coll_.push_back({i, e.coll});
+}
+
+void Row::shrink_to_fit() {
+  ev_.shrink_to_fit();
+  long_end_.shrink_to_fit();
+  coll_.shrink_to_fit();
+}
+
+Ns Row::long_end(size_t i) const { return by_index(long_end_, i)->second; }
+
+int32_t Row::coll(size_t i) const {
+  auto it = by_index(coll_, i);
+  return it != coll_.end() && it->first == i ? it->second : -1;
+}
 
 const CollTable::Part& CollTable::part(size_t i) const {
   auto it = std::upper_bound(parts_.begin(), parts_.end(), i,
@@ -58,11 +96,10 @@ std::optional<EventRef> ViewRun::place(int32_t ci) const {
   if (lane < 0) return std::nullopt;
   const Ns last = std::max(c.end, c.start + 1);
   for (size_t r = 0; r < lanes[lane].rows.size(); ++r) {
-    const auto& ev = lanes[lane].rows[r].events;
-    auto it = std::lower_bound(ev.begin(), ev.end(), c.start,
-                               [](const Event& e, Ns t) { return e.start < t; });
-    for (; it != ev.end() && it->start < last; ++it)
-      if (it->coll == ci) return EventRef{lane, static_cast<int>(r), it - ev.begin()};
+    const Row& row = lanes[lane].rows[r];
+    for (int64_t i = first_starting_at(row, c.start);
+         i < static_cast<int64_t>(row.size()) && row.start(i) < last; ++i)
+      if (row.coll(i) == ci) return EventRef{lane, static_cast<int>(r), i};
   }
   return std::nullopt;
 }

@@ -38,9 +38,16 @@ inline constexpr int64_t kStepsLane = INT64_MIN;
 // Names an event can have: its name id has 24 bits (the loader refuses a file with more).
 inline constexpr uint32_t kMaxEventNames = 1u << 24;
 
-// One drawn event: 24 bytes (issue 33: at most 40 bytes an event in memory, all told), so 100
-// million events take 2.4 GB. Its kind is in its category (a copy's kind too), its name id in
-// 24 bits.
+inline EventKind kind_of(uint8_t category) {
+  if (category == kCategoryCpu) return EventKind::CpuCall;
+  if (category == kCategoryAnnotation) return EventKind::Annotation;
+  if (category == kCategoryStep) return EventKind::Step;
+  if (category >= kCategoryMemcpy) return EventKind::Memcpy;
+  return EventKind::Kernel;
+}
+
+// One event, whole: what the loader builds and what a Row gives back for one of its events
+// (Row::operator[]). A Row does not store it this way (PackedEvent).
 struct Event {
   Ns start = 0, end = 0;  // job axis (rank clock + clock_offset_ns)
   uint32_t name : 24 = 0;
@@ -51,16 +58,52 @@ struct Event {
   Event() = default;
   Event(Ns s, Ns e, StrId n, uint8_t cat, int32_t c = -1)
       : start(s), end(e), name(n), category(cat), coll(c) {}
-  EventKind kind() const {
-    if (category == kCategoryCpu) return EventKind::CpuCall;
-    if (category == kCategoryAnnotation) return EventKind::Annotation;
-    if (category == kCategoryStep) return EventKind::Step;
-    if (category >= kCategoryMemcpy) return EventKind::Memcpy;
-    return EventKind::Kernel;
-  }
+  EventKind kind() const { return kind_of(static_cast<uint8_t>(category)); }
   MemKind mem_kind() const { return static_cast<MemKind>(category - kCategoryMemcpy); }
 };
-static_assert(sizeof(Event) == 24, "Event is a packed 24-byte record");
+
+// One event as a Row stores it: 16 bytes (issue 33: at most 40 bytes an event in memory, all
+// told; 100 million events take 1.6 GB). The end is a 32-bit duration (4.29 s; a longer event's
+// end is in its row's own table), the kind is in the category (a copy's kind too), the name id
+// has 24 bits, and the collective an event carries (one event in ten or fewer) is in its row's
+// table too.
+struct PackedEvent {
+  static constexpr uint32_t kLong = UINT32_MAX;  // duration: see the row's long ends
+  Ns start = 0;
+  uint32_t dur = 0;
+  uint32_t name : 24 = 0;
+  uint32_t category : 8 = 0;
+  EventKind kind() const { return kind_of(static_cast<uint8_t>(category)); }
+};
+static_assert(sizeof(PackedEvent) == 16, "PackedEvent is a packed 16-byte record");
+
+// Events that do not overlap, sorted by start (so ends sorted too): the visible window of a
+// row is a binary search on start and on end. Filled in order (push), then never changed.
+class Row {
+ public:
+  void push(const Event& e);
+  void reserve(size_t n) { ev_.reserve(n); }
+  void shrink_to_fit();
+  size_t size() const { return ev_.size(); }
+  bool empty() const { return ev_.empty(); }
+  const std::vector<PackedEvent>& packed() const { return ev_; }
+  Ns start(size_t i) const { return ev_[i].start; }
+  Ns end(size_t i) const {
+    const PackedEvent& e = ev_[i];
+    return e.dur != PackedEvent::kLong ? e.start + e.dur : long_end(i);
+  }
+  int32_t coll(size_t i) const;  // -1: the event carries no collective
+  Event operator[](size_t i) const {
+    const PackedEvent& e = ev_[i];
+    return {e.start, end(i), e.name, static_cast<uint8_t>(e.category), coll(i)};
+  }
+
+ private:
+  Ns long_end(size_t i) const;
+  std::vector<PackedEvent> ev_;
+  std::vector<std::pair<uint32_t, Ns>> long_end_;   // (index, end), by index
+  std::vector<std::pair<uint32_t, int32_t>> coll_;  // (index, collective), by index
+};
 
 // A vector that never changes once made, shared by the ViewRuns a load hands over (copying one
 // copies a pointer). Reads like a const std::vector.
@@ -86,21 +129,15 @@ class Shared {
   std::shared_ptr<const std::vector<T>> p_;
 };
 
-struct Row {
-  std::vector<Event> events;  // sorted by start, non-overlapping (ends sorted too)
-};
-
 // Where an event is: lane, row and position in the row.
 struct EventRef {
   int lane = -1, row = -1;
   int64_t index = -1;
 };
 
-struct Lane {
-  int32_t rank = 0;
-  int64_t stream = 0;
-  bool gpu = true;
-  std::string label;
+// A (rank, stream) of the file (StreamInfo: its GPU stream or host thread, its label) and its
+// events.
+struct Lane : StreamInfo {
   Shared<Row> rows;
   int64_t event_count = 0;
   // Busy fraction per bin of the run's whole span (overview strip), kOverviewBins entries.
@@ -224,8 +261,8 @@ struct ViewRun {
   int64_t event_count = 0;
 
   const std::string& str(StrId id) const;
-  const Event& event(int lane, int row, int64_t index) const {
-    return lanes[lane].rows[row].events[index];
+  Event event(int lane, int row, int64_t index) const {
+    return lanes[lane].rows[row][static_cast<size_t>(index)];
   }
   std::string run_title() const;                    // "run 2 (replayed, sim)"
   int lane_of(int32_t rank, int64_t stream) const;  // -1 if absent

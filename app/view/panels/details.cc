@@ -43,9 +43,9 @@ void details(App& app) {
   const Selection sel = *app.selected;
   const ViewRun& d = *app.slots[sel.slot].data;
   const Lane& lane = d.lanes[sel.hit.lane];
-  const Event& e = d.event(sel.hit.lane, sel.hit.row, sel.hit.index);
+  const Event e = d.event(sel.hit.lane, sel.hit.row, sel.hit.index);
   if (sel.hit.count > 1) {
-    const Event& last = d.event(sel.hit.lane, sel.hit.row, sel.hit.index + sel.hit.count - 1);
+    const Event last = d.event(sel.hit.lane, sel.hit.row, sel.hit.index + sel.hit.count - 1);
     ImGui::Text("%" PRId64 " folded events on rank %d, %s", sel.hit.count, lane.rank,
                 lane.label.c_str());
     if (ImGui::Button("Zoom to them"))

@@ -54,7 +54,7 @@ void search_results(App& app) {
   while (clip.Step())
     for (int i = clip.DisplayStart; i < clip.DisplayEnd; ++i) {
       const Hit& h = app.search_result.hits[i];
-      const Event& e = d->event(h.lane, h.row, h.index);
+      const Event e = d->event(h.lane, h.row, h.index);
       std::string label = "r" + std::to_string(d->lanes[h.lane].rank) + " " +
                           format_duration(static_cast<double>(e.start - d->start)) + "  " +
                           short_name(event_title(*d, e), 60) + "##" + std::to_string(i);

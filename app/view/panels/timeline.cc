@@ -50,9 +50,9 @@ std::optional<Point> place_of(const App& app, int slot, const SectionPlace& sp, 
 void tooltip(const App& app, int slot, const Hit& h) {
   const ViewRun& d = *app.slots[slot].data;
   ImGui::BeginTooltip();
-  const Event& e = d.event(h.lane, h.row, h.index);
+  const Event e = d.event(h.lane, h.row, h.index);
   if (h.count > 1) {
-    const Event& last = d.event(h.lane, h.row, h.index + h.count - 1);
+    const Event last = d.event(h.lane, h.row, h.index + h.count - 1);
     ImGui::Text("%lld events (zoom in to see them)", static_cast<long long>(h.count));
     ImGui::Text("mostly %s, span %s", category_name(h.category).c_str(),
                 format_duration(static_cast<double>(last.end - e.start)).c_str());
@@ -217,11 +217,10 @@ void timeline(App& app, ImVec2 size) {
             items.clear();
             fold_row(l.rows[0], app.axis, shift, opt.min_px, items);
             for (const DrawItem& it : items) {
-              const Event& e = l.rows[0].events[it.first];
               float x0 = axis_x0 + std::max(it.x0, -2.f),
                     x1 = axis_x0 + std::min(std::max(it.x1, it.x0 + 1.f), axis_w + 2.f);
               dl->AddRectFilled(ImVec2(x0, gy + 5), ImVec2(x1, gy + opt.header_h - 5),
-                                col(category_color(e.category)));
+                                col(category_color(it.category)));
             }
           }
         }
@@ -260,7 +259,6 @@ void timeline(App& app, ImVec2 size) {
         items.clear();
         fold_row(row, app.axis, shift, opt.min_px, items);
         for (const DrawItem& it : items) {
-          const Event& e = row.events[it.first];
           float x0 = axis_x0 + std::max(it.x0, -2.f);
           float x1 = axis_x0 + std::min(std::max(it.x1, it.x0 + 1.f), axis_w + 2.f);
           Rgb c = category_color(it.category);
@@ -275,6 +273,7 @@ void timeline(App& app, ImVec2 size) {
             }
             continue;
           }
+          const Event e = row[static_cast<size_t>(it.first)];
           dl->AddRectFilled(ImVec2(x0, ry0 + 1), ImVec2(x1, ry1), col(c));
           if (x1 - x0 > 4 * char_w) {
             float tx = std::max(x0, axis_x0) + 3;
@@ -400,7 +399,7 @@ void timeline(App& app, ImVec2 size) {
     const Selection& sel = *app.selected;
     const ViewRun& d = *app.slots[sel.slot].data;
     if (sel.hit.lane < static_cast<int>(d.lanes.size())) {
-      const Event& e = d.event(sel.hit.lane, sel.hit.row, sel.hit.index);
+      const Event e = d.event(sel.hit.lane, sel.hit.row, sel.hit.index);
       int bi = places[sel.slot].lane_box[sel.hit.lane];
       if (bi >= 0) {
         const LaneBox& b = app.slots[sel.slot].layout.lanes[bi];
