@@ -6,17 +6,38 @@
 
 namespace braid::analysis {
 
+namespace {
+// Above this many sorted runs merge_intervals sorts instead of merging the runs.
+constexpr size_t kMaxSortedRuns = 16;
+}  // namespace
+
 Ns merge_intervals(std::vector<Interval>& v) {
-  std::sort(v.begin(), v.end(), [](const Interval& a, const Interval& b) { return a.start < b.start; });
-  std::vector<Interval> out;
+  // Intervals come a stream at a time, each stream in start order: a few sorted runs, merged
+  // into one (linear per run) where sorting them all would cost n log n; else sorted.
+  auto by_start = [](const Interval& a, const Interval& b) { return a.start < b.start; };
+  std::vector<size_t> runs;  // where each sorted run after the first begins
+  for (size_t i = 1; i < v.size() && runs.size() <= kMaxSortedRuns; ++i)
+    if (v[i].start < v[i - 1].start) runs.push_back(i);
+  if (runs.size() > kMaxSortedRuns) {
+    std::sort(v.begin(), v.end(), by_start);
+  } else {
+    for (size_t k = 0; k < runs.size(); ++k) {
+      const size_t end = k + 1 < runs.size() ? runs[k + 1] : v.size();
+      std::inplace_merge(v.begin(), v.begin() + static_cast<ptrdiff_t>(runs[k]),
+                         v.begin() + static_cast<ptrdiff_t>(end), by_start);
+    }
+  }
+  // Merged in place: each interval joins the last one kept when it starts before that ends.
+  size_t kept = 0;
   for (const Interval& i : v) {
     if (i.end <= i.start) continue;
-    if (!out.empty() && i.start <= out.back().end)
-      out.back().end = std::max(out.back().end, i.end);
+    if (kept && i.start <= v[kept - 1].end)
+      v[kept - 1].end = std::max(v[kept - 1].end, i.end);
     else
-      out.push_back(i);
+      v[kept++] = i;
   }
-  v = std::move(out);
+  v.resize(kept);
+  v.shrink_to_fit();
   Ns total = 0;
   for (const Interval& i : v) total += i.end - i.start;
   return total;

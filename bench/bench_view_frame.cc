@@ -9,6 +9,7 @@
 // zoomed-out timeline's folded blocks account for every event of each lane they draw.
 //
 //   braid-bench-view [--ranks 64] [--events 10000000] [--frames 300] [--cache FILE]
+//                    [--first-events-only]
 #include <sys/resource.h>
 #include <time.h>
 
@@ -253,6 +254,10 @@ int main(int argc, char** argv) {
   cli.add_option("--cache", cache, "Generated trace, reused when present")->capture_default_str();
   cli.add_option("--width", width)->capture_default_str();
   cli.add_option("--height", height)->capture_default_str();
+  bool first_only = false;
+  cli.add_flag("--first-events-only", first_only,
+               "Stop at the first frame that draws a whole rank; print how long it and "
+               "the first with events took");
   CLI11_PARSE(cli, argc, argv);
 
   std::string want = std::to_string(ranks) + "x" + std::to_string(events);
@@ -279,9 +284,9 @@ int main(int argc, char** argv) {
   double l0 = now();
   app_open(app, cache, 1);
   std::vector<double> loading;
-  // The first frame that draws events (the first rank streamed in) and the first that draws
-  // every rank's, while the rest of the load goes on.
-  double first_events_s = -1;
+  // The first frame that draws events (the first rank's preview, docs/gui.md) and the first
+  // that draws a whole rank, while the rest of the load goes on.
+  double first_events_s = -1, first_rank_s = -1;
   int64_t partial_frames = 0;
   std::string slowest_loading;  // what the slowest frame while loading had in
   while (app.loading()) {
@@ -295,7 +300,13 @@ int main(int argc, char** argv) {
     }
     if (const ViewRun* p = app.run(0); p && !p->lanes.empty()) {
       if (first_events_s < 0) first_events_s = now() - l0;
+      if (first_rank_s < 0 && p->ranks_loaded > 0) first_rank_s = now() - l0;
       ++partial_frames;
+      if (first_only && first_rank_s >= 0) {
+        std::printf("first events drawn: %.2f s, the first whole rank: %.2f s\n", first_events_s,
+                    first_rank_s);
+        return 0;  // the App cancels the load
+      }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(16));  // a 60 Hz display's pace
   }
@@ -326,10 +337,10 @@ int main(int argc, char** argv) {
   const double rss_mib = static_cast<double>(ru.ru_maxrss) / 1024.0;
   std::printf(
       "trace: %d ranks, %lld events (%zu lanes), load %.1f s in the background, first events "
-      "drawn after %.2f s (%lld frames drew a run still loading), peak RSS %.0f MiB (%.1f bytes "
-      "per event)\n",
+      "drawn after %.2f s, the first whole rank after %.2f s (%lld frames drew a run still "
+      "loading), peak RSS %.0f MiB (%.1f bytes per event)\n",
       ranks, static_cast<long long>(d.event_count), d.lanes.size(), load_s, first_events_s,
-      static_cast<long long>(partial_frames), rss_mib,
+      first_rank_s, static_cast<long long>(partial_frames), rss_mib,
       rss_mib * 1048576.0 / static_cast<double>(std::max<int64_t>(1, d.event_count)));
   std::printf(
       "frame %dx%d, %d frames per scenario, CPU time of NewFrame + build_frame + Render\n\n", width,

@@ -423,6 +423,16 @@ void TraceReader::memcpys(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t
               memcpy_of, fn);
 }
 
+void TraceReader::kernels_from(int64_t run, int32_t rank, int64_t stream, Ns t0,
+                               const Fn<Kernel>& fn) const {
+  window_rows(db_, kKernels, {run, rank, stream, t0, INT64_MIN, INT64_MAX}, kernel_of, fn);
+}
+
+void TraceReader::memcpys_from(int64_t run, int32_t rank, int64_t stream, Ns t0,
+                               const Fn<Memcpy>& fn) const {
+  window_rows(db_, kMemcpys, {run, rank, stream, t0, INT64_MIN, INT64_MAX}, memcpy_of, fn);
+}
+
 void TraceReader::api_calls(int64_t run, const Fn<ApiCall>& fn) const {
   each_row(db_, kApiCalls, run, api_call_of, fn);
 }

@@ -82,6 +82,11 @@ class TraceReader {
   void memcpys(int64_t run, const Fn<Memcpy>& fn) const;
   void memcpys(int64_t run, int32_t rank, int64_t stream, Ns t0, Ns t1,
                const Fn<Memcpy>& fn) const;
+  // The kernels and copies of one (rank, stream) that start at or after `t0`, in start order: a
+  // range of the index however large the table (the window forms first look up the table's
+  // longest event, which reads it whole). With `fn` stopping early: a stream's first events.
+  void kernels_from(int64_t run, int32_t rank, int64_t stream, Ns t0, const Fn<Kernel>& fn) const;
+  void memcpys_from(int64_t run, int32_t rank, int64_t stream, Ns t0, const Fn<Memcpy>& fn) const;
   void api_calls(int64_t run, const Fn<ApiCall>& fn) const;
   // The CUDA runtime and driver calls alone (launches, synchronizations), in api_calls' order.
   void runtime_calls(int64_t run, const Fn<ApiCall>& fn) const;

@@ -186,6 +186,20 @@ TEST(Store, TimeWindowQueryReturnsOverlappingEventsInOrder) {
   int calls = 0;
   r.kernels(1, 0, 1, 0, 1000, [&](const Kernel&) { return ++calls < 2; });
   EXPECT_EQ(calls, 2);
+  // From a time on: the events that start there or later, in start order, of one rank and
+  // stream; the first two.
+  got.clear();
+  r.kernels_from(1, 0, 1, 100, [&](const Kernel& k) {
+    got.emplace_back(k.start, k.end);
+    return got.size() < 2;
+  });
+  EXPECT_EQ(got, (std::vector<std::pair<Ns, Ns>>{{100, 150}, {400, 500}}));
+  got.clear();
+  r.kernels_from(1, 0, 2, INT64_MIN, [&](const Kernel& k) {
+    got.emplace_back(k.start, k.end);
+    return true;
+  });
+  EXPECT_EQ(got, (std::vector<std::pair<Ns, Ns>>{{420, 430}}));
 }
 
 TEST(Store, AppendAddsARunAndKeepsStrings) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 #include <tuple>
 
 #include "analysis/clock.h"
@@ -755,12 +756,53 @@ TEST(ViewRealTrace, StreamsInRankByRankAndEndsAsTheWholeAnalysis) {
     test::TempDir dir;
     const std::string path = dir.file("t.braid");
     test::import_files(files, path);
-    std::vector<std::shared_ptr<ViewRun>> handed;
+    std::vector<std::shared_ptr<ViewRun>> handed, previews;
     LoadProgress progress;
-    const auto d =
-        load_view_run(path, 1, &progress, [&](std::shared_ptr<ViewRun> v) { handed.push_back(v); });
+    const auto d = load_view_run(path, 1, &progress, [&](std::shared_ptr<ViewRun> v) {
+      if (v->preview) {
+        EXPECT_EQ(handed.size(), 1u);  // after the steps, before the first rank
+      }
+      (v->preview ? previews : handed).push_back(v);
+    });
     const size_t nranks = files.size();
     ASSERT_EQ(handed.size(), nranks + 2);  // the collectives, each rank, the complete run
+    // While the first rank is read whole: its GPU streams' first events (up to 20,000 kernels
+    // and 20,000 copies a stream), each an event of the complete run's lane, from its first on.
+    const RankGroup& first = d->groups.front();
+    bool gpu_work = false;
+    for (int li : first.lanes) gpu_work = gpu_work || d->lanes[li].gpu;
+    ASSERT_EQ(previews.size(), gpu_work ? 1u : 0u);
+    for (const auto& p : previews) {
+      EXPECT_FALSE(p->complete);
+      EXPECT_EQ(p->ranks_loaded, 0);
+      ASSERT_EQ(p->groups.size(), 1u);
+      EXPECT_EQ(p->groups[0].info.rank, first.info.rank);
+      EXPECT_GT(p->end, p->start);
+      for (const Lane& l : p->lanes) {
+        EXPECT_TRUE(l.gpu);
+        EXPECT_EQ(l.rank, first.info.rank);
+        const int whole = d->lane_of(l.rank, l.stream, true);
+        ASSERT_GE(whole, 0);
+        std::set<std::tuple<Ns, Ns, uint32_t>> in_whole;
+        Ns whole_first = INT64_MAX, preview_first = INT64_MAX;
+        for (const Row& row : d->lanes[whole].rows)
+          for (size_t i = 0; i < row.size(); ++i) {
+            const Event e = row[i];
+            in_whole.insert({e.start, e.end, e.name});
+            if (e.kind() == EventKind::Kernel || e.kind() == EventKind::Memcpy)
+              whole_first = std::min(whole_first, e.start);
+          }
+        EXPECT_LE(l.event_count, 40'000);
+        EXPECT_GT(l.event_count, 0);
+        for (const Row& row : l.rows)
+          for (size_t i = 0; i < row.size(); ++i) {
+            const Event e = row[i];
+            EXPECT_TRUE(in_whole.count({e.start, e.end, e.name})) << l.label << " " << i;
+            preview_first = std::min(preview_first, e.start);
+          }
+        EXPECT_EQ(preview_first, whole_first) << l.label;
+      }
+    }
     EXPECT_EQ(handed.back(), d);
     EXPECT_TRUE(d->complete);
     EXPECT_DOUBLE_EQ(progress.fraction(), 1.0);

@@ -118,7 +118,10 @@ class Loader {
       });
     };
     std::future<RankRead> next;
-    if (!order.empty()) next = read(0);
+    if (!order.empty()) {
+      next = read(0);
+      preview(order.front().first);
+    }
     for (size_t i = 0; i < order.size(); ++i) {
       RankRead in = next.get();
       if (i + 1 < order.size()) next = read(i + 1);
@@ -161,7 +164,15 @@ class Loader {
   };
   RankRead read_rank(const TraceReader& reader, int32_t rank, analysis::RankTrace& t) const;
   void add_rank(RankRead& in);
-  void add_lanes(int32_t rank, RankLanes& lanes);
+  // What lanes span on the job axis: all their events, and their GPU work (kernels, copies).
+  struct LaneSpan {
+    Ns start = INT64_MAX, end = INT64_MIN;
+    Ns gpu_start = INT64_MAX, gpu_end = INT64_MIN;
+  };
+  // Returns how many events were shortened to fit the rows (assign_rows).
+  int64_t add_lanes(ViewRun& d, int32_t rank, RankLanes& lanes, LaneSpan& span);
+  void set_span(ViewRun& d, const LaneSpan& span) const;
+  void preview(int32_t rank);
   std::vector<int32_t> ranks_with_rows() const;
   void match();
   std::shared_ptr<ViewRun> finish();
@@ -183,11 +194,11 @@ class Loader {
   std::map<int32_t, size_t> first_coll_;  // a rank's first collective in d_.colls
   std::vector<Ns> exposed_;               // per collective: of its time, what no computation covers
   std::map<int64_t, StrId> step_names_;
+  std::map<int32_t, std::vector<int64_t>> gpu_streams_;  // the `streams` table's, by rank
   std::map<std::tuple<int32_t, int64_t, bool>, std::string> names_;  // streams' and threads'
   Ns density_start_ = 0, density_end_ = 0;                           // the bins' span
   Ns steps_start_ = INT64_MAX, steps_end_ = INT64_MIN;               // the steps' span
-  Ns exact_start_ = INT64_MAX, exact_end_ = INT64_MIN;               // of the lanes loaded
-  Ns gpu_start_ = INT64_MAX, gpu_end_ = INT64_MIN;                   // of their GPU work
+  LaneSpan span_;                                                    // of the lanes loaded
   int64_t clamped_ = 0;
 };
 
@@ -210,8 +221,10 @@ void Loader::begin() {
   d_.communicators = reader_.communicators(run_id_);
   d_.diagnostics = reader_.diagnostics(run_id_);
   for (const RankInfo& r : d_.ranks) offset_[r.rank] = r.clock_offset;
-  for (const StreamInfo& s : reader_.streams(run_id_))
+  for (const StreamInfo& s : reader_.streams(run_id_)) {
     if (!s.label.empty()) names_[std::make_tuple(s.rank, s.stream, s.gpu)] = s.label;
+    if (s.gpu) gpu_streams_[s.rank].push_back(s.stream);
+  }
   // The rows to read, for the progress bar: each table's largest row id, a look-up where
   // COUNT(*) would read the whole table (half a minute on a 7 GB file before the first frame).
   // Exact for a file of one run; a file of several runs over-counts, and the bar jumps to the
@@ -291,7 +304,8 @@ std::vector<int32_t> Loader::ranks_with_rows() const {
 
 // The rank's lanes, in its group's order (steps, GPU streams by id, host lanes by id), each
 // split into rows, and its group.
-void Loader::add_lanes(int32_t rank, RankLanes& lanes) {
+int64_t Loader::add_lanes(ViewRun& d, int32_t rank, RankLanes& lanes, LaneSpan& span) {
+  int64_t clamped = 0;
   // Its lanes, in the group's order (steps, GPU streams by id, host lanes by id), into rows.
   std::vector<std::pair<int64_t, bool>> order;
   for (const auto& [key, ev] : lanes)
@@ -304,7 +318,7 @@ void Loader::add_lanes(int32_t rank, RankLanes& lanes) {
   });
   RankGroup g;
   g.info.rank = rank;
-  for (const RankInfo& r : d_.ranks)
+  for (const RankInfo& r : d.ranks)
     if (r.rank == rank) g.info = r;
   for (const auto& key : order) {
     std::vector<Event>& ev = lanes[key];
@@ -323,25 +337,70 @@ void Loader::add_lanes(int32_t rank, RankLanes& lanes) {
       l.label = l.gpu ? "stream " + std::to_string(l.stream) : "thread " + std::to_string(l.stream);
     }
     l.event_count = static_cast<int64_t>(ev.size());
-    if (l.stream != kStepsLane || l.gpu) d_.event_count += l.event_count;  // the file's events
+    if (l.stream != kStepsLane || l.gpu) d.event_count += l.event_count;  // the file's events
     for (const Event& e : ev) {
-      exact_start_ = std::min(exact_start_, e.start);
-      exact_end_ = std::max(exact_end_, e.end);
+      span.start = std::min(span.start, e.start);
+      span.end = std::max(span.end, e.end);
       if (l.gpu && (e.kind() == EventKind::Kernel || e.kind() == EventKind::Memcpy)) {
-        gpu_start_ = std::min(gpu_start_, e.start);
-        gpu_end_ = std::max(gpu_end_, e.end);
+        span.gpu_start = std::min(span.gpu_start, e.start);
+        span.gpu_end = std::max(span.gpu_end, e.end);
       }
     }
     std::vector<Row> rows;
-    clamped_ += assign_rows(std::move(ev), rows);
+    clamped += assign_rows(std::move(ev), rows);
     for (Row& r : rows) r.shrink_to_fit();
     l.rows = Shared<Row>(std::move(rows));
-    g.lanes.push_back(static_cast<int>(d_.lanes.size()));
-    d_.lanes.push_back(std::move(l));
+    g.lanes.push_back(static_cast<int>(d.lanes.size()));
+    d.lanes.push_back(std::move(l));
     std::vector<Event>().swap(lanes[key]);
-    fill_density(d_.lanes.back(), density_start_, density_end_);
+    fill_density(d.lanes.back(), density_start_, density_end_);
   }
-  d_.groups.push_back(std::move(g));
+  d.groups.push_back(std::move(g));
+  return clamped;
+}
+
+// While loading: the steps' span (none: empty) and the lanes' in so far.
+void Loader::set_span(ViewRun& d, const LaneSpan& span) const {
+  d.start = std::min(steps_start_, span.start);
+  d.end = std::max(steps_end_, span.end);
+  if (d.start > d.end) d.start = d.end = 0;
+  if (span.gpu_start <= span.gpu_end) {
+    d.gpu_start = span.gpu_start;
+    d.gpu_end = span.gpu_end;
+  }
+  gpu_density(d);
+}
+
+// The first rank's GPU streams' first events (each stream's first kPreviewEvents kernels and
+// copies, ranges of the index), handed over while a second thread reads the rank whole: what a
+// frame draws before that rank is in, however large it is (a second and more at 100 M events).
+void Loader::preview(int32_t rank) {
+  constexpr size_t kPreviewEvents = 20'000;
+  auto streams = gpu_streams_.find(rank);
+  if (!publish_ || streams == gpu_streams_.end()) return;
+  const Ns o = off(rank);
+  RankLanes lanes;
+  for (int64_t stream : streams->second) {
+    std::vector<Event>& ev = lanes[{stream, true}];
+    reader_.kernels_from(run_id_, rank, stream, INT64_MIN, [&](const Kernel& k) {
+      ev.push_back({k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category)});
+      return ev.size() < kPreviewEvents;
+    });
+    size_t copies = 0;
+    reader_.memcpys_from(run_id_, rank, stream, INT64_MIN, [&](const Memcpy& m) {
+      ev.push_back({m.start + o, m.end + o, m.name, memcpy_category(m.kind)});
+      return ++copies < kPreviewEvents;
+    });
+    if (!std::is_sorted(ev.begin(), ev.end(), by_start))
+      std::stable_sort(ev.begin(), ev.end(), by_start);
+  }
+  ViewRun v = d_;
+  LaneSpan span = span_;
+  add_lanes(v, rank, lanes, span);
+  if (v.lanes.empty()) return;
+  set_span(v, span);
+  v.preview = true;
+  publish_(std::make_shared<ViewRun>(std::move(v)));
 }
 
 Loader::RankRead Loader::read_rank(const TraceReader& reader, int32_t rank,
@@ -435,16 +494,8 @@ void Loader::add_rank(RankRead& in) {
     std::stable_sort(ev.begin(), ev.end(), by_start);
   }
 
-  add_lanes(rank, lanes);
-  // The steps' span (none: empty) and the ranks' in so far.
-  d_.start = std::min(steps_start_, exact_start_);
-  d_.end = std::max(steps_end_, exact_end_);
-  if (d_.start > d_.end) d_.start = d_.end = 0;
-  if (gpu_start_ <= gpu_end_) {
-    d_.gpu_start = gpu_start_;
-    d_.gpu_end = gpu_end_;
-  }
-  gpu_density(d_);
+  clamped_ += add_lanes(d_, rank, lanes, span_);
+  set_span(d_, span_);
   if (!t.collectives.empty()) d_.colls.add_rank(&t.collectives, o);  // never changed after
   hand_over();
 }
@@ -500,13 +551,13 @@ void Loader::match() {
 std::shared_ptr<ViewRun> Loader::finish() {
   match();
   // The exact span, and the lanes' busy fractions over it when it is not the one they had.
-  if (exact_start_ <= exact_end_) {
-    d_.start = exact_start_;
-    d_.end = exact_end_;
+  if (span_.start <= span_.end) {
+    d_.start = span_.start;
+    d_.end = span_.end;
   } else {
     d_.start = d_.end = 0;
   }
-  if (gpu_start_ > gpu_end_) {
+  if (span_.gpu_start > span_.gpu_end) {
     d_.gpu_start = d_.start;
     d_.gpu_end = d_.end;
   }

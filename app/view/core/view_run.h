@@ -235,6 +235,9 @@ struct ViewRun {
   CollTable colls;                // the ranks loaded
   Shared<Match> matches;          // analysis::match_trace_collectives's groups
   int ranks_loaded = 0;           // ranks whose lanes are in (as groups), of ranks.size()
+  // While the first rank is read whole: its GPU streams' first events alone, in one group,
+  // ranks_loaded 0 (the loader's next ViewRun has the rank whole).
+  bool preview = false;
   bool complete = false;          // every rank's lanes, the metrics and the exact span are in
   // What `braid analyze` computes for the run (analysis::compute_metrics on the file's clock
   // offsets): per rank and step the time breakdown, per matched collective its timing. Empty
