@@ -489,6 +489,36 @@ TEST(ViewEvent, ARowStoresAnEventIn16BytesAndGivesItBackWhole) {
   EXPECT_EQ(first_visible(row, in[5].end), 6);
 }
 
+// The searches of a row (through every 32nd event's start, then one stride) find what a linear
+// search finds: from any event, at any time, rows of every length around the stride, events of
+// no length sharing a start.
+TEST(ViewEvent, ARowsSearchesFindWhatALinearSearchFinds) {
+  std::mt19937_64 rng(7);
+  for (size_t n : {0, 1, 31, 32, 33, 63, 64, 65, 1000, 5000}) {
+    Row row;
+    std::vector<Event> in;
+    Ns t = 1'000'000'000'000;
+    for (size_t i = 0; i < n; ++i) {
+      const Ns dur = static_cast<Ns>(rng() % 3), gap = static_cast<Ns>(rng() % 3);
+      in.push_back({t, t + dur, 1, 1});
+      row.push(in.back());
+      t += dur + gap;
+    }
+    for (int trial = 0; trial < 400; ++trial) {
+      const size_t from = rng() % (n + 1);
+      const Ns q = in.empty()
+                       ? 0
+                       : in.front().start - 1 + static_cast<Ns>(rng() % (t - in.front().start + 3));
+      size_t want = from;
+      while (want < n && in[want].start < q) ++want;
+      ASSERT_EQ(row.first_start_from(from, q), want) << n << " from " << from << " at " << q;
+      size_t visible = 0;
+      while (visible < n && in[visible].end <= q) ++visible;
+      ASSERT_EQ(first_visible(row, q), static_cast<int64_t>(visible)) << n << " at " << q;
+    }
+  }
+}
+
 // Issue 33: an event's kind is in its category (a copy's kind too), its name id in 24 bits.
 TEST(ViewEvent, KindCopyKindAndNameLiveInTheCategoryAndName) {
   const Event k{5, 9, kMaxEventNames - 1, static_cast<uint8_t>(Category::CommAllReduce), 7};

@@ -5,45 +5,19 @@
 namespace braid::view {
 
 int64_t first_visible(const Row& row, Ns t) {
-  // Ends are sorted as starts are (events of a row do not overlap).
-  int64_t lo = 0, n = static_cast<int64_t>(row.size());
-  while (n > 0) {
-    const int64_t half = n / 2;
-    if (row.end(static_cast<size_t>(lo + half)) <= t) {
-      lo += half + 1;
-      n -= half + 1;
-    } else {
-      n = half;
-    }
-  }
-  return lo;
+  // Events do not overlap: of those starting before t, only the last can end after it; of
+  // those starting at t, the ones of no length end at it.
+  size_t f = row.first_start_from(0, t);
+  if (f > 0 && row.end(f - 1) > t) return static_cast<int64_t>(f - 1);
+  while (f < row.size() && row.end(f) <= t) ++f;
+  return static_cast<int64_t>(f);
 }
 
 int64_t first_starting_at(const Row& row, Ns t) {
-  const auto& ev = row.packed();
-  auto it = std::lower_bound(ev.begin(), ev.end(), t,
-                             [](const PackedEvent& e, Ns v) { return e.start < v; });
-  return it - ev.begin();
+  return static_cast<int64_t>(row.first_start_from(0, t));
 }
 
 namespace {
-
-// First index >= `from` whose event starts at or after `t`, by galloping from `from`: the
-// answer is usually close, so this touches a few nearby cache lines instead of a whole
-// binary search's worth of distant ones.
-int64_t gallop_start(const std::vector<PackedEvent>& ev, int64_t from, Ns t) {
-  const auto n = static_cast<int64_t>(ev.size());
-  if (from >= n || ev[from].start >= t) return from;
-  int64_t lo = from, step = 1;  // ev[lo].start < t
-  while (lo + step < n && ev[lo + step].start < t) {
-    lo += step;
-    step *= 2;
-  }
-  auto hi = std::min(n, lo + step);
-  auto it = std::lower_bound(ev.begin() + lo + 1, ev.begin() + hi, t,
-                             [](const PackedEvent& e, Ns v) { return e.start < v; });
-  return it - ev.begin();
-}
 
 // The category with the most time among events [i, j): exact for small blocks, else from 16
 // evenly spaced samples, so a block costs a bounded number of reads however many it holds.
@@ -87,7 +61,8 @@ void fold_row(const Row& row, const TimeAxis& axis, Ns shift, float min_px,
     int64_t j = i + 1;
     float block_end = x1;
     while (j < n) {
-      int64_t k = gallop_start(ev, j, axis.t_of(block_end + min_px) + shift);
+      auto k = static_cast<int64_t>(
+          row.first_start_from(static_cast<size_t>(j), axis.t_of(block_end + min_px) + shift));
       if (k <= j) {
         // The next event starts at least min_px after the block: stop unless it is small and
         // touching (cannot be: it starts min_px away), so the block ends here.

@@ -24,6 +24,7 @@ void Row::push(const Event& e) {
   p.dur = dur < PackedEvent::kLong ? static_cast<uint32_t>(dur) : PackedEvent::kLong;
   p.name = e.name;
   p.category = e.category;
+  if (i % kStride == 0) stride_start_.push_back(e.start);
   ev_.push_back(p);
   if (p.dur == PackedEvent::kLong) long_end_.push_back({i, e.start + dur});
   if (e.coll >= 0) coll_.push_back({i, e.coll});
@@ -31,8 +32,38 @@ void Row::push(const Event& e) {
 
 void Row::shrink_to_fit() {
   ev_.shrink_to_fit();
+  stride_start_.shrink_to_fit();
   long_end_.shrink_to_fit();
   coll_.shrink_to_fit();
+}
+
+size_t Row::first_start_from(size_t from, Ns t) const {
+  const size_t n = ev_.size();
+  if (from >= n || ev_[from].start >= t) return from;
+  // The first stride k past from's whose first event starts at or after t: galloping, then a
+  // binary search of the strides passed over.
+  const size_t strides = stride_start_.size();
+  size_t k = from / kStride + 1;
+  if (k < strides && stride_start_[k] < t) {
+    size_t lo = k, step = 1;  // stride_start_[lo] < t
+    while (lo + step < strides && stride_start_[lo + step] < t) {
+      lo += step;
+      step *= 2;
+    }
+    const size_t hi = std::min(strides, lo + step);
+    k = static_cast<size_t>(std::lower_bound(stride_start_.begin() + static_cast<ptrdiff_t>(lo) + 1,
+                                             stride_start_.begin() + static_cast<ptrdiff_t>(hi),
+                                             t) -
+                            stride_start_.begin());
+  }
+  // The answer is in (from, k * kStride]: within the stride before k's.
+  const size_t begin = std::max(from + 1, (k - 1) * kStride);
+  const size_t end = std::min(n, k * kStride);
+  return static_cast<size_t>(
+      std::lower_bound(ev_.begin() + static_cast<ptrdiff_t>(begin),
+                       ev_.begin() + static_cast<ptrdiff_t>(end), t,
+                       [](const PackedEvent& e, Ns v) { return e.start < v; }) -
+      ev_.begin());
 }
 
 Ns Row::long_end(size_t i) const { return by_index(long_end_, i)->second; }

@@ -78,9 +78,13 @@ struct PackedEvent {
 static_assert(sizeof(PackedEvent) == 16, "PackedEvent is a packed 16-byte record");
 
 // Events that do not overlap, sorted by start (so ends sorted too): the visible window of a
-// row is a binary search on start and on end. Filled in order (push), then never changed.
+// row is a search on start. Filled in order (push), then never changed.
 class Row {
  public:
+  // Every kStride-th event's start, apart (half a byte an event): a search jumps through them
+  // in a few cache lines, then reads one stride of events (512 bytes), where a search of the
+  // events themselves would touch a cache line per probe of a row of tens of MB (lod.h).
+  static constexpr size_t kStride = 32;
   void push(const Event& e);
   void reserve(size_t n) { ev_.reserve(n); }
   void shrink_to_fit();
@@ -93,6 +97,9 @@ class Row {
     return e.dur != PackedEvent::kLong ? e.start + e.dur : long_end(i);
   }
   int32_t coll(size_t i) const;  // -1: the event carries no collective
+  // The first event at or after `from` that starts at or after `t` (size() if none), found by
+  // galloping from `from` through the strides' starts: the answer is usually near.
+  size_t first_start_from(size_t from, Ns t) const;
   Event operator[](size_t i) const {
     const PackedEvent& e = ev_[i];
     return {e.start, end(i), e.name, static_cast<uint8_t>(e.category), coll(i)};
@@ -101,6 +108,7 @@ class Row {
  private:
   Ns long_end(size_t i) const;
   std::vector<PackedEvent> ev_;
+  std::vector<Ns> stride_start_;                    // ev_[k * kStride].start
   std::vector<std::pair<uint32_t, Ns>> long_end_;   // (index, end), by index
   std::vector<std::pair<uint32_t, int32_t>> coll_;  // (index, collective), by index
 };
