@@ -54,7 +54,11 @@ RangeStats range_stats(const ViewRun& d, Ns t0, Ns t1) {
         ++c.count;
         c.time += b - a;
         ++s.events;
-        if (const int32_t ci = row.coll(i); ci >= 0) {
+        // Only communication kernels (and a host collective's own event) carry a collective:
+        // the row's table is searched for those alone.
+        const bool comm =
+            e.kind() == EventKind::Kernel && is_comm(static_cast<Category>(e.category));
+        if (const int32_t ci = comm ? row.coll(i) : -1; ci >= 0) {
           ++s.collectives;
           s.collective_bytes += std::max<int64_t>(0, d.colls[ci].c.bytes);
         }
