@@ -57,6 +57,14 @@ int64_t assign_rows(std::vector<Event>&& ev, std::vector<Row>& rows) {
   return clamped;
 }
 
+// A kernel's or a copy's event, on the job axis (`o`: its rank's clock offset).
+Event lane_event(const Kernel& k, Ns o) {
+  return {k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category)};
+}
+Event lane_event(const Memcpy& m, Ns o) {
+  return {m.start + o, m.end + o, m.name, memcpy_category(m.kind)};
+}
+
 bool by_start(const Event& a, const Event& b) {
   return a.start != b.start ? a.start < b.start : a.end > b.end;
 }
@@ -383,12 +391,12 @@ void Loader::preview(int32_t rank) {
   for (int64_t stream : streams->second) {
     std::vector<Event>& ev = lanes[{stream, true}];
     reader_.kernels_from(run_id_, rank, stream, INT64_MIN, [&](const Kernel& k) {
-      ev.push_back({k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category)});
+      ev.push_back(lane_event(k, o));
       return ev.size() < kPreviewEvents;
     });
     size_t copies = 0;
     reader_.memcpys_from(run_id_, rank, stream, INT64_MIN, [&](const Memcpy& m) {
-      ev.push_back({m.start + o, m.end + o, m.name, memcpy_category(m.kind)});
+      ev.push_back(lane_event(m, o));
       return ++copies < kPreviewEvents;
     });
     if (!std::is_sorted(ev.begin(), ev.end(), by_start))
@@ -437,11 +445,8 @@ void Loader::add_rank(RankRead& in) {
 
   RankLanes lanes;
   auto lane = [&](int64_t stream, bool gpu) -> std::vector<Event>& { return lanes[{stream, gpu}]; };
-  for (const Kernel& k : t.kernels)
-    lane(k.stream, true)
-        .push_back({k.start + o, k.end + o, k.name, static_cast<uint8_t>(k.category)});
-  for (const Memcpy& m : t.memcpys)
-    lane(m.stream, true).push_back({m.start + o, m.end + o, m.name, memcpy_category(m.kind)});
+  for (const Kernel& k : t.kernels) lane(k.stream, true).push_back(lane_event(k, o));
+  for (const Memcpy& m : t.memcpys) lane(m.stream, true).push_back(lane_event(m, o));
   tick(static_cast<int64_t>(t.kernels.size() + t.memcpys.size() + t.collectives.size()));
   analysis::strip_rank(t);  // keeps the collectives, their launches and the steps
   for (const ApiCall& c : in.calls)
