@@ -1,6 +1,8 @@
 #include "analysis/metrics.h"
 
 #include <algorithm>
+#include <array>
+#include <unordered_map>
 
 #include "analysis/cost_model.h"
 
@@ -71,6 +73,23 @@ struct Activity {
   std::vector<Interval> all, comp, comm, mem;
   int64_t kernels = 0;
   Ns lo = INT64_MAX, hi = INT64_MIN;
+  // Room for the kernels `ids` picks of `kernels` (all when null: a rank's million, no growth's
+  // copies) and `copies` copies.
+  void reserve(const std::vector<Kernel>& kernels, const std::vector<int32_t>* ids, size_t copies) {
+    size_t n = 0, n_comm = 0;
+    auto count = [&](const Kernel& k) {
+      ++n;
+      n_comm += time_class(k.category) == TimeClass::Comm;
+    };
+    if (ids)
+      for (int32_t i : *ids) count(kernels[static_cast<size_t>(i)]);
+    else
+      for (const Kernel& k : kernels) count(k);
+    all.reserve(n + copies);
+    comp.reserve(n - n_comm);
+    comm.reserve(n_comm);
+    mem.reserve(copies);
+  }
   void add(Interval i, TimeClass c) {
     lo = std::min(lo, i.start);
     hi = std::max(hi, i.end);
@@ -191,13 +210,13 @@ std::vector<Interval> add_rank_metrics(const RunData& run, int32_t r, const Cloc
                                        const MetricsOptions& opt, Metrics& out) {
   const RankTrace& t = run.ranks.at(r);
   const Ns off = clocks.offset(r);
-  // The merged computation intervals on the job axis (collective exposure).
+  // The merged computation intervals on the job axis (collective exposure): the whole run's
+  // row's, when it has one on that axis.
   std::vector<Interval> comp;
-  for (const Kernel& k : t.kernels)
-    if (time_class(k.category) == TimeClass::Compute) comp.push_back({k.start + off, k.end + off});
-  merge_intervals(comp);
+  bool have_comp = false;
   if (opt.step < 0) {
     Activity a;
+    a.reserve(t.kernels, nullptr, t.memcpys.size());
     HtaWindow hw;
     if (opt.hta_compat) hw = hta_window(t);
     auto place = [&](Ns s, Ns e) {
@@ -219,6 +238,16 @@ std::vector<Interval> add_rank_metrics(const RunData& run, int32_t r, const Cloc
         if (c.start + off >= a.lo && c.start + off < a.hi) ++m.collectives;
       out.ranks.push_back(m);
     }
+    if (!opt.hta_compat) {  // every compute kernel, unrounded, merged by row_metrics
+      comp = std::move(a.comp);
+      have_comp = true;
+    }
+  }
+  if (!have_comp) {
+    for (const Kernel& k : t.kernels)
+      if (time_class(k.category) == TimeClass::Compute)
+        comp.push_back({k.start + off, k.end + off});
+    merge_intervals(comp);
   }
   // Step rows: the GPU work each step launched, over its own span (the step's host window
   // when it launched none).
@@ -233,14 +262,18 @@ std::vector<Interval> add_rank_metrics(const RunData& run, int32_t r, const Cloc
   for (const Step& s : t.steps) {
     if (opt.step >= 0 && s.step != opt.step) continue;
     Activity a;
-    if (auto it = kernels_in.find(s.step); it != kernels_in.end())
+    auto it = kernels_in.find(s.step);
+    auto copies = copies_in.find(s.step);
+    if (it != kernels_in.end()) {
+      a.reserve(t.kernels, &it->second, copies == copies_in.end() ? 0 : copies->second.size());
       for (int32_t i : it->second) {
         const Kernel& k = t.kernels[i];
         a.add({k.start + off, k.end + off}, time_class(k.category));
         ++a.kernels;
       }
-    if (auto it = copies_in.find(s.step); it != copies_in.end())
-      for (int32_t i : it->second)
+    }
+    if (copies != copies_in.end())
+      for (int32_t i : copies->second)
         a.add({t.memcpys[i].start + off, t.memcpys[i].end + off}, TimeClass::Memory);
     RankMetrics m = a.lo <= a.hi ? row_metrics(r, a, a.lo, a.hi)
                                  : row_metrics(r, a, s.start + off, s.end + off);
@@ -250,8 +283,9 @@ std::vector<Interval> add_rank_metrics(const RunData& run, int32_t r, const Cloc
     out.ranks.push_back(m);
   }
   // Kernel breakdown.
-  std::map<StrId, KernelStat> by_name;
-  auto& cats = out.category_ns[r];
+  std::unordered_map<StrId, KernelStat> by_name;  // ordered below
+  std::array<Ns, 256> cats{};                     // by Category
+  std::array<bool, 256> seen{};
   for (const Kernel& k : t.kernels) {
     if (opt.step >= 0 && t.kernel_step(k) != opt.step) continue;
     Ns d = k.end - k.start;
@@ -266,8 +300,13 @@ std::vector<Interval> add_rank_metrics(const RunData& run, int32_t r, const Cloc
     ks.total_ns += d;
     ks.min_ns = std::min(ks.min_ns, d);
     ks.max_ns = std::max(ks.max_ns, d);
-    cats[k.category] += d;
+    const auto c = static_cast<uint8_t>(k.category);
+    cats[c] += d;
+    seen[c] = true;
   }
+  auto& by_category = out.category_ns[r];
+  for (size_t c = 0; c < cats.size(); ++c)
+    if (seen[c]) by_category[static_cast<Category>(c)] += cats[c];
   std::vector<KernelStat> v;
   for (auto& [_, ks] : by_name) v.push_back(std::move(ks));
   std::sort(v.begin(), v.end(), [](const KernelStat& a, const KernelStat& b) {

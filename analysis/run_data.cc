@@ -78,8 +78,9 @@ namespace {
 
 // The collectives in start order, as the analyses take them.
 void sort_collectives(RankTrace& t) {
-  std::stable_sort(t.collectives.begin(), t.collectives.end(),
-                   [](const Collective& a, const Collective& b) { return a.start < b.start; });
+  auto less = [](const Collective& a, const Collective& b) { return a.start < b.start; };
+  if (!std::is_sorted(t.collectives.begin(), t.collectives.end(), less))
+    std::stable_sort(t.collectives.begin(), t.collectives.end(), less);
 }
 
 // A rank's GPU work by stream and start, its calls by start, the launch index sorted, and what
@@ -113,12 +114,7 @@ SyncNames sync_names(const std::vector<std::string>& strings) {
 }
 
 void fill_collectives(const TraceReader& reader, int64_t run, RankTrace& t) {
-  reader.collectives(run, t.info.rank, [&](const Collective& c) {
-    t.collectives.push_back(c);
-    return true;
-  });
-  sort_collectives(t);
-  t.collectives.shrink_to_fit();
+  t.collectives = reader.collectives(run, t.info.rank);  // in start order
 }
 
 SyncNames sync_names(const TraceReader& reader, int64_t run) {
@@ -355,25 +351,18 @@ void fill_rank(const TraceReader& reader, int64_t run, const SyncNames& names, R
   auto stream = [&](int64_t s) {
     if (seen.streams.empty() || seen.streams.back() != s) seen.streams.push_back(s);
   };
-  reader.kernels(run, r, [&](const Kernel& k) {
-    t.kernels.push_back(k);
-    stream(k.stream);
-    return true;
-  });
-  reader.memcpys(run, r, [&](const Memcpy& m) {
-    t.memcpys.push_back(m);
-    stream(m.stream);
-    return true;
-  });
+  t.kernels = reader.kernels(run, r);
+  t.memcpys = reader.memcpys(run, r);
+  for (const Kernel& k : t.kernels) stream(k.stream);
+  for (const Memcpy& m : t.memcpys) stream(m.stream);
   t.launches.clear();
-  reader.runtime_calls(run, r, [&](const ApiCall& a) {
+  for (const ApiCall& a : reader.runtime_calls(run, r)) {
     add_call(names, a, t);
     if (a.correlation != 0) {
       if (seen.threads.empty() || seen.threads.back() != a.tid) seen.threads.push_back(a.tid);
       seen.longest_launch = std::max(seen.longest_launch, a.end - a.start);
     }
-    return true;
-  });
+  }
   finish_events(t);
   if (shape) {
     // Kernels and copies came stream by stream, one after the other: each list sorted, once.

@@ -90,14 +90,19 @@ class TraceReader {
   void api_calls(int64_t run, const Fn<ApiCall>& fn) const;
   // The CUDA runtime and driver calls alone (launches, synchronizations), in api_calls' order.
   void runtime_calls(int64_t run, const Fn<ApiCall>& fn) const;
-  // One rank's rows, in the order of the whole run's (kernels and copies by stream then start,
-  // calls by thread then start): an analysis that holds one rank at a time.
-  void kernels(int64_t run, int32_t rank, const Fn<Kernel>& fn) const;
-  void memcpys(int64_t run, int32_t rank, const Fn<Memcpy>& fn) const;
-  void runtime_calls(int64_t run, int32_t rank, const Fn<ApiCall>& fn) const;
-  void api_calls(int64_t run, int32_t rank, const Fn<ApiCall>& fn) const;
-  void ranges(int64_t run, int32_t rank, const Fn<Range>& fn) const;
-  void collectives(int64_t run, int32_t rank, const Fn<Collective>& fn) const;  // by start
+  // One rank's rows whole, in the order of the whole run's (kernels, copies and ranges by stream
+  // then start, calls by thread then start, collectives by start then stream): an analysis that
+  // holds one rank at a time. A rank whose rows lie together in the file (one written a rank at
+  // a time) is read in the table's order, twice as fast as through the index.
+  std::vector<Kernel> kernels(int64_t run, int32_t rank) const;
+  std::vector<Memcpy> memcpys(int64_t run, int32_t rank) const;
+  std::vector<ApiCall> runtime_calls(int64_t run, int32_t rank) const;
+  std::vector<ApiCall> api_calls(int64_t run, int32_t rank) const;
+  std::vector<Range> ranges(int64_t run, int32_t rank) const;
+  std::vector<Collective> collectives(int64_t run, int32_t rank) const;
+  // Of the rows these per-rank reads gave, how many were read in the table's order (the rest
+  // through the index).
+  int64_t rows_read_in_table_order() const { return table_order_rows_; }
   // The runtime and driver calls of one thread of a rank that start in [t0, t1), by start.
   void runtime_calls(int64_t run, int32_t rank, int64_t tid, Ns t0, Ns t1,
                      const Fn<ApiCall>& fn) const;
@@ -144,6 +149,7 @@ class TraceReader {
   mutable bool strings_loaded_ = false;
   mutable std::unordered_map<std::string, Ns> max_dur_;
   mutable std::map<int64_t, Counts> counts_;
+  mutable int64_t table_order_rows_ = 0;
 };
 
 }  // namespace braid

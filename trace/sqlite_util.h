@@ -51,6 +51,13 @@ class Stmt {
   int64_t i64(int col) const { return sqlite3_column_int64(s_, col); }
   double f64(int col) const { return sqlite3_column_double(s_, col); }
   bool is_null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
+  // A text column's bytes without a copy, valid until the statement steps on.
+  std::string_view view(int col) const {
+    auto p = sqlite3_column_text(s_, col);
+    return p ? std::string_view(reinterpret_cast<const char*>(p),
+                                static_cast<size_t>(sqlite3_column_bytes(s_, col)))
+             : std::string_view();
+  }
   std::string text(int col) const {
     auto p = sqlite3_column_text(s_, col);
     return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(s_, col))

@@ -2,7 +2,9 @@
 // schema version checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "trace/error.h"
 #include "trace/reader.h"
@@ -321,6 +323,106 @@ TEST(Store, ANameIdPastTheNameIdsIsCorrupt) {
     EXPECT_EQ(std::string(e.what()),
               path + ": a name has id 1099511627776, past the 32-bit name ids");
   }
+}
+
+// A rank's rows read whole come in the index's order (stream, start; equal keys in the order
+// they were written) however the file holds them. Ranks written one at a time, their streams
+// interleaved in time (as an import writes them), are read in the table's order, forwards and
+// backwards from the rank's first row in the index; ranks written in batches of one another's
+// (a live capture) or in two far blocks are read through the index. Either way, the same rows
+// in the same order.
+TEST(Store, ARanksRowsComeInTheIndexsOrderHoweverTheFileHoldsThem) {
+  TempDir tmp;
+  const std::string path = tmp.file("order.braid");
+  std::map<int32_t, std::vector<Kernel>> written;  // by rank, in the order written
+  int64_t id = 0;
+  auto add = [&](TraceWriter& w, int32_t rank, int64_t stream, Ns start) {
+    Kernel k = kernel(rank, stream, start, start + 5, 1);
+    k.correlation = ++id;  // names the row
+    w.add(1, k);
+    written[rank].push_back(k);
+  };
+  {
+    TraceWriter w(path, TraceWriter::Mode::Create);
+    w.begin_run(RunKind::Imported, "x");
+    w.intern("k");
+    // Rank 0: two streams interleaved in time, with equal starts on one stream (ties).
+    for (int i = 0; i < 600; ++i) add(w, 0, i % 3 ? 7 : 3, 1000 + 10 * (i / 2));
+    // Ranks 1 and 2: row by row, one another's (the gap never ends a scan: still together).
+    for (int i = 0; i < 400; ++i) add(w, 1 + i % 2, 4, 50'000 - 10 * i);
+    // Ranks 3 and 4: batches of 300 (more than a scan's gap): through the index.
+    for (int i = 0; i < 1200; ++i) add(w, 3 + (i / 300) % 2, 1, 10 * i);
+    // Rank 5: 400 rows, 300 of rank 6, then 400 more of rank 5: two blocks, through the index.
+    for (int i = 0; i < 1100; ++i) add(w, i >= 400 && i < 700 ? 6 : 5, i % 2, 7 * i);
+    // Rank 7: stream 9 first, then stream 2, whose earlier starts put the rank's first row in
+    // the index in the middle of its rows: the scan goes backwards for stream 9's.
+    for (int i = 0; i < 300; ++i) add(w, 7, 9, 5000 + i);
+    for (int i = 0; i < 300; ++i) add(w, 7, 2, 100 + (i * 37) % 300);  // out of start order
+    w.commit();
+  }
+  TraceReader r(path);
+  const std::map<int32_t, bool> in_table_order = {{0, true},  {1, true},  {2, true}, {3, false},
+                                                  {4, false}, {5, false}, {6, true}, {7, true}};
+  for (const auto& [rank, rows] : written) {
+    std::vector<Kernel> want = rows;
+    std::stable_sort(want.begin(), want.end(), [](const Kernel& a, const Kernel& b) {
+      return a.stream != b.stream ? a.stream < b.stream : a.start < b.start;
+    });
+    const int64_t before = r.rows_read_in_table_order();
+    const std::vector<Kernel> got = r.kernels(1, rank);
+    ASSERT_EQ(got.size(), want.size()) << "rank " << rank;
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i].correlation, want[i].correlation) << "rank " << rank << ", row " << i;
+    EXPECT_EQ(r.rows_read_in_table_order() - before,
+              in_table_order.at(rank) ? static_cast<int64_t>(got.size()) : 0)
+        << "rank " << rank;
+  }
+  EXPECT_TRUE(r.kernels(1, 8).empty());
+}
+
+// A rank's collectives come by start, then stream, then in the order written, read either way;
+// its runtime calls alone (of all its API calls), by thread then start.
+TEST(Store, ARanksCollectivesComeByStartAndItsRuntimeCallsAlone) {
+  TempDir tmp;
+  const std::string path = tmp.file("colls.braid");
+  {
+    TraceWriter w(path, TraceWriter::Mode::Create);
+    w.begin_run(RunKind::Imported, "x");
+    for (int i = 0; i < 40; ++i) {
+      Collective c;
+      c.rank = 0;
+      c.stream = i % 2 ? 5 : 3;
+      c.start = 100 * (i / 4);  // four of each start: two per stream
+      c.end = c.start + 50;
+      c.seq = i;
+      c.op = CollOp::AllReduce;
+      w.add(1, c);
+      ApiCall a;
+      a.rank = 0;
+      a.tid = i % 2 ? 11 : 10;
+      a.start = 1000 - i;
+      a.end = a.start + 1;
+      a.kind = i % 3 ? ApiKind::Runtime : ApiKind::CpuOp;
+      a.correlation = i;
+      w.add(1, a);
+    }
+    w.commit();
+  }
+  TraceReader r(path);
+  std::vector<int64_t> seqs;
+  for (const Collective& c : r.collectives(1, 0)) seqs.push_back(c.seq);
+  std::vector<int64_t> want;
+  for (int s = 0; s < 10; ++s)
+    for (int i : {0, 2, 1, 3}) want.push_back(4 * s + i);  // stream 3's two, then stream 5's
+  EXPECT_EQ(seqs, want);
+  std::vector<int64_t> calls;
+  for (const ApiCall& a : r.runtime_calls(1, 0)) calls.push_back(a.correlation);
+  std::vector<int64_t> want_calls;
+  for (int tid : {10, 11})
+    for (int i = 39; i >= 0; --i)
+      if (i % 3 && (i % 2 ? 11 : 10) == tid) want_calls.push_back(i);
+  EXPECT_EQ(calls, want_calls);
+  EXPECT_EQ(r.api_calls(1, 0).size(), 40u);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <deque>
 #include <future>
 #include <map>
 #include <set>
@@ -114,25 +115,26 @@ class Loader {
 
   std::shared_ptr<ViewRun> run() {
     begin();
-    // A second thread reads each rank (its own SQLite connection) while this one makes the rank
-    // before into lanes, so the reading and the making overlap. On an error here, the read in
-    // flight is waited for (the future's destructor) before anything it uses goes away.
-    TraceReader second(path_);
+    // Two threads read the next two ranks (each its own SQLite connection) while this one makes
+    // the rank before into lanes: the reading (the longer part) and the making overlap, and the
+    // reading uses a core the making leaves. On an error here, the reads in flight are waited
+    // for (the futures' destructors) before anything they use goes away.
+    TraceReader second(path_), third(path_);
     std::vector<std::pair<int32_t, analysis::RankTrace*>> order;
     for (auto& [rank, t] : run_->ranks) order.emplace_back(rank, &t);
     auto read = [&](size_t i) {
-      return std::async(std::launch::async, [this, &second, &order, i] {
-        return read_rank(second, order[i].first, *order[i].second);
+      const TraceReader& reader = i % 2 ? third : second;
+      return std::async(std::launch::async, [this, &reader, &order, i] {
+        return read_rank(reader, order[i].first, *order[i].second);
       });
     };
-    std::future<RankRead> next;
-    if (!order.empty()) {
-      next = read(0);
-      preview(order.front().first);
-    }
+    std::deque<std::future<RankRead>> next;
+    for (size_t i = 0; i < std::min<size_t>(2, order.size()); ++i) next.push_back(read(i));
+    if (!order.empty()) preview(order.front().first);
     for (size_t i = 0; i < order.size(); ++i) {
-      RankRead in = next.get();
-      if (i + 1 < order.size()) next = read(i + 1);
+      RankRead in = next.front().get();
+      next.pop_front();
+      if (i + 2 < order.size()) next.push_back(read(i + 2));
       add_rank(in);
     }
     return finish();
@@ -416,14 +418,8 @@ Loader::RankRead Loader::read_rank(const TraceReader& reader, int32_t rank,
   RankRead in{rank, &t, {}, {}};
   analysis::fill_collectives(reader, run_id_, t);
   analysis::fill_rank(reader, run_id_, sync_names_, t);
-  reader.api_calls(run_id_, rank, [&](const ApiCall& c) {
-    in.calls.push_back(c);
-    return true;
-  });
-  reader.ranges(run_id_, rank, [&](const Range& r) {
-    in.ranges.push_back(r);
-    return true;
-  });
+  in.calls = reader.api_calls(run_id_, rank);
+  in.ranges = reader.ranges(run_id_, rank);
   return in;
 }
 
