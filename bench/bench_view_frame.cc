@@ -308,7 +308,8 @@ int main(int argc, char** argv) {
         return 0;  // the App cancels the load
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(16));  // a 60 Hz display's pace
+    // braid-view's pace while a run loads and no input comes (app.h).
+    std::this_thread::sleep_for(std::chrono::duration<double>(kLoadingFrameS));
   }
   double load_s = now() - l0;
   build_one(app, nullptr);

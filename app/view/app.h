@@ -189,6 +189,13 @@ struct App {
   double load_fraction() const;
 };
 
+// How often the window is drawn while a run loads and no input comes (input draws at once, at
+// the display's rate): the ranks in so far and the progress bar, ten times a second, where the
+// display's 60 would spend half a core of a 2-core machine redrawing a 100 M-event run the load
+// needs (docs/gui.md). Idle otherwise, the window waits for input up to kIdleFrameS.
+constexpr double kLoadingFrameS = 0.1;
+constexpr double kIdleFrameS = 0.25;
+
 // Opens `path` and starts loading run `run_a` (-1: the first run), and `run_b` in compare mode
 // (-1: no compare). Throws braid::Error when the file cannot be opened.
 void app_open(App& app, const std::string& path, int64_t run_a, int64_t run_b = -1);

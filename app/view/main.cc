@@ -272,11 +272,8 @@ int run_view(const Options& opt) {
   } else {
     if (!opt.replay.empty()) start_replay(app, opt);
     while (!glfwWindowShouldClose(win)) {
-      // Idle (nothing loading, no input): wait for events instead of spinning.
-      if (app.loading())
-        glfwPollEvents();
-      else
-        glfwWaitEventsTimeout(0.25);
+      // No input: a frame when one is due (app.h), not one per display refresh.
+      glfwWaitEventsTimeout(app.loading() ? kLoadingFrameS : kIdleFrameS);
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
       ImGui::NewFrame();
