@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <span>
 
 #include "analysis/fit.h"
 #include "trace/diagnostics.h"
@@ -25,13 +26,16 @@ Ns ClockFit::offset(int32_t r) const {
 namespace {
 
 struct End {
-  int pos = 0;       // the rank's position in the fit
   double t = 0;      // its end, relative to the group's first member's end (own clock)
+  int pos = 0;       // the rank's position in the fit
   bool kept = true;  // inside the outlier limit
 };
+static_assert(sizeof(End) == 16, "an end of every matched collective: 16 bytes");
 
+// A matched group's ends, a span of one array that holds every group's (a vector per group
+// took 40 bytes and an allocation more a group).
 struct Anchor {
-  std::vector<End> ends;
+  std::span<End> ends;
   bool kept = true;  // at least two ends kept
 };
 
@@ -61,19 +65,45 @@ double median_center(const Anchor& a, const std::vector<double>& offset) {
   return median(v);
 }
 
+bool is_anchor(const CollGroup& g) {
+  return g.method != MatchMethod::PointToPoint && !g.mismatched && g.members.size() >= 2;
+}
+
+// The anchors, their ends in `ends`.
 std::vector<Anchor> collect_anchors(const RunData& run, const MatchResult& match,
-                                    const std::map<int32_t, int>& pos) {
+                                    const std::map<int32_t, int>& pos, std::vector<End>& ends) {
+  size_t n = 0, groups = 0;
+  for (const CollGroup& g : match.groups)
+    if (is_anchor(g)) n += g.members.size(), ++groups;
+  ends.clear();
+  ends.reserve(n);
   std::vector<Anchor> anchors;
+  anchors.reserve(groups);
   for (const CollGroup& g : match.groups) {
-    if (g.method == MatchMethod::PointToPoint || g.mismatched || g.members.size() < 2) continue;
-    Anchor a;
+    if (!is_anchor(g)) continue;
     Ns base = run.ranks.at(g.members[0].rank).collectives[g.members[0].index].end;
+    const size_t first = ends.size();
     for (const CollRef& m : g.members)
-      a.ends.push_back({pos.at(m.rank),
-                        static_cast<double>(run.ranks.at(m.rank).collectives[m.index].end - base)});
-    anchors.push_back(std::move(a));
+      ends.push_back({static_cast<double>(run.ranks.at(m.rank).collectives[m.index].end - base),
+                      pos.at(m.rank)});
+    anchors.push_back({std::span<End>(ends.data() + first, g.members.size())});
   }
   return anchors;
+}
+
+// Which ends and anchors are kept, to go back to.
+std::vector<bool> kept_flags(const std::vector<Anchor>& anchors, const std::vector<End>& ends) {
+  std::vector<bool> v;
+  v.reserve(anchors.size() + ends.size());
+  for (const Anchor& a : anchors) v.push_back(a.kept);
+  for (const End& e : ends) v.push_back(e.kept);
+  return v;
+}
+
+void restore_kept(const std::vector<bool>& v, std::vector<Anchor>& anchors,
+                  std::vector<End>& ends) {
+  for (size_t i = 0; i < anchors.size(); ++i) anchors[i].kept = v[i];
+  for (size_t i = 0; i < ends.size(); ++i) ends[i].kept = v[anchors.size() + i];
 }
 
 System linked_sets(int n, const std::vector<Anchor>& anchors) {
@@ -314,7 +344,8 @@ ClockFit align_clocks(const RunData& run, const MatchResult& match, const ClockO
   for (int32_t r : ids) fit.ranks.push_back({.rank = r});
   if (ids.empty()) return fit;
 
-  std::vector<Anchor> anchors = collect_anchors(run, match, pos);
+  std::vector<End> ends;
+  std::vector<Anchor> anchors = collect_anchors(run, match, pos, ends);
   const System s = linked_sets(static_cast<int>(ids.size()), anchors);
   if (s.nvar == 0 && ids.size() > 1) {  // no two ranks linked: nothing to align
     add_diagnostics(fit, opt);
@@ -324,11 +355,11 @@ ClockFit align_clocks(const RunData& run, const MatchResult& match, const ClockO
   std::vector<double> offset = seed_offsets(run, ids, s, anchors);
   fit::Matrix lap;
   for (int iter = 0; iter < 10; ++iter) {
-    std::vector<Anchor> before = anchors;
+    const std::vector<bool> before = kept_flags(anchors, ends);
     if (!reject_outliers(anchors, s, offset) && iter > 0) break;
     std::vector<double> next = offset;
     if (!solve_offsets(anchors, s, next, lap)) {  // the kept ends no longer link every rank
-      anchors = std::move(before);
+      restore_kept(before, anchors, ends);
       break;
     }
     offset = std::move(next);

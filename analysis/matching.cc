@@ -335,6 +335,7 @@ struct Matcher {
 void Matcher::add(CollGroup g) {
   std::sort(g.members.begin(), g.members.end(),
             [](const CollRef& a, const CollRef& b) { return a.rank < b.rank; });
+  g.members.shrink_to_fit();  // a group of every matched collective: no growth's spare room
   const Collective& first = coll(run, g.members[0].rank, g.members[0].index);
   g.op = first.op;
   const int64_t n = first.group_size > 0 ? first.group_size

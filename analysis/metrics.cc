@@ -319,6 +319,7 @@ std::vector<Interval> add_rank_metrics(const RunData& run, int32_t r, const Cloc
 
 void add_collective_metrics(const RunData& run, const MatchResult& match, const ClockFit& clocks,
                             const MetricsOptions& opt, Metrics& out) {
+  if (opt.step < 0) out.collectives.reserve(out.collectives.size() + match.groups.size());
   for (size_t g = 0; g < match.groups.size(); ++g) {
     const CollGroup& grp = match.groups[g];
     CollectiveMetrics cm;
@@ -332,6 +333,7 @@ void add_collective_metrics(const RunData& run, const MatchResult& match, const 
     cm.first_arrival = INT64_MAX;
     cm.last_arrival = INT64_MIN;
     cm.end = INT64_MIN;
+    cm.members.reserve(grp.members.size());
     for (const CollRef& m : grp.members) {
       const Collective& c = run.ranks.at(m.rank).collectives[m.index];
       const Ns off = clocks.offset(m.rank);

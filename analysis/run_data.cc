@@ -302,10 +302,15 @@ RunData load_skeleton(const TraceReader& reader, int64_t run, const LoadTick& ti
   auto more = [&] { return !tick || (++rows & 4095) != 0 || tick(rows); };
   auto rank_of = [&](int32_t r) -> RankTrace& { return rank_in(d, r); };
   bool go = true;
-  reader.collectives(run, [&](const Collective& c) {
-    rank_of(c.rank).collectives.push_back(c);
-    return go = more();
-  });
+  // A rank's collectives at a time, each vector at its size (the whole run's query sorts every
+  // collective of the run first, in a temporary B-tree that spills to disk at this size).
+  for (int32_t r : reader.collective_ranks(run)) {
+    if (!go) break;
+    RankTrace& t = rank_of(r);
+    t.collectives = reader.collectives(run, r);
+    rows += static_cast<int64_t>(t.collectives.size());
+    go = !tick || tick(rows);
+  }
   for (const Step& s : reader.steps(run)) rank_of(s.rank).steps.push_back(s);
   d.comms = reader.communicators(run);
   // The launches of the collectives' kernels, each rank's first call of an id as load_run keeps.
@@ -313,7 +318,6 @@ RunData load_skeleton(const TraceReader& reader, int64_t run, const LoadTick& ti
   for (auto& [r, t] : d.ranks) {
     t.index_steps();
     sort_collectives(t);
-    t.collectives.shrink_to_fit();
     std::vector<int64_t>& v = refs[r];
     for (const Collective& c : t.collectives)
       if (c.kernel_ref != 0) v.push_back(c.kernel_ref);

@@ -123,7 +123,11 @@ int64_t streamed_bytes(const TraceReader& reader, int64_t run, const AnalyzeOpti
   const int64_t skeleton =
       2 * (c.collectives * kPerCollective + c.steps * static_cast<int64_t>(sizeof(Step)));
   constexpr int64_t kPerOp = sizeof(Kernel) + sizeof(GpuOp) + 24;  // timeline, index, launch
-  const int64_t batch = std::min(batch_budget(c, ranks, opt), c.kernels + c.memcpys + c.memsets);
+  // A batch holds one step of every rank at least (a step's critical path walks all its work):
+  // a run of a few long steps holds as much as one of them (the steps rows count each rank's).
+  const int64_t ops = c.kernels + c.memcpys + c.memsets;
+  const int64_t step_ops = c.steps > 0 ? ops / std::max<int64_t>(1, c.steps / ranks) : ops;
+  const int64_t batch = std::min(std::max(batch_budget(c, ranks, opt), step_ops), ops);
   return skeleton + load_bytes(reader, run) / ranks + 2 * batch * kPerOp;
 }
 

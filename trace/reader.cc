@@ -603,6 +603,21 @@ std::vector<Collective> TraceReader::collectives(int64_t run, int32_t rank) cons
   return out;
 }
 
+std::vector<int32_t> TraceReader::collective_ranks(int64_t run) const {
+  // SELECT DISTINCT would read every entry of the run in the index; this skips from one rank to
+  // the next.
+  std::vector<int32_t> out;
+  sql::Stmt s(db_, "SELECT rank FROM collectives WHERE run_id=? AND rank>? ORDER BY rank LIMIT 1");
+  for (int64_t after = INT64_MIN;;) {
+    s.reset();
+    s.bind(1, run);
+    s.bind(2, after);
+    if (!s.step()) return out;
+    after = s.i64(0);
+    out.push_back(static_cast<int32_t>(after));
+  }
+}
+
 void TraceReader::collectives(int64_t run, const Fn<Collective>& fn) const {
   each_row(db_, kCollectives, run, collective_from_row, fn);
 }

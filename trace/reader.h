@@ -100,6 +100,8 @@ class TraceReader {
   std::vector<ApiCall> api_calls(int64_t run, int32_t rank) const;
   std::vector<Range> ranges(int64_t run, int32_t rank) const;
   std::vector<Collective> collectives(int64_t run, int32_t rank) const;
+  // The ranks with at least one collective in `run`, ascending: one seek of the index a rank.
+  std::vector<int32_t> collective_ranks(int64_t run) const;
   // Of the rows these per-rank reads gave, how many were read in the table's order (the rest
   // through the index).
   int64_t rows_read_in_table_order() const { return table_order_rows_; }

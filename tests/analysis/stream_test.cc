@@ -153,6 +153,50 @@ TEST(StreamedWindows, ARankWithLaunchesElsewhereKeepsUnlaunchedWorkOutOfTheStep)
   EXPECT_EQ(report_json(analyze(reader, opt)), expected);
 }
 
+// A batch of steps holds one step of every rank at least: the estimate of what streaming holds
+// counts a run's longest steps, so that a run of a few long steps (100 M events in 10 steps a
+// rank) is not streamed under a budget one step of every rank breaks.
+TEST(StreamedMemory, TheEstimateHoldsOneStepOfEveryRank) {
+  test::TempDir tmp;
+  const Ns us = 1000;
+  constexpr int kRanks = 4, kOps = 40'000;  // a rank's kernels, in `steps` steps
+  auto write = [&](const std::string& f, int steps) {
+    TraceWriter w(f, TraceWriter::Mode::Create);
+    const int64_t run = w.begin_run(RunKind::Imported, "test");
+    const StrId gemm = w.intern("sm90_gemm");
+    for (int32_t r = 0; r < kRanks; ++r) {
+      RankInfo info;
+      info.rank = r;
+      info.world_size = kRanks;
+      w.add_rank(run, info);
+      w.add_stream(run, {r, 7, true, ""});
+      const Ns step_ns = Ns{kOps} * us / steps;
+      for (int64_t s = 0; s < steps; ++s) w.add_step(run, {r, s, s * step_ns, (s + 1) * step_ns});
+      for (int k = 0; k < kOps; ++k)
+        w.add(run, Kernel{r, 7, k * us, k * us + us / 2, gemm, Category::Gemm, 0, 0});
+    }
+    w.commit();
+    return run;
+  };
+  const std::string few = tmp.file("few.braid"), many = tmp.file("many.braid");
+  const int64_t run_few = write(few, 2), run_many = write(many, 400);
+  TraceReader rf(few), rm(many);
+  AnalyzeOptions opt;
+  opt.batch_ops = 1'000;
+  // One step of every rank: half the run's kernels, each in a window and a timeline.
+  const int64_t one_step = int64_t{kRanks} * kOps / 2 * static_cast<int64_t>(sizeof(Kernel));
+  // The two runs differ only in their steps' length: the estimate by one step of every rank.
+  EXPECT_GE(streamed_bytes(rf, run_few, opt) - streamed_bytes(rm, run_many, opt), one_step);
+  // Both stream to the whole run's result.
+  for (auto [reader, run] : {std::pair{&rf, run_few}, std::pair{&rm, run_many}}) {
+    AnalyzeOptions whole;
+    whole.stream = 0;
+    AnalyzeOptions streamed = opt;
+    streamed.stream = 1;
+    EXPECT_EQ(report_json(analyze(*reader, streamed)), report_json(analyze(*reader, whole)));
+  }
+}
+
 // A run whose whole load is over the memory budget (BRAID_MEMORY_LIMIT_MB) but whose collectives,
 // one rank and one batch are under it: analyze() streams it (by itself) and gives what a
 // process with room gives; under a budget too small even for that, one line says how much.

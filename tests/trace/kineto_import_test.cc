@@ -242,6 +242,51 @@ TEST(KinetoImport, TwoRanksOfOneJobMakeOneRun) {
   EXPECT_EQ(sql::scalar(r.db(), "SELECT COUNT(*) FROM kernels WHERE rank=1"), k1.kernels);
 }
 
+// An import writes a rank at a time, so a reader that holds one rank at a time (braid-view's
+// loader, the streamed analysis) reads each rank's rows in the table's order, not through the
+// index, and gets them in the index's order all the same: HTA's real two-rank trace.
+TEST(KinetoImport, EachImportedRanksRowsAreReadInTheTablesOrder) {
+  TempDir tmp;
+  const std::string path = tmp.file("j.braid");
+  int64_t run = test::import_files({traces("hta/tests/data/trace_filter/sampled_rank-0.json.gz"),
+                                    traces("hta/tests/data/trace_filter/sampled_rank-1.json.gz")},
+                                   path);
+  TraceReader r(path);
+  int64_t total = 0;
+  for (int32_t rank : {0, 1}) {
+    auto ids = [&](const char* table, const char* lane) {
+      std::vector<int64_t> v;
+      sql::Stmt q(r.db(), std::string("SELECT correlation FROM ") + table +
+                              " WHERE run_id = ? AND rank = ? ORDER BY " + lane +
+                              ", start_ns, rowid");
+      q.bind(1, run);
+      q.bind(2, rank);
+      while (q.step()) v.push_back(q.i64(0));
+      return v;
+    };
+    const int64_t before = r.rows_read_in_table_order();
+    const std::vector<Kernel> kernels = r.kernels(run, rank);
+    const std::vector<Memcpy> memcpys = r.memcpys(run, rank);
+    const std::vector<ApiCall> calls = r.api_calls(run, rank);
+    std::vector<int64_t> got;
+    for (const Kernel& k : kernels) got.push_back(k.correlation);
+    EXPECT_EQ(got, ids("kernels", "stream")) << "rank " << rank;
+    got.clear();
+    for (const Memcpy& m : memcpys) got.push_back(m.correlation);
+    EXPECT_EQ(got, ids("memcpys", "stream")) << "rank " << rank;
+    got.clear();
+    for (const ApiCall& a : calls) got.push_back(a.correlation);
+    EXPECT_EQ(got, ids("api_calls", "tid")) << "rank " << rank;
+    const auto rows = static_cast<int64_t>(kernels.size() + memcpys.size() + calls.size());
+    EXPECT_GT(kernels.size(), 1000u) << "rank " << rank;
+    EXPECT_EQ(r.rows_read_in_table_order() - before, rows) << "rank " << rank;
+    total += rows;
+  }
+  EXPECT_EQ(total, sql::scalar(r.db(),
+                               "SELECT (SELECT COUNT(*) FROM kernels) + (SELECT COUNT(*) "
+                               "FROM memcpys) + (SELECT COUNT(*) FROM api_calls)"));
+}
+
 TEST(KinetoImport, SameRankTwiceIsRefused) {
   TempDir tmp;
   auto f = traces("hta/tests/data/trace_filter/sampled_rank-0.json.gz");
