@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "trace/error.h"
+#include "trace/rank_rows.h"
 #include "trace/rows.h"
 #include "trace/schema.h"
 #include "trace/sqlite_util.h"
@@ -14,14 +15,9 @@
 namespace braid {
 namespace {
 
-// An event table as read back: its columns (what its *_of() converter reads; the rank first),
-// the order of a whole run's rows, and its window index's order (run_id, then these).
-struct Rows {
-  const char* table;
-  const char* cols;
-  const char* order;
-  const char* index;
-};
+using per_rank::rank_rows;
+using per_rank::Rows;
+
 constexpr Rows kKernels{
     "kernels", "rank, stream, start_ns, end_ns, name_id, category, correlation, external_id",
     "rank, stream, start_ns", "rank, stream, start_ns"};
@@ -119,113 +115,6 @@ void each_row(sqlite3* db, const Rows& t, int64_t run, Conv conv,
       db,
       std::string("SELECT ") + t.cols + " FROM " + t.table + " WHERE run_id=? ORDER BY " + t.order,
       run, conv, fn);
-}
-
-// A rank's rows, read in the table's order from the rank's first row in the index on, forwards
-// then backwards, each direction until kGap rows of other ranks (or runs) in a row; kept when
-// that found all `n` of them, ordered as the index orders them: by lane (stream or thread, the
-// second column of `t.index`), then start, equal keys in storage order.
-//
-// Through the index every row is a seek into the table: reading a million rows so takes 0.6-0.8 s
-// on this project's 2-core VM against 0.4 s in the table's order. A file written a rank at a time
-// (an import of per-rank traces, the benchmark's generator) holds a rank's rows together, in
-// time order across its streams: they are grouped by lane here, in one pass. Ranks interleaved
-// (a live capture's batches) end the scan within kGap rows: std::nullopt, read by the index.
-template <typename T, typename Conv, typename Lane>
-std::optional<std::vector<T>> rows_together(sqlite3* db, const Rows& t, int64_t run, int32_t rank,
-                                            size_t n, Conv conv, Lane lane) {
-  constexpr int kGap = 256;
-  sql::Stmt first(db, std::string("SELECT rowid FROM ") + t.table +
-                          " WHERE run_id=? AND rank=? ORDER BY " + t.index + " LIMIT 1");
-  first.bind(1, run);
-  first.bind(2, rank);
-  if (!first.step()) return std::nullopt;
-  const int64_t at = first.i64(0);
-  std::vector<T> rows, before;  // `before`: backwards from `at`, by descending rowid
-  rows.reserve(n);
-  for (bool forward : {true, false}) {
-    sql::Stmt s(db, std::string("SELECT ") + t.cols + ", run_id FROM " + t.table +
-                        (forward ? " WHERE rowid>=? ORDER BY rowid"
-                                 : " WHERE rowid<? ORDER BY rowid DESC"));
-    s.bind(1, at);
-    const int run_col = sqlite3_column_count(s.get()) - 1;  // the rank is column 0
-    std::vector<T>& out = forward ? rows : before;
-    for (int gap = 0; rows.size() + before.size() < n && gap <= kGap && s.step();) {
-      if (s.i64(0) != rank || s.i64(run_col) != run) {
-        ++gap;
-        continue;
-      }
-      gap = 0;
-      out.push_back(conv(s));
-    }
-  }
-  if (rows.size() + before.size() != n) return std::nullopt;
-  rows.insert(rows.begin(), before.rbegin(), before.rend());
-  std::vector<T>().swap(before);
-  // Grouped by lane: each lane's count, its place, then every row to its place (storage order
-  // kept within a lane); a lane out of start order is sorted (stably: ties stay in that order).
-  std::vector<std::pair<int64_t, size_t>> lanes;  // (lane, rows), then (lane, first index)
-  for (size_t i = 0; i < rows.size();) {
-    const int64_t l = lane(rows[i]);
-    size_t j = i + 1;
-    while (j < rows.size() && lane(rows[j]) == l) ++j;
-    auto it = std::find_if(lanes.begin(), lanes.end(), [&](const auto& x) { return x.first == l; });
-    if (it == lanes.end()) it = lanes.insert(lanes.end(), {l, 0});
-    it->second += j - i;
-    i = j;
-  }
-  std::sort(lanes.begin(), lanes.end());
-  auto by_start = [](const T& a, const T& b) { return a.start < b.start; };
-  if (lanes.size() > 1) {
-    size_t place = 0;
-    for (auto& [l, count] : lanes) place += std::exchange(count, place);
-    std::vector<T> grouped(rows.size());
-    for (T& x : rows) {
-      auto it = std::lower_bound(lanes.begin(), lanes.end(), std::make_pair(lane(x), size_t{0}),
-                                 [](const auto& a, const auto& b) { return a.first < b.first; });
-      grouped[it->second++] = std::move(x);
-    }
-    rows.swap(grouped);
-  }
-  for (size_t i = 0; i < rows.size();) {
-    size_t j = i + 1;
-    while (j < rows.size() && lane(rows[j]) == lane(rows[i])) ++j;
-    if (!std::is_sorted(rows.begin() + i, rows.begin() + j, by_start))
-      std::stable_sort(rows.begin() + i, rows.begin() + j, by_start);
-    i = j;
-  }
-  return rows;
-}
-
-// One rank's rows of `t` (and of `filter`, SQL, if given), in its index's order: the whole run's
-// but for collectives. Without a filter, the vector is reserved from the rows' count (the index
-// alone answers it, a tenth of the read): no growth's copies of a rank's million rows; and a
-// rank's rows that lie together in the table are read in its order (rows_together).
-template <typename T, typename Conv, typename Lane>
-std::vector<T> rank_rows(sqlite3* db, const Rows& t, int64_t run, int32_t rank, Conv conv,
-                         Lane lane, int64_t& table_order_rows, const char* filter = nullptr) {
-  const std::string where = std::string(" FROM ") + t.table + " WHERE run_id=? AND rank=?" +
-                            (filter ? std::string(" AND ") + filter : std::string());
-  auto query = [&](const std::string& q) {
-    sql::Stmt s(db, q);
-    s.bind(1, run);
-    s.bind(2, rank);
-    return s;
-  };
-  std::vector<T> out;
-  if (!filter) {
-    sql::Stmt count = query("SELECT COUNT(*)" + where);
-    const auto n = static_cast<size_t>(count.step() ? count.i64(0) : 0);
-    if (n == 0) return out;
-    if (auto rows = rows_together<T>(db, t, run, rank, n, conv, lane)) {
-      table_order_rows += static_cast<int64_t>(n);
-      return std::move(*rows);
-    }
-    out.reserve(n);
-  }
-  sql::Stmt s = query(std::string("SELECT ") + t.cols + where + " ORDER BY " + t.index);
-  while (s.step()) out.push_back(conv(s));
-  return out;
 }
 
 int64_t stream_of(const auto& x) { return x.stream; }

@@ -268,6 +268,43 @@ TEST(Matching, MismatchedSizeIsReported) {
   EXPECT_NE(m.groups[0].problem.find("moves 4000 bytes"), std::string::npos) << m.groups[0].problem;
 }
 
+// Busy time is the union of every class's activity: computation on two streams overlapping,
+// communication overlapping computation and copies, copies that touch, and gaps (idle).
+TEST(Metrics, BusyIsTheUnionOfEveryClassAndIdleTheRest) {
+  RunData run;
+  run.strings = {""};
+  RankTrace& t = run.ranks[0];
+  auto kernel = [&](int64_t stream, Ns a, Ns b, Category c) {
+    Kernel k;
+    k.stream = stream, k.start = a * us, k.end = b * us, k.category = c;
+    t.kernels.push_back(k);
+  };
+  auto copy = [&](Ns a, Ns b) {
+    Memcpy m;
+    m.stream = 4, m.start = a * us, m.end = b * us, m.bytes = 64;
+    t.memcpys.push_back(m);
+  };
+  kernel(1, 0, 10, Category::Gemm);
+  kernel(1, 20, 30, Category::Gemm);
+  kernel(2, 25, 40, Category::Elementwise);
+  kernel(3, 35, 50, Category::CommAllReduce);
+  kernel(3, 60, 70, Category::CommAllReduce);
+  kernel(3, 75, 75, Category::CommAllReduce);  // empty: no time
+  copy(68, 80);
+  copy(90, 95);
+  copy(95, 100);
+  Metrics m = compute_metrics(run, MatchResult{}, ClockFit{});
+  ASSERT_EQ(m.ranks.size(), 1u);
+  const RankMetrics& r = m.ranks[0];
+  EXPECT_EQ(r.span(), 100 * us);
+  EXPECT_EQ(r.compute_ns, 30 * us);  // [0,10] [20,40]
+  EXPECT_EQ(r.comm_ns, 25 * us);     // [35,50] [60,70]
+  EXPECT_EQ(r.memory_ns, 22 * us);   // [68,80] [90,100]
+  EXPECT_EQ(r.busy_ns, 70 * us);     // [0,10] [20,50] [60,80] [90,100]
+  EXPECT_EQ(r.idle_ns, 30 * us);
+  EXPECT_EQ(r.overlap_ns, 5 * us);  // [35,40]
+}
+
 TEST(Metrics, OverlapExposedCommAndStraggler) {
   SyntheticJob job;
   job.clock_skew = kSkew;
