@@ -6,6 +6,7 @@
 #include <compare>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "trace/diagnostics.h"
 
@@ -315,11 +316,28 @@ void set_identity(CollGroup& g, const std::string& comm, int64_t seq, MatchMetho
   g.expected = expected;
 }
 
+// collective_size with the collective's dtype normalized already (normalize_dtype).
+CollSize size_with(const RunData& run, const Collective& c, int64_t n, const std::string& dtype);
+
 // Builds a MatchResult: each way of matching adds its groups here.
 struct Matcher {
   const RunData& run;
   MatchResult& res;
   std::map<std::string, int64_t> unmatched_by_comm, aligned_by_comm;
+  // Asked for every group (and every member): comm_members reads the ranks' collectives, and a
+  // dtype's text is normalized once, not for each of millions of collectives.
+  std::unordered_map<std::string, int64_t> comm_size;
+  std::unordered_map<StrId, std::string> dtypes;
+  int64_t members_of(const std::string& comm) {
+    auto [it, fresh] = comm_size.try_emplace(comm, 0);
+    if (fresh) it->second = static_cast<int64_t>(comm_members(run, comm).size());
+    return it->second;
+  }
+  int64_t bytes_of(const Collective& c, int64_t n) {
+    auto [it, fresh] = dtypes.try_emplace(c.dtype);
+    if (fresh) it->second = normalize_dtype(run.str(c.dtype));
+    return size_with(run, c, n, it->second).bytes;
+  }
 
   void add(CollGroup g);
   void by_seq(const std::string& comm, const Seqs& seqs, int32_t expected);
@@ -338,9 +356,8 @@ void Matcher::add(CollGroup g) {
   g.members.shrink_to_fit();  // a group of every matched collective: no growth's spare room
   const Collective& first = coll(run, g.members[0].rank, g.members[0].index);
   g.op = first.op;
-  const int64_t n = first.group_size > 0 ? first.group_size
-                                         : static_cast<int64_t>(comm_members(run, g.comm).size());
-  auto size_of = [&](const Collective& c) { return collective_size(run, c, n).bytes; };
+  const int64_t n = first.group_size > 0 ? first.group_size : members_of(g.comm);
+  auto size_of = [&](const Collective& c) { return bytes_of(c, n); };
   g.bytes = size_of(first);
   for (const CollRef& m : g.members) {
     const Collective& c = coll(run, m.rank, m.index);
@@ -555,7 +572,7 @@ MatchResult match_trace_collectives(const RunData& run) {
       by_comm[comm][r].push_back(i);
     }
 
-  Matcher m{run, res, {}, {}};
+  Matcher m{run, res, {}, {}, {}, {}};
   for (auto& [comm, seqs] : by_comm) {
     const int32_t expected = static_cast<int32_t>(comm_members(run, comm).size());
     bool all_seq = true;
@@ -577,8 +594,13 @@ MatchResult match_trace_collectives(const RunData& run) {
 }
 
 CollSize collective_size(const RunData& run, const Collective& c, int64_t n) {
+  return size_with(run, c, n, normalize_dtype(run.str(c.dtype)));
+}
+
+namespace {
+
+CollSize size_with(const RunData& run, const Collective& c, int64_t n, const std::string& dtype) {
   CollSize s;
-  const std::string dtype = normalize_dtype(run.str(c.dtype));
   const int size = dtype_size(dtype);
   n = std::max<int64_t>(n, 1);
   int64_t in = -1, out = -1;
@@ -637,5 +659,7 @@ CollSize collective_size(const RunData& run, const Collective& c, int64_t n) {
   }
   return s;
 }
+
+}  // namespace
 
 }  // namespace braid::analysis
